@@ -1,0 +1,1 @@
+"""stackbench.kernels component."""

@@ -1,0 +1,1 @@
+"""stackbench.patches component."""

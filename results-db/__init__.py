@@ -1,0 +1,1 @@
+"""Results database: models, migrations, embedded cluster, ingest, statistics and tables."""

@@ -1,0 +1,339 @@
+"""The results schema (DESIGN.md "Data model"). Migrations in ``migrations/`` create it.
+
+Components that need to keep extra facts use the ``meta`` JSONB columns instead of new
+columns, so the schema stays stable while features grow.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    DateTime,
+    Double,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    UniqueConstraint,
+    func,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSONB, list[Any]: JSONB}
+
+
+def _now() -> Any:
+    return mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+def _meta() -> Any:
+    return mapped_column(JSONB, nullable=False, server_default="{}", default=dict)
+
+
+class Tree(Base):
+    __tablename__ = "tree"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    url: Mapped[str] = mapped_column(Text, default="")
+    default_base: Mapped[str] = mapped_column(String(200), default="")
+    meta: Mapped[dict[str, Any]] = _meta()
+    created_at: Mapped[datetime] = _now()
+
+
+class Series(Base):
+    """A submitted patch stack. state: new, applying, applied, apply-failed, building,
+    running, done, failed."""
+
+    __tablename__ = "series"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    tree_id: Mapped[int | None] = mapped_column(ForeignKey("tree.id"))
+    title: Mapped[str] = mapped_column(Text, default="")
+    version: Mapped[int] = mapped_column(Integer, default=1)
+    submitter: Mapped[str] = mapped_column(Text, default="")
+    submitter_email: Mapped[str] = mapped_column(Text, default="")
+    cover_letter: Mapped[str] = mapped_column(Text, default="")
+    message_id: Mapped[str | None] = mapped_column(Text)
+    in_reply_to: Mapped[str | None] = mapped_column(Text)
+    base_ref: Mapped[str] = mapped_column(Text, default="")
+    base_commit: Mapped[str | None] = mapped_column(String(64))
+    state: Mapped[str] = mapped_column(String(32), default="new", index=True)
+    error: Mapped[str] = mapped_column(Text, default="")
+    source: Mapped[str] = mapped_column(String(32), default="mbox")
+    owner_id: Mapped[int | None] = mapped_column(ForeignKey("app_user.id"))
+    idempotency_key: Mapped[str | None] = mapped_column(String(128), unique=True)
+    meta: Mapped[dict[str, Any]] = _meta()
+    created_at: Mapped[datetime] = _now()
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now(), onupdate=func.now()
+    )
+    patches: Mapped[list[Patch]] = relationship(
+        back_populates="series", order_by="Patch.idx", cascade="all, delete-orphan"
+    )
+    tree: Mapped[Tree | None] = relationship()
+
+
+class Patch(Base):
+    """One patch of a series and, once applied, its commit. state: pending, applied,
+    apply-failed, skipped."""
+
+    __tablename__ = "patch"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    series_id: Mapped[int] = mapped_column(ForeignKey("series.id", ondelete="CASCADE"))
+    idx: Mapped[int] = mapped_column(Integer)
+    total: Mapped[int] = mapped_column(Integer)
+    subject: Mapped[str] = mapped_column(Text, default="")
+    author: Mapped[str] = mapped_column(Text, default="")
+    author_email: Mapped[str] = mapped_column(Text, default="")
+    date: Mapped[str] = mapped_column(Text, default="")
+    message_id: Mapped[str | None] = mapped_column(Text)
+    in_reply_to: Mapped[str | None] = mapped_column(Text)
+    body: Mapped[str] = mapped_column(Text, default="")
+    diff: Mapped[str] = mapped_column(Text, default="")
+    commit_sha: Mapped[str | None] = mapped_column(String(64), index=True)
+    state: Mapped[str] = mapped_column(String(32), default="pending")
+    error: Mapped[str] = mapped_column(Text, default="")
+    meta: Mapped[dict[str, Any]] = _meta()
+    series: Mapped[Series] = relationship(back_populates="patches")
+    __table_args__ = (UniqueConstraint("series_id", "idx"),)
+
+
+class KernelBuild(Base):
+    """A kernel: built here, or known from imported results. ``commit`` is a sha (or an
+    mmtests run name for imports); ``name`` is what tables show. status: pending, building,
+    built, build-failed, imported."""
+
+    __tablename__ = "kernel_build"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    tree_id: Mapped[int | None] = mapped_column(ForeignKey("tree.id"))
+    commit: Mapped[str] = mapped_column(String(200), index=True)
+    name: Mapped[str] = mapped_column(Text, default="")
+    config_name: Mapped[str] = mapped_column(String(200), default="")
+    config_hash: Mapped[str] = mapped_column(String(64), default="")
+    compiler: Mapped[str] = mapped_column(String(100), default="")
+    status: Mapped[str] = mapped_column(String(32), default="pending")
+    log: Mapped[str] = mapped_column(Text, default="")
+    artifact_path: Mapped[str] = mapped_column(Text, default="")
+    duration_s: Mapped[float | None] = mapped_column(Double)
+    series_id: Mapped[int | None] = mapped_column(ForeignKey("series.id", ondelete="SET NULL"))
+    patch_id: Mapped[int | None] = mapped_column(ForeignKey("patch.id", ondelete="SET NULL"))
+    meta: Mapped[dict[str, Any]] = _meta()
+    created_at: Mapped[datetime] = _now()
+    __table_args__ = (UniqueConstraint("commit", "config_hash", "compiler"),)
+
+
+class Machine(Base):
+    __tablename__ = "machine"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    kind: Mapped[str] = mapped_column(String(32), default="qemu")  # qemu | baremetal | import
+    cpus: Mapped[int | None] = mapped_column(Integer)
+    memory_mb: Mapped[int | None] = mapped_column(Integer)
+    nodes: Mapped[int | None] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(32), default="idle")
+    last_seen: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    meta: Mapped[dict[str, Any]] = _meta()
+
+
+class Job(Base):
+    """A benchmark with its parameters. ``params_key`` is the canonical parameter string
+    (LKP's path_params style) that identifies the job together with suite and version."""
+
+    __tablename__ = "job"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    suite: Mapped[str] = mapped_column(String(100))
+    test: Mapped[str] = mapped_column(String(200), default="")
+    params: Mapped[dict[str, Any]] = _meta()
+    params_key: Mapped[str] = mapped_column(Text)
+    suite_version: Mapped[str] = mapped_column(String(100), default="")
+    runner: Mapped[str] = mapped_column(String(100), default="")
+    __table_args__ = (UniqueConstraint("suite", "params_key", "suite_version", "runner"),)
+
+
+class Run(Base):
+    """One execution of a job on a kernel and machine. status: queued, running, done,
+    crashed, timeout, failed, lost."""
+
+    __tablename__ = "run"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("job.id"))
+    build_id: Mapped[int] = mapped_column(ForeignKey("kernel_build.id"))
+    machine_id: Mapped[int | None] = mapped_column(ForeignKey("machine.id"))
+    iteration: Mapped[int] = mapped_column(Integer, default=0)
+    status: Mapped[str] = mapped_column(String(32), default="done", index=True)
+    source: Mapped[str] = mapped_column(String(64), default="")
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    duration_s: Mapped[float | None] = mapped_column(Double)
+    error: Mapped[str] = mapped_column(Text, default="")
+    sysstate: Mapped[dict[str, Any]] = _meta()
+    idempotency_key: Mapped[str] = mapped_column(String(128), unique=True)
+    meta: Mapped[dict[str, Any]] = _meta()
+    created_at: Mapped[datetime] = _now()
+    __table_args__ = (Index("ix_run_job_build", "job_id", "build_id"),)
+
+
+class RunLog(Base):
+    """Raw outputs of a run (benchmark output, console, monitors), kept for re-parsing."""
+
+    __tablename__ = "run_log"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("run.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(Text)
+    content: Mapped[bytes] = mapped_column(LargeBinary)
+    __table_args__ = (UniqueConstraint("run_id", "name"),)
+
+
+class Metric(Base):
+    __tablename__ = "metric"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(Text, unique=True)
+    unit: Mapped[str] = mapped_column(String(32), default="")
+    higher_is_better: Mapped[bool | None] = mapped_column(Boolean)
+    kind: Mapped[str] = mapped_column(String(32), default="")  # throughput, latency, count...
+
+
+class Sample(Base):
+    """One value; ``seq`` orders the many samples of one metric in one run.
+
+    No foreign keys here: PostgreSQL checks them row by row, which made bulk COPY four times
+    slower. Samples are only written by ``ingest`` inside the transaction that creates their
+    run, and :func:`stackbench.resultsdb.ingest.delete_runs` removes them with their runs."""
+
+    __tablename__ = "sample"
+    run_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    metric_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    value: Mapped[float] = mapped_column(Double)
+
+
+class Comparison(Base):
+    """A saved comparison: its kernels and options, reachable at a permanent URL by key."""
+
+    __tablename__ = "comparison"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    key: Mapped[str] = mapped_column(String(64), unique=True)
+    build_ids: Mapped[list[Any]] = mapped_column(JSONB)
+    params: Mapped[dict[str, Any]] = _meta()
+    result: Mapped[dict[str, Any]] = _meta()
+    created_at: Mapped[datetime] = _now()
+
+
+class TrackedBranch(Base):
+    __tablename__ = "tracked_branch"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    tree_id: Mapped[int] = mapped_column(ForeignKey("tree.id"))
+    branch: Mapped[str] = mapped_column(String(200))
+    jobs: Mapped[list[Any]] = mapped_column(JSONB, default=list)
+    baseline_build_id: Mapped[int | None] = mapped_column(ForeignKey("kernel_build.id"))
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+    meta: Mapped[dict[str, Any]] = _meta()
+    __table_args__ = (UniqueConstraint("tree_id", "branch"),)
+
+
+class Regression(Base):
+    """A metric judged worse between two kernels. state: open, bisecting, bisected,
+    inconclusive, closed."""
+
+    __tablename__ = "regression"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    tree_id: Mapped[int | None] = mapped_column(ForeignKey("tree.id"))
+    branch: Mapped[str] = mapped_column(String(200), default="")
+    job_id: Mapped[int] = mapped_column(ForeignKey("job.id"))
+    metric_id: Mapped[int] = mapped_column(ForeignKey("metric.id"))
+    good_build_id: Mapped[int] = mapped_column(ForeignKey("kernel_build.id"))
+    bad_build_id: Mapped[int] = mapped_column(ForeignKey("kernel_build.id"))
+    change_pct: Mapped[float | None] = mapped_column(Double)
+    ci_low: Mapped[float | None] = mapped_column(Double)
+    ci_high: Mapped[float | None] = mapped_column(Double)
+    confidence: Mapped[float | None] = mapped_column(Double)
+    verdict: Mapped[str] = mapped_column(String(32), default="changed")
+    state: Mapped[str] = mapped_column(String(32), default="open")
+    culprit: Mapped[str | None] = mapped_column(String(64))
+    meta: Mapped[dict[str, Any]] = _meta()
+    created_at: Mapped[datetime] = _now()
+    __table_args__ = (UniqueConstraint("job_id", "metric_id", "good_build_id", "bad_build_id"),)
+
+
+class Bisect(Base):
+    """state: running, found, inconclusive, failed."""
+
+    __tablename__ = "bisect"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    regression_id: Mapped[int | None] = mapped_column(
+        ForeignKey("regression.id", ondelete="SET NULL")
+    )
+    tree_id: Mapped[int | None] = mapped_column(ForeignKey("tree.id"))
+    good: Mapped[str] = mapped_column(String(64))
+    bad: Mapped[str] = mapped_column(String(64))
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("job.id"))
+    metric_id: Mapped[int | None] = mapped_column(ForeignKey("metric.id"))
+    state: Mapped[str] = mapped_column(String(32), default="running")
+    steps: Mapped[list[Any]] = mapped_column(JSONB, default=list)
+    culprit: Mapped[str | None] = mapped_column(String(64))
+    confidence: Mapped[float | None] = mapped_column(Double)
+    kernels_built: Mapped[int] = mapped_column(Integer, default=0)
+    meta: Mapped[dict[str, Any]] = _meta()
+    created_at: Mapped[datetime] = _now()
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class MailOutbox(Base):
+    """state: pending, sent, failed (gave up after retries)."""
+
+    __tablename__ = "mail_outbox"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    idempotency_key: Mapped[str] = mapped_column(String(128), unique=True)
+    message_id: Mapped[str] = mapped_column(Text, unique=True)
+    to_addrs: Mapped[list[Any]] = mapped_column(JSONB, default=list)
+    subject: Mapped[str] = mapped_column(Text)
+    body: Mapped[str] = mapped_column(Text)
+    headers: Mapped[dict[str, Any]] = _meta()
+    state: Mapped[str] = mapped_column(String(32), default="pending", index=True)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_error: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = _now()
+    sent_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class AppUser(Base):
+    __tablename__ = "app_user"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    email: Mapped[str] = mapped_column(Text, default="")
+    password_hash: Mapped[str] = mapped_column(Text, default="")
+    is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    is_worker: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = _now()
+
+
+class ApiToken(Base):
+    __tablename__ = "api_token"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("app_user.id", ondelete="CASCADE"))
+    token_hash: Mapped[str] = mapped_column(String(128), unique=True)
+    name: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = _now()
+    last_used: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class Event(Base):
+    """An append-only log of state changes, shown to users on series and run pages."""
+
+    __tablename__ = "event"
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    series_id: Mapped[int | None] = mapped_column(ForeignKey("series.id", ondelete="CASCADE"))
+    subject: Mapped[str] = mapped_column(Text)  # e.g. "build:12", "run:40"
+    state: Mapped[str] = mapped_column(String(32))
+    message: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = _now()

@@ -1,0 +1,5 @@
+import sys
+
+from stackbench.cli import main
+
+sys.exit(main())

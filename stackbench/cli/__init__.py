@@ -1,0 +1,90 @@
+"""The ``stackbench`` command. Each subcommand is one module in this package that defines
+``NAME``, ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``; they are found here
+by name, so adding a command never touches this file."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import pkgutil
+import sys
+from types import ModuleType
+
+from stackbench import __version__
+from stackbench.errors import StackbenchError
+
+DESCRIPTION = """\
+stackbench builds a kernel for the base and every commit of a memory-management patch stack,
+runs vm-scalability, thpscale and stress-highalloc on each, stores every sample in PostgreSQL
+and prints the LKP and mmtests comparison tables MM developers paste into cover letters.
+
+Start with:   stackbench demo          (everything on this machine, the shipped stack)
+Your data:    stackbench import lkp RESULT_ROOT...   then   stackbench compare --style lkp K1 K2
+"""
+
+EPILOG = """\
+environment:
+  STACKBENCH_HOME          state directory (default ~/.local/share/stackbench)
+  STACKBENCH_DATABASE_URL  use this PostgreSQL server instead of the embedded cluster
+  STACKBENCH_URL           talk to a stackbench server's API instead of a database
+
+Run 'stackbench COMMAND --help' for a command's options."""
+
+
+def _commands() -> list[ModuleType]:
+    mods = []
+    for info in pkgutil.iter_modules(__path__):
+        if info.name.startswith("_"):
+            continue
+        mod = importlib.import_module(f"{__name__}.{info.name}")
+        if hasattr(mod, "NAME") and hasattr(mod, "run"):
+            mods.append(mod)
+    return sorted(mods, key=lambda m: getattr(m, "ORDER", 50))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="stackbench",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"stackbench {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+    for mod in _commands():
+        p = sub.add_parser(
+            mod.NAME,
+            help=mod.HELP,
+            description=getattr(mod, "DESCRIPTION", mod.HELP),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        mod.add_arguments(p)
+        p.set_defaults(_run=mod.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        format="%(asctime)s %(name)s: %(message)s",
+    )
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args._run(args) or 0)
+    except StackbenchError as exc:
+        print(f"stackbench: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,21 @@
+"""stackbench down: stop the embedded services."""
+
+from __future__ import annotations
+
+import argparse
+
+NAME = "down"
+ORDER = 11
+HELP = "stop the embedded services started by 'stackbench up' or 'stackbench demo'"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    pass
+
+
+def run(args: argparse.Namespace) -> int:
+    from stackbench import services
+
+    for line in services.down():
+        print(line)
+    return 0

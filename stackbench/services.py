@@ -1,0 +1,63 @@
+"""Starting and stopping the embedded services that make up a one-machine stackbench.
+
+Other components add their services (Buildbot master and worker, web UI) through
+:data:`SERVICES`, each a pair of start/stop callables returning a status line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from stackbench import config
+
+Service = tuple[str, Callable[[], str], Callable[[], str]]
+SERVICES: list[Service] = []
+
+
+def _db_up() -> str:
+    from stackbench.resultsdb import db
+
+    if config.database_url():
+        db.engine()
+        return "database: using STACKBENCH_DATABASE_URL"
+    from stackbench.resultsdb.embedded import Cluster
+
+    cluster = Cluster()
+    started = cluster.start()
+    db.engine()
+    state = "started" if started else "already running"
+    return f"database: {state} ({cluster.datadir})"
+
+
+def _db_down() -> str:
+    if config.database_url():
+        return "database: external, left running"
+    from stackbench.resultsdb.embedded import Cluster
+
+    cluster = Cluster()
+    return "database: stopped" if cluster.stop() else "database: not running"
+
+
+def _registered() -> list[Service]:
+    # optional components register themselves on import
+    import importlib
+    import importlib.util
+
+    for mod in ("stackbench.jobs.services", "stackbench.web.services"):
+        if importlib.util.find_spec(mod) is not None:
+            importlib.import_module(mod)
+    return SERVICES
+
+
+def up(db_only: bool = False) -> Iterator[str]:
+    yield _db_up()
+    if db_only:
+        return
+    for _name, start, _stop in _registered():
+        yield start()
+
+
+def down() -> Iterator[str]:
+    for _name, _start, stop in reversed(_registered()):
+        yield stop()
+    yield _db_down()

@@ -1,0 +1,85 @@
+"""Shared fixtures: one real PostgreSQL cluster per test session (Debian's initdb/pg_ctl in a
+temporary home) and a fresh database per test, cloned from a migrated template."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import psycopg
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared"
+FIXTURES = SHARED / "fixtures"
+
+
+def shared_fixtures(*parts: str) -> Path:
+    """A path under ../shared/fixtures, skipping the test (with the reason) when absent."""
+    path = FIXTURES.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"conformance data not present: {path} (../shared is not beside the project)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def pg_cluster(tmp_path_factory):
+    from stackbench.resultsdb import db
+    from stackbench.resultsdb.embedded import Cluster, destroy
+
+    home = tmp_path_factory.mktemp("stackbench-home")
+    cluster = Cluster(home)
+    cluster.start()
+    cluster.ensure_database()
+    # migrate the template database once; each test clones it
+    old = os.environ.get("STACKBENCH_DATABASE_URL")
+    os.environ["STACKBENCH_DATABASE_URL"] = cluster.url()
+    try:
+        db.reset()
+        db.engine()
+    finally:
+        db.reset()
+        if old is None:
+            os.environ.pop("STACKBENCH_DATABASE_URL", None)
+        else:
+            os.environ["STACKBENCH_DATABASE_URL"] = old
+    yield cluster
+    destroy(cluster)
+
+
+def _admin(cluster):
+    port, password = cluster._secret()
+    return psycopg.connect(
+        host="127.0.0.1",
+        port=port,
+        user="stackbench",
+        password=password,
+        dbname="postgres",
+        autocommit=True,
+    )
+
+
+@pytest.fixture
+def db_url(pg_cluster, monkeypatch, tmp_path):
+    """A freshly migrated, empty database; STACKBENCH_DATABASE_URL points at it."""
+    from stackbench.resultsdb import db
+
+    name = "t_" + uuid.uuid4().hex[:12]
+    with _admin(pg_cluster) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE stackbench')
+    url = pg_cluster.url().rsplit("/", 1)[0] + "/" + name
+    monkeypatch.setenv("STACKBENCH_DATABASE_URL", url)
+    monkeypatch.setenv("STACKBENCH_HOME", str(tmp_path / "home"))
+    db.reset()
+    yield url
+    db.reset()
+    with _admin(pg_cluster) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def eng(db_url):
+    from stackbench.resultsdb import db
+
+    return db.engine()
