@@ -1,0 +1,55 @@
+"""stackbench compare: the comparison tables of stored kernels."""
+
+from __future__ import annotations
+
+import argparse
+
+NAME = "compare"
+ORDER = 31
+HELP = "print LKP, mmtests or stackbench comparison tables for stored kernels"
+DESCRIPTION = """\
+Compare kernels, the first one being the base. A KERNEL is a commit (a unique prefix is
+enough) or an mmtests run name.
+
+  --style lkp        LKP's 'lkp ncompare' table (%stddev %change); rows LKP's change rule
+                     selects, or every stat with --all
+  --style mmtests    compare-mmtests.pl's tables (thpscale era): --table latency|counts|locality,
+                     or a monitor block with --monitor duration|vmstat
+  --style stackbench every stat with stackbench's verdict: change, 95% interval, significance
+                     after false-discovery-rate control"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("kernels", nargs="+", metavar="KERNEL", help="base first")
+    p.add_argument("--style", choices=["lkp", "mmtests", "stackbench"], default="lkp")
+    p.add_argument("--all", action="store_true", help="lkp: every stat (as 'lkp ncompare -a')")
+    p.add_argument(
+        "--table",
+        choices=["latency", "counts", "locality"],
+        default=None,
+        help="mmtests: which thpscale table (default latency)",
+    )
+    p.add_argument(
+        "--monitor",
+        choices=["duration", "vmstat"],
+        default=None,
+        help="mmtests: print a monitor block instead of a table",
+    )
+    p.add_argument("--suite", default=None, help="only this suite (vm-scalability, thpscale...)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from stackbench.resultsdb import db
+    from stackbench.resultsdb.tables import render
+
+    out = render.render(
+        db.engine(),
+        args.kernels,
+        style=args.style,
+        all_rows=args.all,
+        table=args.table,
+        monitor=args.monitor,
+        suite=args.suite,
+    )
+    print(out, end="" if out.endswith("\n") else "\n")
+    return 0

@@ -1,0 +1,41 @@
+"""stackbench import: load existing LKP or mmtests results into the database."""
+
+from __future__ import annotations
+
+import argparse
+
+NAME = "import"
+ORDER = 30
+HELP = "import LKP result trees or an mmtests work/log run"
+DESCRIPTION = """\
+Import results produced elsewhere. Each file is checked before anything is written; a bad
+file stops the import with its path and what is wrong, and nothing is stored. Importing the
+same data twice changes nothing.
+
+  stackbench import lkp RESULT_ROOT...      LKP trees (<testcase>/.../<commit>/<run>/stats.json
+                                             and/or <commit>/matrix.json)
+  stackbench import mmtests work/log/RUN    an mmtests run directory (all iter-*)"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="kind", metavar="KIND", required=True)
+    lkp = sub.add_parser("lkp", help="LKP result trees (stats.json / matrix.json)")
+    lkp.add_argument("paths", nargs="+", metavar="PATH", help="a result root or any folder above")
+    mm = sub.add_parser("mmtests", help="an mmtests work/log/<RUNNAME> directory")
+    mm.add_argument("path", metavar="PATH", help="work/log/<RUNNAME>")
+    mm.add_argument("--name", help="kernel name to store (default: RUNNAME)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from stackbench.resultsdb import db
+
+    if args.kind == "lkp":
+        from stackbench.resultsdb.importers import lkp
+
+        summary = lkp.import_paths(db.engine(), args.paths)
+    else:
+        from stackbench.resultsdb.importers import mmtests
+
+        summary = mmtests.import_run(db.engine(), args.path, name=args.name)
+    print(summary)
+    return 0
