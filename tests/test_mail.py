@@ -1,0 +1,215 @@
+"""Mail through a real SMTP server (aiosmtpd on loopback): content, threading, header
+safety, and delivery that survives the server being down."""
+
+from __future__ import annotations
+
+import email
+import socket
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from aiosmtpd.controller import Controller
+from sqlalchemy import text
+
+from stackbench.resultsdb import ingest as ig
+from stackbench.resultsdb.models import Patch, Regression, Series
+from stackbench.web.mailer import outbox, reports
+from stackbench.web.mailer.config import MailConfig
+
+
+class Capture:
+    def __init__(self) -> None:
+        self.messages: list[email.message.Message] = []
+        self.envelopes: list[list[str]] = []
+
+    async def handle_DATA(self, server, session, envelope):  # noqa: N802 (aiosmtpd API)
+        self.messages.append(email.message_from_bytes(envelope.content))
+        self.envelopes.append(list(envelope.rcpt_tos))
+        return "250 OK"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def smtp():
+    port = _free_port()
+    handler = Capture()
+    ctl = Controller(handler, hostname="127.0.0.1", port=port)
+    ctl.start()
+    yield handler, port
+    ctl.stop()
+
+
+def _cfg(port: int) -> MailConfig:
+    return MailConfig(
+        host="127.0.0.1",
+        port=port,
+        list_addr="linux-mm@kvack.example",
+        sender="stackbench <bot@stackbench.example>",
+        timeout_s=5,
+    )
+
+
+def _runs(commit: str, name: str, values):
+    return [
+        ig.RunData(
+            job=ig.JobSpec("vm-scalability", "anon-w-seq", {"test": "anon-w-seq"}),
+            kernel=ig.KernelSpec(commit, name=name),
+            machine=ig.MachineSpec("qemu-2cpu"),
+            iteration=i,
+            samples={"vm-scalability.throughput": [v]},
+        )
+        for i, v in enumerate(values)
+    ]
+
+
+HOSTILE = "mm: <script>alert(1)</script>\r\nBcc: victim@example.com"
+
+
+def _series(eng) -> int:
+    from sqlalchemy.orm import Session
+
+    base, c1 = "b" * 40, "c" * 40
+    ig.ingest(eng, _runs(base, "base", [100, 101, 99, 100, 100]))
+    ig.ingest(eng, _runs(c1, "1/1", [70, 71, 69, 70, 70]))
+    with Session(eng) as s, s.begin():
+        series = Series(
+            title=HOSTILE,
+            version=2,
+            submitter="Dev",
+            submitter_email="dev@example.com",
+            message_id="<cover-123@example.com>",
+            base_commit=base,
+            state="done",
+        )
+        series.patches.append(
+            Patch(
+                idx=1,
+                total=1,
+                subject=HOSTILE,
+                author="Dev",
+                author_email="dev@example.com",
+                message_id="<p1@example.com>",
+                commit_sha=c1,
+                state="applied",
+            )
+        )
+        s.add(series)
+        s.flush()
+        s.execute(text("UPDATE kernel_build SET series_id = :s"), {"s": series.id})
+        return series.id
+
+
+def test_series_report_threads_under_cover_letter_and_is_header_safe(eng, smtp):
+    handler, port = smtp
+    sid = _series(eng)
+    mail = reports.series_report(eng, sid, _cfg(port))
+    reports.queue(eng, mail)
+    rep = outbox.deliver(eng, _cfg(port))
+    assert len(rep.sent) == 1 and len(handler.messages) == 1
+    msg = handler.messages[0]
+    assert msg["In-Reply-To"] == "<cover-123@example.com>"
+    assert "<cover-123@example.com>" in msg["References"]
+    assert msg["Bcc"] is None
+    assert "victim@example.com" not in handler.envelopes[0]
+    assert "\n" not in msg["Subject"] and msg["Subject"].startswith("Re: [PATCH v2 0/1]")
+    body = msg.get_payload(decode=True).decode()
+    assert "vm-scalability.throughput" in body and "-30.0%" in body
+    assert sorted(handler.envelopes[0]) == ["dev@example.com", "linux-mm@kvack.example"]
+
+
+def test_regression_report_says_direction_in_words(eng, smtp):
+    from sqlalchemy.orm import Session
+
+    handler, port = smtp
+    _series(eng)
+    with Session(eng) as s, s.begin():
+        ids = dict(s.execute(text("SELECT commit, id FROM kernel_build")).all())
+        job = s.execute(text("SELECT id FROM job")).scalar_one()
+        metric = s.execute(
+            text("SELECT id FROM metric WHERE name = 'vm-scalability.throughput'")
+        ).scalar_one()
+        reg = Regression(
+            job_id=job,
+            metric_id=metric,
+            good_build_id=ids["b" * 40],
+            bad_build_id=ids["c" * 40],
+            change_pct=-30.0,
+            culprit="c" * 40,
+            branch="master",
+            confidence=0.99,
+        )
+        s.add(reg)
+        s.flush()
+        rid = reg.id
+    mail = reports.regression_report(eng, rid, _cfg(port))
+    assert mail.subject.startswith("[local:master] [mm] cccccccccc: vm-scalability.throughput")
+    assert "-30.0% regression" in mail.subject
+    assert "30.0% drop (worse: higher is better for this metric)" in mail.body
+    reports.queue(eng, mail)
+    outbox.deliver(eng, _cfg(port))
+    assert handler.messages[0]["In-Reply-To"] == "<p1@example.com>"
+
+
+def test_delivery_retries_after_server_was_down_and_never_sends_twice(eng, smtp):
+    handler, port = smtp
+    down = _cfg(_free_port())  # nothing listens there
+    mid = outbox.enqueue(
+        eng, kind="test", key="k1", to=["a@example.com"], subject="hi", body="body\n"
+    )
+    # queuing the same key again is a no-op
+    assert (
+        outbox.enqueue(
+            eng, kind="test", key="k1", to=["a@example.com"], subject="hi", body="body\n"
+        )
+        == mid
+    )
+    now = datetime.now(UTC)
+    rep = outbox.deliver(eng, down, now=now)
+    assert rep.deferred == [mid] and rep.sent == []
+    with eng.connect() as conn:
+        row = conn.execute(text("SELECT state, attempts, last_error FROM mail_outbox")).one()
+    assert row.state == "pending" and row.attempts == 1 and row.last_error
+    # not due yet: nothing happens even with the server up
+    assert outbox.deliver(eng, _cfg(port), now=now + timedelta(seconds=1)).sent == []
+    rep = outbox.deliver(eng, _cfg(port), now=now + timedelta(minutes=5))
+    assert rep.sent == [mid] and len(handler.messages) == 1
+    assert outbox.deliver(eng, _cfg(port), now=now + timedelta(hours=2)).sent == []
+    assert len(handler.messages) == 1
+
+
+def test_gives_up_after_max_attempts_and_keeps_the_mail(eng):
+    cfg = _cfg(_free_port())
+    cfg.max_attempts = 2
+    mid = outbox.enqueue(eng, kind="t", key="k2", to=["a@example.com"], subject="s", body="b")
+    t = datetime.now(UTC)
+    outbox.deliver(eng, cfg, now=t)
+    rep = outbox.deliver(eng, cfg, now=t + timedelta(hours=1))
+    assert rep.failed == [mid]
+    with eng.connect() as conn:
+        assert conn.execute(text("SELECT state FROM mail_outbox")).scalar_one() == "failed"
+
+
+def test_dry_run_writes_files(eng, tmp_path):
+    cfg = _cfg(_free_port())
+    cfg.dry_run_dir = str(tmp_path / "out")
+    outbox.enqueue(eng, kind="t", key="k3", to=["a@example.com"], subject="s", body="b")
+    assert len(outbox.deliver(eng, cfg).sent) == 1
+    (eml,) = (tmp_path / "out").glob("*.eml")
+    assert b"Subject: s" in eml.read_bytes()
+
+
+def test_refuses_injected_recipient(eng):
+    with pytest.raises(ValueError):
+        outbox.enqueue(
+            eng,
+            kind="t",
+            key="k4",
+            to=["a@example.com\r\nBcc: x@example.com"],
+            subject="s",
+            body="b",
+        )

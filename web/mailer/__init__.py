@@ -1,0 +1,2 @@
+"""Report mails: rendered from the stored results, queued in the database outbox, delivered
+over SMTP with retries (or written to files in dry-run mode)."""

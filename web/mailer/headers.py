@@ -1,0 +1,32 @@
+"""Header values built from patch data (subjects, names) must never carry a line break:
+a subject like ``x\\r\\nBcc: someone`` would otherwise add a header."""
+
+from __future__ import annotations
+
+import re
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+
+
+def clean_header(value: str, limit: int = 900) -> str:
+    """One line: control characters (CR, LF, TAB...) become single spaces."""
+    return _CONTROL.sub(" ", value).strip()[:limit]
+
+
+def clean_address(value: str) -> str:
+    """An address or ``Name <addr>``; anything with a control character or a second
+    address separator is refused rather than repaired."""
+    value = value.strip()
+    if _CONTROL.search(value) or value.count("@") != 1 or "," in value or ";" in value:
+        raise ValueError(f"not a single mail address: {value!r}")
+    return value
+
+
+def clean_msgid(value: str | None) -> str | None:
+    if not value:
+        return None
+    value = clean_header(value)
+    m = re.search(r"<[^<>\s]+>", value)
+    if m:
+        return m.group(0)
+    return f"<{value}>" if value and " " not in value else None

@@ -1,0 +1,178 @@
+"""The database outbox: a mail is queued once (by idempotency key) and delivered by
+:func:`deliver`, which locks each row while sending so two deliverers never send the same
+mail, and backs off after failures instead of dropping the mail."""
+
+from __future__ import annotations
+
+import hashlib
+import smtplib
+import ssl
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from email.message import EmailMessage
+from email.utils import format_datetime
+from pathlib import Path
+
+from sqlalchemy import Engine, text
+from sqlalchemy.dialects.postgresql import insert
+
+from stackbench.resultsdb.models import MailOutbox
+from stackbench.web.mailer import headers as h
+from stackbench.web.mailer.config import MailConfig, from_env
+
+Transport = Callable[[EmailMessage], None]
+
+
+@dataclass
+class DeliveryReport:
+    sent: list[int] = field(default_factory=list)
+    deferred: list[int] = field(default_factory=list)
+    failed: list[int] = field(default_factory=list)
+
+
+def message_id_for(key: str, domain: str = "stackbench.invalid") -> str:
+    return f"<{hashlib.sha256(key.encode()).hexdigest()[:32]}@{domain}>"
+
+
+def enqueue(
+    eng: Engine,
+    *,
+    kind: str,
+    key: str,
+    to: Sequence[str],
+    subject: str,
+    body: str,
+    in_reply_to: str | None = None,
+    references: Sequence[str] = (),
+    cc: Sequence[str] = (),
+) -> int:
+    """Queue a mail; queuing the same key again returns the existing row's id."""
+    refs = [r for r in (h.clean_msgid(x) for x in references) if r]
+    irt = h.clean_msgid(in_reply_to)
+    if irt and irt not in refs:
+        refs.append(irt)
+    headers = {"in_reply_to": irt, "references": refs, "cc": [h.clean_address(a) for a in cc]}
+    row = {
+        "kind": kind,
+        "idempotency_key": key,
+        "message_id": message_id_for(key),
+        "to_addrs": [h.clean_address(a) for a in to],
+        "subject": h.clean_header(subject),
+        "body": body,
+        "headers": headers,
+        "state": "pending",
+    }
+    with eng.begin() as conn:
+        conn.execute(
+            insert(MailOutbox)
+            .values(**row)
+            .on_conflict_do_nothing(index_elements=["idempotency_key"])
+        )
+        return conn.execute(
+            text("SELECT id FROM mail_outbox WHERE idempotency_key = :k"), {"k": key}
+        ).scalar_one()
+
+
+def build_message(row, cfg: MailConfig) -> EmailMessage:
+    msg = EmailMessage()
+    msg["From"] = cfg.sender
+    msg["To"] = ", ".join(row.to_addrs)
+    hdrs = row.headers or {}
+    if hdrs.get("cc"):
+        msg["Cc"] = ", ".join(hdrs["cc"])
+    msg["Subject"] = h.clean_header(row.subject)
+    msg["Message-ID"] = row.message_id
+    msg["Date"] = format_datetime(row.created_at or datetime.now(UTC))
+    if hdrs.get("in_reply_to"):
+        msg["In-Reply-To"] = hdrs["in_reply_to"]
+    if hdrs.get("references"):
+        msg["References"] = " ".join(hdrs["references"])
+    msg["X-Mailer"] = "stackbench"
+    msg.set_content(row.body)
+    return msg
+
+
+def smtp_transport(cfg: MailConfig) -> Transport:
+    def send(msg: EmailMessage) -> None:
+        with smtplib.SMTP(cfg.host, cfg.port, timeout=cfg.timeout_s) as smtp:
+            if cfg.starttls:
+                smtp.starttls(context=ssl.create_default_context())
+            if cfg.user:
+                smtp.login(cfg.user, cfg.password)
+            smtp.send_message(msg)
+
+    return send
+
+
+def file_transport(directory: str | Path) -> Transport:
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+
+    def send(msg: EmailMessage) -> None:
+        name = msg["Message-ID"].strip("<>").replace("/", "_") + ".eml"
+        (out / name).write_bytes(bytes(msg))
+
+    return send
+
+
+def backoff(attempts: int) -> timedelta:
+    """30 s, 1 min, 2 min ... capped at one hour."""
+    return timedelta(seconds=min(30 * 2 ** max(attempts - 1, 0), 3600))
+
+
+def deliver(
+    eng: Engine,
+    cfg: MailConfig | None = None,
+    *,
+    transport: Transport | None = None,
+    now: datetime | None = None,
+    limit: int = 100,
+) -> DeliveryReport:
+    """Send every due pending mail once; failures are retried later with backoff."""
+    cfg = cfg or from_env()
+    if transport is None:
+        transport = file_transport(cfg.dry_run_dir) if cfg.dry_run_dir else smtp_transport(cfg)
+    now = now or datetime.now(UTC)
+    report = DeliveryReport()
+    for _ in range(limit):
+        with eng.begin() as conn:
+            row = conn.execute(
+                text(
+                    "SELECT * FROM mail_outbox WHERE state = 'pending' AND "
+                    "(next_attempt_at IS NULL OR next_attempt_at <= :now) "
+                    "ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED"
+                ),
+                {"now": now},
+            ).first()
+            if row is None:
+                break
+            try:
+                transport(build_message(row, cfg))
+            except (OSError, smtplib.SMTPException) as exc:
+                attempts = row.attempts + 1
+                gave_up = attempts >= cfg.max_attempts
+                conn.execute(
+                    text(
+                        "UPDATE mail_outbox SET attempts = :a, last_error = :e, state = :s, "
+                        "next_attempt_at = :n WHERE id = :id"
+                    ),
+                    {
+                        "a": attempts,
+                        "e": f"{type(exc).__name__}: {exc}"[:2000],
+                        "s": "failed" if gave_up else "pending",
+                        "n": now + backoff(attempts),
+                        "id": row.id,
+                    },
+                )
+                (report.failed if gave_up else report.deferred).append(row.id)
+                continue
+            conn.execute(
+                text(
+                    "UPDATE mail_outbox SET state = 'sent', sent_at = :now, "
+                    "attempts = attempts + 1, last_error = '' WHERE id = :id"
+                ),
+                {"now": now, "id": row.id},
+            )
+            report.sent.append(row.id)
+    return report

@@ -1,0 +1,258 @@
+"""The three report mails, rendered from the same data and tables as the web pages."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from dataclasses import dataclass, field
+
+from sqlalchemy import Engine, select
+
+from stackbench.errors import NotFoundError, StackbenchError
+from stackbench.resultsdb.models import (
+    Bisect,
+    Job,
+    KernelBuild,
+    Machine,
+    Metric,
+    Patch,
+    Regression,
+    Run,
+    Series,
+    Tree,
+)
+from stackbench.resultsdb.tables import render as tables
+from stackbench.web.mailer.config import MailConfig, from_env
+
+# the "-- " separator (with its space) lets mail clients strip the signature in replies
+SIGNATURE = "\n-- \nstackbench\n"
+
+
+@dataclass
+class Mail:
+    kind: str
+    key: str
+    to: list[str]
+    subject: str
+    body: str
+    in_reply_to: str | None = None
+    references: list[str] = field(default_factory=list)
+
+
+def _table(eng: Engine, refs: list[str], **kw) -> str:
+    try:
+        return tables.render(eng, refs, **kw).rstrip("\n")
+    except StackbenchError as exc:
+        return f"(no table: {exc})"
+
+
+def area_of(subject: str) -> str:
+    """The subsystem prefix of a commit subject: 'mm/compaction: x' -> 'mm/compaction'."""
+    m = re.match(r"\s*(?:\[[^\]]*\]\s*)*([\w./-]+(?:,\s*[\w./-]+)*):", subject)
+    return m.group(1) if m else "unknown"
+
+
+def _commit_refs(eng: Engine, series: Series) -> list[str]:
+    with eng.connect() as conn:
+        builds = conn.execute(
+            select(KernelBuild.commit)
+            .where(KernelBuild.series_id == series.id)
+            .order_by(KernelBuild.id)
+        ).all()
+    refs = [b.commit for b in builds]
+    if series.base_commit and series.base_commit not in refs:
+        refs.insert(0, series.base_commit)
+    return refs
+
+
+def series_report(eng: Engine, series_id: int, cfg: MailConfig | None = None) -> Mail:
+    cfg = cfg or from_env()
+    from sqlalchemy.orm import Session
+
+    with Session(eng) as s:
+        series = s.get(Series, series_id)
+        if series is None:
+            raise NotFoundError(f"no series {series_id}")
+        patches = list(series.patches)
+        s.expunge_all()
+    refs = _commit_refs(eng, series)
+    total = len(patches)
+    version = f"v{series.version} " if series.version and series.version > 1 else ""
+    subject = f"Re: [PATCH {version}0/{total}] {series.title}" if total else series.title
+    lines = [
+        f"stackbench ran {series.title!s} ({total} patches) on {series.base_ref or 'its base'}.",
+        f"State: {series.state}.  Details: {cfg.public_url}/series/{series.id}",
+        "",
+    ]
+    for p in patches:
+        sha = (p.commit_sha or "")[:12] or "-" * 12
+        lines.append(f"  {sha} {p.idx}/{p.total} {p.subject}  [{p.state}]")
+    lines.append("")
+    if len(refs) >= 2:
+        lines += ["Verdicts (stackbench: change, 95% interval, FDR-controlled):", ""]
+        lines.append(_table(eng, refs, style="stackbench"))
+        lines += ["", "LKP comparison (lkp ncompare):", ""]
+        lines.append(_table(eng, refs, style="lkp"))
+        lines += ["", "mmtests comparison (thpscale):", ""]
+        lines.append(_table(eng, refs, style="mmtests", suite="thpscale"))
+    else:
+        lines.append("No results to compare yet.")
+    lines.append("")
+    to = [series.submitter_email] if series.submitter_email else []
+    if cfg.list_addr:
+        to.append(cfg.list_addr)
+    refs_hdr = [r for r in (series.in_reply_to, series.message_id) if r]
+    return Mail(
+        kind="series",
+        key=f"series-report:{series.id}:{series.state}",
+        to=to,
+        subject=subject,
+        body="\n".join(lines) + SIGNATURE,
+        in_reply_to=series.message_id,
+        references=refs_hdr,
+    )
+
+
+def _direction_words(change_pct: float | None, higher_is_better: bool | None) -> str:
+    if change_pct is None:
+        return "a change"
+    size = f"{abs(change_pct):.1f}%"
+    if higher_is_better is None:
+        return f"a {size} {'increase' if change_pct > 0 else 'decrease'}"
+    worse = (change_pct < 0) if higher_is_better else (change_pct > 0)
+    move = "drop" if change_pct < 0 else "rise"
+    better = "higher" if higher_is_better else "lower"
+    verdict = "worse" if worse else "better"
+    return f"a {size} {move} ({verdict}: {better} is better for this metric)"
+
+
+def regression_report(eng: Engine, regression_id: int, cfg: MailConfig | None = None) -> Mail:
+    cfg = cfg or from_env()
+    from sqlalchemy.orm import Session
+
+    with Session(eng) as s:
+        reg = s.get(Regression, regression_id)
+        if reg is None:
+            raise NotFoundError(f"no regression {regression_id}")
+        metric = s.get(Metric, reg.metric_id)
+        job = s.get(Job, reg.job_id)
+        good = s.get(KernelBuild, reg.good_build_id)
+        bad = s.get(KernelBuild, reg.bad_build_id)
+        tree = s.get(Tree, reg.tree_id) if reg.tree_id else None
+        bis = s.scalars(
+            select(Bisect).where(Bisect.regression_id == reg.id).order_by(Bisect.id.desc())
+        ).first()
+        culprit_sha = reg.culprit or (bis.culprit if bis else None) or bad.commit
+        culprit = (
+            s.scalars(select(KernelBuild).where(KernelBuild.commit == culprit_sha)).first() or bad
+        )
+        patch = s.scalars(select(Patch).where(Patch.commit_sha == culprit_sha)).first()
+        machine = s.scalars(
+            select(Machine).join(Run, Run.machine_id == Machine.id).where(Run.build_id == bad.id)
+        ).first()
+        s.expunge_all()
+    subject_line = (
+        (patch.subject if patch else "") or culprit.meta.get("subject", "") or culprit.name
+    )
+    parent_sha = (bis.meta.get("parent") if bis else None) or good.commit
+    change = f"{reg.change_pct:+.1f}%" if reg.change_pct is not None else "?"
+    worse_word = "regression"
+    tree_label = f"{tree.name if tree else 'local'}:{reg.branch or 'series'}"
+    subject = (
+        f"[{tree_label}] [{area_of(subject_line)}] {culprit_sha[:10]}: "
+        f"{metric.name} {change} {worse_word}"
+    )
+    params = "\n".join(f"\t{k}: {v}" for k, v in sorted((job.params or {}).items()))
+    words = _direction_words(reg.change_pct, metric.higher_is_better)
+    conf = f" (confidence {reg.confidence:.0%})" if reg.confidence is not None else ""
+    body = f"""\
+Hello,
+
+stackbench noticed {words} of {metric.name}{conf} on:
+
+commit: {culprit_sha} ("{subject_line}")
+tree:   {tree.name if tree else "-"} {reg.branch}
+
+testcase: {job.suite}
+test:     {job.test}
+machine:  {machine.name if machine else "-"} ({machine.kind if machine else "-"}, {machine.cpus if machine else "?"} CPUs, {machine.memory_mb if machine else "?"} MB)
+parameters:
+
+{params}
+
+The table compares the culprit with its parent ({parent_sha[:12]}).
+
+{_table(eng, [parent_sha, culprit_sha], style="lkp", all_rows=True)}
+
+{_table(eng, [parent_sha, culprit_sha], style="stackbench")}
+"""
+    if bis is not None:
+        body += f"\nBisect: {bis.state}, {bis.kernels_built} kernels built"
+        if bis.confidence is not None:
+            body += f", culprit confidence {bis.confidence:.0%}"
+        body += "\n"
+        for step in bis.steps or []:
+            body += f"  {step.get('commit', '')[:12]} {step.get('verdict', '')}\n"
+    body += textwrap.dedent(f"""
+        To reproduce:
+
+          stackbench bisect --good {parent_sha[:12]} --bad {culprit_sha[:12]} \\
+              --job {job.test or job.suite} --metric '{metric.name}'
+
+        Details: {cfg.public_url}/regressions/{reg.id}
+        """)
+    body += SIGNATURE
+    to = [cfg.list_addr] if cfg.list_addr else []
+    if patch and patch.author_email:
+        to.insert(0, patch.author_email)
+    return Mail(
+        kind="regression",
+        key=f"regression-report:{reg.id}",
+        to=to,
+        subject=subject,
+        body=body,
+        in_reply_to=patch.message_id if patch else None,
+        references=[patch.message_id] if patch and patch.message_id else [],
+    )
+
+
+def nightly_summary(eng: Engine, summary: dict, cfg: MailConfig | None = None) -> Mail:
+    """``summary``: date, branches [{tree, branch, head, state, regressions: [ids],
+    bisects: [ids]}] as produced by the nightly job."""
+    cfg = cfg or from_env()
+    lines = [f"stackbench nightly, {summary['date']}", ""]
+    total_regs = 0
+    for b in summary.get("branches", []):
+        regs = b.get("regressions", [])
+        total_regs += len(regs)
+        lines.append(
+            f"{b['tree']}:{b['branch']} at {str(b.get('head', ''))[:12]}: {b.get('state', '?')}"
+            f", {len(regs)} regression(s), {len(b.get('bisects', []))} bisect(s)"
+        )
+        for rid in regs:
+            lines.append(f"    {cfg.public_url}/regressions/{rid}")
+    lines.append("")
+    return Mail(
+        kind="nightly",
+        key=f"nightly:{summary['date']}",
+        to=[cfg.list_addr] if cfg.list_addr else [],
+        subject=f"[stackbench nightly] {summary['date']}: {total_regs} regression(s)",
+        body="\n".join(lines) + SIGNATURE,
+    )
+
+
+def queue(eng: Engine, mail: Mail) -> int:
+    from stackbench.web.mailer import outbox
+
+    if not mail.to:
+        raise StackbenchError(f"{mail.kind} mail has no recipient (set STACKBENCH_MAIL_LIST)")
+    return outbox.enqueue(
+        eng,
+        kind=mail.kind,
+        key=mail.key,
+        to=mail.to,
+        subject=mail.subject,
+        body=mail.body,
+        in_reply_to=mail.in_reply_to,
+        references=mail.references,
+    )
