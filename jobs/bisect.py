@@ -1,0 +1,192 @@
+"""Noise-aware bisection of a performance regression.
+
+A step is a commit whose metric is measured as often as the verdict needs: compared with the
+known-good kernel's runs, a step that is *worse* (by stackbench's verdict) is bad, one that is
+unchanged is good; a commit that does not build or boot, or stays undecided at the run cap,
+is skipped, never called bad. The first bad commit is then confirmed against its parent with
+extra runs, and the result carries a confidence; when skips hide the answer, the result is
+inconclusive and lists the candidates.
+
+Measuring is injected (:class:`Measurer`) so the same logic runs against real kernels (the
+pipeline builds, boots and runs the job, reusing stored builds and runs) and in unit tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from stackbench.resultsdb.verdict import DEFAULT, Policy, Verdict, judge
+
+StepVerdict = Literal["good", "bad", "skip"]
+
+
+class Measurer(Protocol):
+    def measure(self, commit: str, runs: int) -> list[float] | None:
+        """At least ``runs`` per-run values of the metric on ``commit`` (stored runs count),
+        or None when the commit cannot be measured (build or boot failure)."""
+
+    def built(self) -> int:
+        """How many kernels had to be built so far (reused builds do not count)."""
+
+
+@dataclass
+class Step:
+    commit: str
+    verdict: StepVerdict
+    runs: int
+    change_pct: float | None = None
+    reason: str = ""
+
+    def as_dict(self) -> dict:
+        return {
+            "commit": self.commit,
+            "verdict": self.verdict,
+            "runs": self.runs,
+            "change_pct": self.change_pct,
+            "reason": self.reason,
+        }
+
+
+@dataclass
+class BisectResult:
+    state: Literal["found", "inconclusive", "failed"]
+    culprit: str | None
+    parent: str | None
+    confidence: float | None
+    steps: list[Step] = field(default_factory=list)
+    candidates: list[str] = field(default_factory=list)
+    kernels_built: int = 0
+    message: str = ""
+
+
+def _judge_until_decided(
+    m: Measurer,
+    good: str,
+    commit: str,
+    *,
+    higher_is_better: bool | None,
+    kind: str,
+    policy: Policy,
+) -> tuple[Verdict | None, int]:
+    """Measure ``commit`` and the good kernel at the policy's looks (the same number of runs
+    on both sides) until the verdict is decided or capped."""
+    runs = policy.start_runs
+    while True:
+        values = m.measure(commit, runs)
+        ref = m.measure(good, runs) if values is not None else None
+        if values is None or ref is None:
+            return None, 0
+        v = judge(ref, values, higher_is_better=higher_is_better, kind=kind, policy=policy)
+        if v.outcome != "undecided" or not v.runs_wanted or v.runs_wanted <= len(values):
+            return v, len(values)
+        runs = v.runs_wanted
+
+
+def classify(
+    m: Measurer,
+    good: str,
+    commit: str,
+    *,
+    higher_is_better: bool | None,
+    kind: str = "",
+    policy: Policy = DEFAULT,
+) -> Step:
+    v, n = _judge_until_decided(
+        m, good, commit, higher_is_better=higher_is_better, kind=kind, policy=policy
+    )
+    if v is None:
+        return Step(commit, "skip", 0, reason="does not build or boot")
+    if v.outcome == "changed" and v.direction == "worse":
+        return Step(commit, "bad", n, v.change_pct)
+    if v.outcome in ("unchanged",) or (v.outcome == "changed" and v.direction == "better"):
+        return Step(commit, "good", n, v.change_pct)
+    return Step(commit, "skip", n, v.change_pct, reason=f"{v.outcome} at {n} runs")
+
+
+def bisect(
+    m: Measurer,
+    commits: Sequence[str],
+    good: str,
+    *,
+    higher_is_better: bool | None,
+    kind: str = "",
+    policy: Policy = DEFAULT,
+) -> BisectResult:
+    """Find the first bad commit in ``commits`` (oldest first, the last one known bad) after
+    the known-good ``good``."""
+    if not commits:
+        return BisectResult("failed", None, None, None, message="no commits between good and bad")
+    if m.measure(good, policy.start_runs) is None:
+        return BisectResult(
+            "failed", None, None, None, message=f"good commit {good} cannot be measured"
+        )
+    steps: list[Step] = []
+    lo, hi = -1, len(commits) - 1  # commits[lo] good (-1: the good commit), commits[hi] bad
+    skipped: set[int] = set()
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        order = sorted(
+            (i for i in range(lo + 1, hi) if i not in skipped), key=lambda i: (abs(i - mid), i)
+        )
+        if not order:
+            break
+        idx = order[0]
+        step = classify(
+            m,
+            good,
+            commits[idx],
+            higher_is_better=higher_is_better,
+            kind=kind,
+            policy=policy,
+        )
+        steps.append(step)
+        if step.verdict == "bad":
+            hi = idx
+        elif step.verdict == "good":
+            lo = idx
+        else:
+            skipped.add(idx)
+    candidates = [commits[i] for i in range(lo + 1, hi + 1)]
+    parent = good if hi == 0 else commits[hi - 1]
+    if len(candidates) > 1:
+        return BisectResult(
+            "inconclusive",
+            None,
+            None,
+            None,
+            steps,
+            candidates,
+            m.built(),
+            f"{len(candidates)} candidates: skipped commits hide the first bad one",
+        )
+    culprit = commits[hi]
+    # confirm: the culprit against its own parent, at the largest look
+    confirm_ref = m.measure(parent, policy.max_runs)
+    culprit_values = m.measure(culprit, policy.max_runs)
+    confidence = None
+    state: Literal["found", "inconclusive"] = "found"
+    message = ""
+    if confirm_ref is None or culprit_values is None:
+        state, message = "inconclusive", "the culprit or its parent cannot be measured again"
+    else:
+        v = judge(
+            confirm_ref, culprit_values, higher_is_better=higher_is_better, kind=kind, policy=policy
+        )
+        if v.outcome == "changed" and v.direction == "worse":
+            confidence = 1.0 - (v.p_value or 0.0)
+        else:
+            state = "inconclusive"
+            message = f"culprit vs parent is {v.outcome} ({v.label})"
+            candidates = [culprit]
+    return BisectResult(
+        state,
+        culprit if state == "found" else None,
+        parent,
+        confidence,
+        steps,
+        candidates if state != "found" else [culprit],
+        m.built(),
+        message,
+    )

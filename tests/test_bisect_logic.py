@@ -1,0 +1,83 @@
+"""Bisect logic against a simulated, noisy benchmark (the real-kernel bisect is exercised by
+the nightly end-to-end test)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from stackbench.jobs.bisect import bisect
+
+
+class Simulated:
+    """Throughput 1000 with 2% noise; commits from ``bad_from`` on lose ``drop``; commits in
+    ``broken`` cannot be built. Stored runs are reused when more are asked for."""
+
+    def __init__(self, commits, bad_from, drop=0.2, broken=(), seed=1):
+        self.commits = list(commits)
+        self.bad_from = bad_from
+        self.drop = drop
+        self.broken = set(broken)
+        self.rng = np.random.default_rng(seed)
+        self.runs: dict[str, list[float]] = {}
+        self.builds: set[str] = set()
+
+    def measure(self, commit, runs):
+        if commit in self.broken:
+            self.builds.add(commit)
+            return None
+        have = self.runs.setdefault(commit, [])
+        self.builds.add(commit)
+        idx = self.commits.index(commit)
+        mean = 1000 * (1 - self.drop) if idx >= self.bad_from else 1000
+        while len(have) < runs:
+            have.append(float(self.rng.normal(mean, 20)))
+        return list(have)
+
+    def built(self):
+        return len(self.builds)
+
+
+def test_finds_planted_regression_within_log2_plus_two_kernels():
+    commits = [f"c{i}" for i in range(7)]  # c0 is the good kernel
+    sim = Simulated(commits, bad_from=4, broken={"c2"})
+    res = bisect(sim, commits[1:], "c0", higher_is_better=True, kind="throughput")
+    assert res.state == "found" and res.culprit == "c4" and res.parent == "c3"
+    assert res.confidence is not None and res.confidence > 0.99
+    n = len(commits) - 1
+    # good and bad were built by the nightly run; the steps may add ceil(log2(n)) + 2 more
+    assert res.kernels_built - 2 <= math.ceil(math.log2(n)) + 2
+    assert all(s.verdict in ("good", "bad", "skip") for s in res.steps)
+
+
+def test_build_failure_is_skip_never_bad():
+    commits = [f"c{i}" for i in range(9)]
+    sim = Simulated(commits, bad_from=6, broken={"c3", "c4"})
+    res = bisect(sim, commits[1:], "c0", higher_is_better=True, kind="throughput")
+    skipped = [s for s in res.steps if s.commit in ("c3", "c4")]
+    assert all(s.verdict == "skip" for s in skipped)
+    assert skipped and res.culprit == "c6"
+
+
+def test_skips_that_hide_the_answer_make_it_inconclusive_with_candidates():
+    commits = [f"c{i}" for i in range(6)]
+    sim = Simulated(commits, bad_from=3, broken={"c2"})
+    res = bisect(sim, commits[1:], "c0", higher_is_better=True, kind="throughput")
+    # c2 cannot be judged, so c2 or c3 introduced the drop
+    assert res.state == "inconclusive" and res.culprit is None
+    assert res.candidates == ["c2", "c3"]
+
+
+def test_lower_is_better_latency_regression():
+    commits = [f"c{i}" for i in range(5)]
+    sim = Simulated(commits, bad_from=2, drop=-0.5)  # latency rises by half: worse
+    res = bisect(sim, commits[1:], "c0", higher_is_better=False, kind="throughput")
+    assert res.state == "found" and res.culprit == "c2"
+
+
+def test_no_regression_at_all_is_not_blamed_on_the_last_commit():
+    commits = [f"c{i}" for i in range(5)]
+    sim = Simulated(commits, bad_from=99)
+    res = bisect(sim, commits[1:], "c0", higher_is_better=True, kind="throughput")
+    assert res.state == "inconclusive" and res.culprit is None
