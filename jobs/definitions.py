@@ -1,0 +1,355 @@
+"""Job definitions: one YAML per benchmark under jobs/defs, LKP-style parameters.
+
+A definition names its suite, how many runs each sub-job gets, and parameters. A parameter
+given as a list expands into one sub-job per element (every combination when several are
+lists), as LKP expands its job files. Each sub-job carries
+
+- ``params``: the declared values with the suite's defaults filled in. They are the job's
+  identity in the results database (ingest's JobSpec), so they stay independent of the
+  machine: ``nr_task: 100%`` stays a percentage, as LKP keeps ``size: 8T`` in its paths;
+- ``resolved``: what the guest runner needs for one machine (task counts, thread lists,
+  per-mille shares of MemTotal), computed by :func:`expand` from the guest's CPUs and memory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import re
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from stackbench.errors import InputError, NotFoundError
+
+HERE = Path(__file__).resolve().parent
+DEFS_DIR = HERE / "defs"
+WORKLOADS_DIR = HERE / "workloads"
+GUEST_DIR = HERE / "guest"
+
+DEFAULT_RUNS = 5
+DEFAULT_TIMEOUT_S = 600
+RUNNER = "stackbench-guest"
+# bump when the builtin programs change meaning without their sources changing (flags...)
+BUILTIN_VERSION = "builtin-1"
+HPAGE_MB = 2
+
+SUITES = ("vm-scalability", "thpscale", "stress-highalloc")
+
+# defaults filled into params so equal jobs get equal identities however they were written
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "vm-scalability": {"nr_task": "100%", "runtime": "300s", "mem_fraction": 0.5},
+    "thpscale": {"max_threads": "auto", "mapsize_fraction": 0.8, "madvise": True},
+    "stress-highalloc": {
+        "gfp": "movable",
+        "pace_ms": 125,
+        "alloc_fraction": 0.95,
+        "load_fraction": 0.3,
+    },
+}
+
+# the sources that decide each builtin suite's results: their hash is the suite version
+SUITE_SOURCES: dict[str, tuple[str, ...]] = {
+    "vm-scalability": (
+        "workloads/usemem.c",
+        "workloads/readfile.c",
+        "workloads/cases",
+        "guest/run-vm-scalability.sh",
+    ),
+    "thpscale": ("workloads/thpscale.c", "guest/run-thpscale.sh"),
+    "stress-highalloc": (
+        "workloads/highalloc",
+        "workloads/usemem.c",
+        "guest/run-stress-highalloc.sh",
+    ),
+}
+
+
+@dataclass
+class JobDef:
+    name: str
+    suite: str
+    params: dict[str, Any]
+    runs: int = DEFAULT_RUNS
+    runner: str = RUNNER
+    timeout_s: int = DEFAULT_TIMEOUT_S
+    description: str = ""
+    path: Path | None = None
+
+
+@dataclass
+class SubJob:
+    suite: str
+    test: str
+    params: dict[str, Any]
+    runs: int
+    suite_version: str
+    runner: str
+    name: str = ""
+    resolved: dict[str, Any] = field(default_factory=dict)
+    timeout_s: int = DEFAULT_TIMEOUT_S
+
+    def job_spec(self):  # -> stackbench.resultsdb.ingest.JobSpec
+        from stackbench.resultsdb.ingest import JobSpec
+
+        return JobSpec(
+            suite=self.suite,
+            test=self.test,
+            params=dict(self.params),
+            suite_version=self.suite_version,
+            runner=self.runner,
+        )
+
+
+@cache
+def schema() -> dict[str, Any]:
+    with open(DEFS_DIR / "schema.yaml") as fh:
+        return yaml.safe_load(fh)
+
+
+def names() -> list[str]:
+    return sorted(p.stem for p in DEFS_DIR.glob("*.yaml") if p.stem != "schema")
+
+
+def load(name: str) -> JobDef:
+    """The definition jobs/defs/<name>.yaml (or a path to a YAML file)."""
+    path = Path(name)
+    if path.suffix not in (".yaml", ".yml"):
+        path = DEFS_DIR / f"{name}.yaml"
+        if not path.is_file() or name == "schema":
+            raise NotFoundError(f"no job definition {name!r} (known: {', '.join(names())})")
+    return load_file(path)
+
+
+def load_all() -> list[JobDef]:
+    return [load(n) for n in names()]
+
+
+def load_file(path: Path) -> JobDef:
+    try:
+        with open(path) as fh:
+            data = yaml.safe_load(fh)
+    except OSError as exc:
+        raise InputError(path, exc.strerror or "cannot read") from None
+    except yaml.YAMLError as exc:
+        raise InputError(path, f"not valid YAML: {_one_line(str(exc))}") from None
+    return parse(data, path=path)
+
+
+def parse(data: Any, *, path: Path | str = "<job>") -> JobDef:
+    """Validate a definition already read from YAML; errors name the field at fault."""
+    _validate(data, schema()["job"], path, "")
+    suite = data["suite"]
+    params = data["params"]
+    pschema = schema()["params"][suite]
+    props = pschema.get("properties", {})
+    for key in pschema.get("required", []):
+        if key not in params:
+            raise InputError(path, f"params.{key}: required for suite {suite}")
+    for key, value in params.items():
+        if key not in props:
+            raise InputError(
+                path, f"params.{key}: unknown parameter for {suite} (known: {', '.join(props)})"
+            )
+        if isinstance(value, list):
+            if not value:
+                raise InputError(path, f"params.{key}: an empty list expands to no job")
+            for i, item in enumerate(value):
+                _validate(item, props[key], path, f"params.{key}[{i}]")
+        else:
+            _validate(value, props[key], path, f"params.{key}")
+    return JobDef(
+        name=Path(path).stem,
+        suite=suite,
+        params=params,
+        runs=data.get("runs", DEFAULT_RUNS),
+        runner=data.get("runner", RUNNER),
+        timeout_s=data.get("timeout", DEFAULT_TIMEOUT_S),
+        description=data.get("description", ""),
+        path=Path(path),
+    )
+
+
+def _validate(value: Any, sch: dict[str, Any], path: Path | str, where: str) -> None:
+    validator = jsonschema.Draft202012Validator(sch)
+    errors = sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))
+    if not errors:
+        return
+    err = errors[0]
+    loc = ".".join([where] * bool(where) + [str(p) for p in err.absolute_path]) or "top level"
+    msg = err.message
+    if err.validator == "oneOf":
+        msg = f"{err.instance!r} is none of: " + "; ".join(
+            _describe(s) for s in err.validator_value
+        )
+    elif err.validator == "additionalProperties":
+        msg = f"unknown key ({msg.split('(')[-1].rstrip(')')})"
+    raise InputError(path, f"{loc}: {msg}")
+
+
+def _describe(sch: dict[str, Any]) -> str:
+    if "const" in sch:
+        return repr(sch["const"])
+    kind = sch.get("type", "value")
+    if "pattern" in sch:
+        return f"{kind} matching {sch['pattern']}"
+    lo, hi = sch.get("minimum"), sch.get("maximum")
+    if lo is not None and hi is not None:
+        return f"{kind} in {lo}..{hi}"
+    return kind
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+# ---- expansion ------------------------------------------------------------------------------
+
+
+def expand(job: JobDef, *, guest_mem_mb: int, guest_cpus: int) -> list[SubJob]:
+    """One sub-job per combination of list-valued params, resolved for the given guest."""
+    if guest_cpus < 1 or guest_mem_mb < 64:
+        raise InputError(
+            job.path or job.name, f"guest too small: {guest_cpus} CPUs, {guest_mem_mb} MB"
+        )
+    keys = list(job.params)
+    choices = [v if isinstance(v, list) else [v] for v in job.params.values()]
+    version = suite_version(job.suite)
+    subjobs = []
+    for combo in itertools.product(*choices):
+        params = dict(DEFAULTS[job.suite])
+        params.update(zip(keys, combo, strict=True))
+        test = str(params.get("test", job.suite))
+        resolved = RESOLVERS[job.suite](job, params, guest_mem_mb, guest_cpus)
+        subjobs.append(
+            SubJob(
+                suite=job.suite,
+                test=test,
+                params=params,
+                runs=job.runs,
+                suite_version=version,
+                runner=job.runner,
+                name=subjob_name(job.suite, params),
+                resolved=resolved,
+                timeout_s=job.timeout_s,
+            )
+        )
+    seen: set[str] = set()
+    for sj in subjobs:
+        if sj.name in seen:
+            raise InputError(job.path or job.name, f"two sub-jobs share the name {sj.name}")
+        seen.add(sj.name)
+    return subjobs
+
+
+def subjob_name(suite: str, params: dict[str, Any]) -> str:
+    """LKP's path_params idea: values sorted by key, each cut to 31 chars, joined by '-'."""
+    parts = [_path_value(params[k]) for k in sorted(params)]
+    return f"{suite}.{'-'.join(parts)}" if parts else suite
+
+
+def _path_value(v: Any) -> str:
+    if isinstance(v, bool):
+        v = int(v)
+    return re.sub(r"[^-a-zA-Z0-9+=:.%]", "_", str(v))[:31]
+
+
+def thread_counts(max_threads: int) -> list[int]:
+    """mmtests' thread rule: 1..8 step 2, then 12 step 6 up to MAX, plus MAX itself."""
+    counts = [n for n in range(1, 9, 2) if n <= max_threads]
+    counts += [n for n in range(12, max_threads + 1, 6)]
+    if max_threads not in counts:
+        counts.append(max_threads)
+    return counts
+
+
+def _permille(fraction: float) -> int:
+    return max(1, round(fraction * 1000))
+
+
+def _seconds(text: str) -> int:
+    return int(text.rstrip("s"))
+
+
+def _bytes(text: str) -> int:
+    m = re.fullmatch(r"(\d+)([KMGT]?)", text)
+    assert m, text  # the schema guarantees the shape
+    shift = {"": 0, "K": 10, "M": 20, "G": 30, "T": 40}[m.group(2)]
+    return int(m.group(1)) << shift
+
+
+def _resolve_vms(job: JobDef, p: dict[str, Any], mem_mb: int, cpus: int) -> dict[str, Any]:
+    nr = p["nr_task"]
+    if isinstance(nr, str):
+        nr = max(1, cpus * int(nr.rstrip("%")) // 100)
+    return {
+        "TEST": p["test"],
+        "NR_TASK": nr,
+        "RUNTIME_S": _seconds(p["runtime"]),
+        "SIZE_BYTES": _bytes(p["size"]) if "size" in p else 0,
+        "MEM_PERMILLE": _permille(p["mem_fraction"]),
+    }
+
+
+def _resolve_thpscale(job: JobDef, p: dict[str, Any], mem_mb: int, cpus: int) -> dict[str, Any]:
+    mt = p["max_threads"]
+    if mt == "auto":
+        mt = min(4 * cpus, 32)
+    threads = thread_counts(mt)
+    # each thread needs at least two huge pages of its own for the hole punching to mean much
+    per_thread_mb = mem_mb * p["mapsize_fraction"] / max(threads)
+    if per_thread_mb < 4 * HPAGE_MB:
+        raise InputError(
+            job.path or job.name,
+            f"params.mapsize_fraction: {p['mapsize_fraction']} of {mem_mb} MB gives "
+            f"{per_thread_mb:.1f} MB per thread at {max(threads)} threads; need 8 MB",
+        )
+    return {
+        "THREADS": " ".join(map(str, threads)),
+        "MAP_PERMILLE": _permille(p["mapsize_fraction"]),
+        "MADVISE": int(bool(p["madvise"])),
+    }
+
+
+def _resolve_highalloc(job: JobDef, p: dict[str, Any], mem_mb: int, cpus: int) -> dict[str, Any]:
+    return {
+        "GFP": p["gfp"],
+        "PACE_MS": p["pace_ms"],
+        "ALLOC_PERMILLE": _permille(p["alloc_fraction"]),
+        "LOAD_PERMILLE": round(p["load_fraction"] * 1000),
+        "LOAD_TASKS": cpus,
+    }
+
+
+RESOLVERS = {
+    "vm-scalability": _resolve_vms,
+    "thpscale": _resolve_thpscale,
+    "stress-highalloc": _resolve_highalloc,
+}
+
+
+# ---- versions -------------------------------------------------------------------------------
+
+
+def source_files(suite: str) -> list[Path]:
+    files: list[Path] = []
+    for rel in SUITE_SOURCES[suite]:
+        p = HERE / rel
+        if p.is_dir():
+            files += sorted(f for f in p.rglob("*") if f.is_file() and "__pycache__" not in f.parts)
+        elif p.is_file():
+            files.append(p)
+    return files
+
+
+def suite_version(suite: str) -> str:
+    """``builtin-N+<hash>``: the builtin programs' version and the hash of their sources."""
+    h = hashlib.sha256()
+    for f in source_files(suite):
+        h.update(f.relative_to(HERE).as_posix().encode() + b"\0")
+        h.update(f.read_bytes() + b"\0")
+    return f"{BUILTIN_VERSION}+{h.hexdigest()[:12]}"

@@ -1,0 +1,60 @@
+#!/bin/sh
+# mmtests' stress-highalloc procedure with stackbench's module: passes 1 and 2 under a
+# background load that dirties anonymous memory and page cache, pass 3 at rest. Each pass
+# attempts MemTotal/hugepage * ALLOC_PERMILLE/1000 allocations PACE_MS apart and holds what
+# it got until the pass ends; its log goes to pass<N>.log in the run's output directory.
+#
+# In: GFP PACE_MS ALLOC_PERMILLE LOAD_PERMILLE LOAD_TASKS, SB_BIN, SB_WORK, SB_OUT,
+#     SB_MODULE (the .ko; loaded here unless the proc file already exists).
+set -u
+
+proc=/proc/stackbench_highalloc
+if [ ! -e $proc ]; then
+	[ -n "${SB_MODULE:-}" ] && [ -e "$SB_MODULE" ] || { echo "highalloc: no module" >&2; exit 1; }
+	insmod "$SB_MODULE" || { echo "highalloc: insmod $SB_MODULE failed" >&2; exit 1; }
+fi
+
+memtotal_kb=$(awk '$1 == "MemTotal:" { print $2 }' /proc/meminfo)
+attempts=$((memtotal_kb / 2048 * ALLOC_PERMILLE / 1000))
+[ "$attempts" -ge 1 ] || attempts=1
+load_bytes=$((memtotal_kb * 1024 / 1000 * LOAD_PERMILLE))
+echo "highalloc: $attempts attempts per pass, gfp $GFP, pace ${PACE_MS}ms, load $load_bytes bytes"
+
+stop=$SB_WORK/highalloc-stop
+# Churn: anonymous memory written and freed by LOAD_TASKS processes, and page cache
+# rewritten through four rotating files, half of the load each.
+load() {
+	anon=$((load_bytes / 2 / LOAD_TASKS))
+	blocks=$((load_bytes / 2 / 4 / 65536))
+	i=0
+	while [ ! -e "$stop" ]; do
+		[ "$anon" -ge 4096 ] && "$SB_BIN/usemem" -n "$LOAD_TASKS" "$anon" > /dev/null
+		[ "$blocks" -ge 1 ] && dd if=/dev/zero of="$SB_WORK/load-$((i % 4))" bs=65536 \
+			count="$blocks" 2> /dev/null
+		i=$((i + 1))
+	done
+}
+
+pass() {
+	echo "highalloc: pass $1"
+	echo "$attempts $PACE_MS $GFP" > $proc || { echo "highalloc: pass $1 failed" >&2; return 1; }
+	cat $proc > "$SB_OUT/pass$1.log"
+	tail -n 1 "$SB_OUT/pass$1.log"
+}
+
+rc=0
+rm -f "$stop"
+if [ "$load_bytes" -gt 0 ]; then
+	load &
+	load_pid=$!
+	sleep 1
+fi
+pass 1 || rc=1
+pass 2 || rc=1
+if [ "$load_bytes" -gt 0 ]; then
+	touch "$stop"
+	wait "$load_pid"
+	rm -f "$SB_WORK"/load-* "$stop"
+fi
+pass 3 || rc=1
+exit $rc
