@@ -1,0 +1,124 @@
+"""Builders: the series fan-out, kernel builds per (tree, config), benchmarks per machine
+kind, bisect and nightly.
+
+Coordinators (series, nightly) only trigger other builds, so they take no machine lock; kernel
+builds and benchmarks hold the per-worker machine lock, which makes independent work spread
+over as many workers as exist while no machine runs two heavy things at once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from buildbot.plugins import steps, util
+
+from stackbench.jobs.buildbot import steps as sb
+from stackbench.jobs.buildbot import workers as wk
+from stackbench.jobs.buildbot.config import BuildbotConfig
+
+SERIES = "series"
+NIGHTLY = "nightly"
+BISECT = "bisect"
+
+
+def bench_builder(kind: str) -> str:
+    return f"bench-{kind}"
+
+
+def bench_kinds(cfg: BuildbotConfig) -> list[str]:
+    """Machine kinds that have at least one worker (a builder needs one)."""
+    return [k for k in cfg.kinds if cfg.workers_of(k)]
+
+
+def _series_factory(cfg: BuildbotConfig) -> util.BuildFactory:
+    f = util.BuildFactory()
+    f.addStep(sb.FanOutBuilds(cfg))
+    return f
+
+
+def _nightly_factory(cfg: BuildbotConfig) -> util.BuildFactory:
+    f = util.BuildFactory()
+    f.addStep(
+        steps.SetPropertyFromCommand(
+            name="plan tracked branches",
+            command=sb.worker_command(cfg, "plan"),
+            extract_fn=sb.plan_from_output,
+            haltOnFailure=True,
+        )
+    )
+    f.addStep(sb.FanOutBuilds(cfg))
+    return f
+
+
+def _build_factory(cfg: BuildbotConfig) -> util.BuildFactory:
+    f = util.BuildFactory()
+    f.addStep(sb.command(cfg, "build", "build kernel"))
+    f.addStep(
+        steps.FileUpload(
+            name="store kernel",
+            workersrc=f"out/{sb.ARTIFACT}",
+            masterdest=util.Interpolate(
+                "artifacts/%(prop:buildername)s/%(prop:buildnumber)s/" + sb.ARTIFACT
+            ),
+            haltOnFailure=True,
+        )
+    )
+    f.addStep(sb.FanOutBenches(cfg, bench_kinds(cfg)))
+    return f
+
+
+def _bench_factory(cfg: BuildbotConfig) -> util.BuildFactory:
+    f = util.BuildFactory()
+    f.addStep(sb.FindLostAttempts())
+    f.addStep(
+        steps.FileDownload(
+            name="fetch kernel",
+            mastersrc=util.Property("artifact"),
+            workerdest=sb.ARTIFACT,
+            haltOnFailure=True,
+        )
+    )
+    f.addStep(sb.command(cfg, "mark-lost", "mark lost runs", doStepIf=sb.has_lost_attempts))
+    f.addStep(sb.command(cfg, "bench", "benchmark"))
+    f.addStep(sb.command(cfg, "upload", "upload results"))
+    return f
+
+
+def _bisect_factory(cfg: BuildbotConfig) -> util.BuildFactory:
+    f = util.BuildFactory()
+    f.addStep(sb.command(cfg, "bisect", "bisect"))
+    return f
+
+
+def make(cfg: BuildbotConfig) -> list[Any]:
+    everyone = [w.name for w in cfg.workers]
+    lock = wk.machine_lock(cfg)
+    heavy = [lock.access("exclusive")]
+    out = [
+        util.BuilderConfig(name=SERIES, workernames=everyone, factory=_series_factory(cfg)),
+        util.BuilderConfig(name=NIGHTLY, workernames=everyone, factory=_nightly_factory(cfg)),
+        util.BuilderConfig(
+            name=BISECT, workernames=everyone, factory=_bisect_factory(cfg), locks=heavy
+        ),
+    ]
+    for kc in cfg.kernel_configs:
+        out.append(
+            util.BuilderConfig(
+                name=kc.builder,
+                workernames=everyone,
+                factory=_build_factory(cfg),
+                locks=heavy,
+                properties={"tree": kc.tree, "kernel_config": kc.config},
+            )
+        )
+    for kind in bench_kinds(cfg):
+        out.append(
+            util.BuilderConfig(
+                name=bench_builder(kind),
+                workernames=[w.name for w in cfg.workers_of(kind)],
+                factory=_bench_factory(cfg),
+                locks=heavy,
+                canStartBuild=wk.can_start_build,
+            )
+        )
+    return out

@@ -1,0 +1,199 @@
+"""Talking to the Buildbot master over its REST API: submissions and build queries.
+
+Used by ``stackbench buildbot submit``, by the web UI's submit path and by tests. Only the
+standard library: a web host does not need Buildbot installed to hand a series over.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.cookiejar
+import itertools
+import json
+import os
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from stackbench import config
+from stackbench.errors import StackbenchError
+
+_ids = itertools.count(1)
+
+
+@dataclass
+class Master:
+    url: str
+    user: str = ""
+    password: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.url.endswith("/"):
+            self.url += "/"
+        jar = http.cookiejar.CookieJar()
+        self._opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+        self._logged_in = False
+
+    def _open(self, req: urllib.request.Request, timeout: float = 30) -> Any:
+        try:
+            with self._opener.open(req, timeout=timeout) as resp:
+                body = resp.read()
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode(errors="replace")[:300]
+            raise StackbenchError(f"Buildbot {req.full_url}: HTTP {exc.code} {detail}") from None
+        except urllib.error.URLError as exc:
+            raise StackbenchError(f"cannot reach Buildbot at {self.url}: {exc.reason}") from None
+        return json.loads(body) if body else {}
+
+    def login(self) -> None:
+        """Buildbot's web auth: basic credentials on /auth/login give a session cookie."""
+        if self._logged_in or not self.user:
+            return
+        cred = base64.b64encode(f"{self.user}:{self.password}".encode()).decode()
+        req = urllib.request.Request(
+            self.url + "auth/login", headers={"Authorization": f"Basic {cred}"}
+        )
+        try:
+            with self._opener.open(req, timeout=30):
+                pass
+        except urllib.error.HTTPError as exc:
+            raise StackbenchError(
+                f"Buildbot login as {self.user} refused: HTTP {exc.code}"
+            ) from None
+        except urllib.error.URLError as exc:
+            raise StackbenchError(f"cannot reach Buildbot at {self.url}: {exc.reason}") from None
+        self._logged_in = True
+
+    def get(self, path: str) -> dict[str, Any]:
+        self.login()
+        return self._open(urllib.request.Request(self.url + "api/v2/" + path.lstrip("/")))
+
+    def control(self, path: str, method: str, params: dict[str, Any]) -> Any:
+        """A JSON-RPC control call (e.g. ``force`` on a force scheduler)."""
+        self.login()
+        body = {"jsonrpc": "2.0", "method": method, "id": next(_ids), "params": params}
+        req = urllib.request.Request(
+            self.url + "api/v2/" + path.lstrip("/"),
+            data=json.dumps(body).encode(),
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
+        reply = self._open(req)
+        if "error" in reply:
+            raise StackbenchError(f"Buildbot refused {method} on {path}: {reply['error']}")
+        return reply.get("result")
+
+    def builder_id(self, name: str) -> int:
+        for b in self.get("builders").get("builders", []):
+            if b["name"] == name:
+                return int(b["builderid"])
+        raise StackbenchError(f"Buildbot at {self.url} has no builder {name!r}")
+
+    def builds(self) -> list[dict[str, Any]]:
+        return self.get("builds?property=*").get("builds", [])
+
+
+def embedded_master() -> Master | None:
+    """The master of ``stackbench up`` (URL and admin password from its base directory)."""
+    base = config.home() / "buildbot" / "master"
+    cfg_path, secrets_path = base / "stackbench.yaml", base / "secrets.yaml"
+    if not cfg_path.exists() or not secrets_path.exists():
+        return None
+    cfg = yaml.safe_load(cfg_path.read_text()) or {}
+    secrets = yaml.safe_load(secrets_path.read_text()) or {}
+    user = (cfg.get("admins") or ["admin"])[0]
+    url = f"http://{cfg.get('bind', '127.0.0.1')}:{cfg.get('www_port', 8010)}/"
+    return Master(url, user, str((secrets.get("users") or {}).get(user, "")))
+
+
+def default_master() -> Master:
+    """$STACKBENCH_BB_URL (+ $STACKBENCH_BB_USER, $STACKBENCH_BB_PASSWORD), else the embedded
+    master."""
+    url = os.environ.get("STACKBENCH_BB_URL")
+    if url:
+        return Master(
+            url,
+            os.environ.get("STACKBENCH_BB_USER", ""),
+            os.environ.get("STACKBENCH_BB_PASSWORD", ""),
+        )
+    found = embedded_master()
+    if found is None:
+        raise StackbenchError(
+            "no Buildbot master: run 'stackbench up' or set STACKBENCH_BB_URL "
+            "(with STACKBENCH_BB_USER and STACKBENCH_BB_PASSWORD)"
+        )
+    return found
+
+
+def series_commits(series_id: int) -> list[str]:
+    """The base and every applied commit of a series, in order."""
+    from stackbench.resultsdb import db
+    from stackbench.resultsdb.models import Series
+
+    with db.session() as s:
+        series = s.get(Series, series_id)
+        if series is None:
+            raise StackbenchError(f"series {series_id} not found")
+        missing = [p.idx for p in series.patches if not p.commit_sha]
+        if not series.base_commit or missing:
+            raise StackbenchError(
+                f"series {series_id} is not applied yet (state {series.state}): "
+                "no base commit or patches without a commit"
+            )
+        return [series.base_commit, *[p.commit_sha for p in series.patches]]
+
+
+def submit(
+    master: Master,
+    *,
+    series: int | str | None = None,
+    commits: list[str] | None = None,
+    jobs: list[str] | None = None,
+    kinds: list[str] | None = None,
+    runs: int | None = None,
+    min_cpus: int | None = None,
+    min_memory_mb: int | None = None,
+    submission: str = "",
+    title: str = "",
+) -> dict[str, Any]:
+    """Hand a series to the master's ``submit`` force scheduler; returns buildset and request
+    ids. Without ``commits`` they are read from the series in the database."""
+    if commits is None:
+        if series is None:
+            raise StackbenchError("submit needs a series or commits")
+        commits = series_commits(int(series))
+    if not commits:
+        raise StackbenchError("nothing to submit: no commits")
+    params: dict[str, Any] = {
+        "builderid": master.builder_id("series"),
+        "reason": f"series {series}" if series is not None else "commits submitted",
+        "series": str(series or ""),
+        "commits": " ".join(commits),
+        "jobs": " ".join(jobs or []),
+        "kinds": " ".join(kinds or []),
+        "runs": str(runs or ""),
+        "min_cpus": str(min_cpus or ""),
+        "min_memory_mb": str(min_memory_mb or ""),
+        "submission": submission,
+        "title": title,
+    }
+    result = master.control("forceschedulers/submit", "force", params)
+    bsid, brids = result
+    return {"buildset": bsid, "requests": brids, "commits": commits}
+
+
+def buildbot_url(path: str = "") -> str | None:
+    """The Buildbot web UI (for links from stackbench's pages), or None when unknown."""
+    url = os.environ.get("STACKBENCH_BB_URL")
+    if not url:
+        m = embedded_master()
+        url = m.url if m else None
+    return (url.rstrip("/") + "/" + path.lstrip("/")) if url else None
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    return yaml.safe_load(path.read_text()) or {}

@@ -1,0 +1,197 @@
+"""Run results as they travel from a worker to stackbench: JSON payloads, one per run.
+
+A worker writes one payload file per run, then uploads them: to the stackbench API
+(``POST /api/runs`` with the worker's own token) when ``STACKBENCH_URL`` is set, else straight
+into the database (the embedded one-machine setup). Both paths are idempotent by the run's
+``idempotency_key``, so a retried upload or a retried step never stores a run twice, and each
+run is stored in one transaction, so a worker that dies mid-upload leaves no half run behind.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import urllib.error
+import urllib.request
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from stackbench import config
+from stackbench.errors import InputError, StackbenchError
+
+PAYLOAD_VERSION = 1
+SOURCE = "buildbot"
+
+
+def key_base(
+    submission: str, commit: str, config_hash: str, compiler: str, job: str, kind: str
+) -> str:
+    """The identity of one benchmark request, shared by every attempt at it.
+
+    The worker's name is not part of it: a retry on another machine of the same kind is the
+    same request, and its upload must not add a second copy of a run that did arrive.
+    """
+    ident = json.dumps([submission, commit, config_hash, compiler, job, kind])
+    return hashlib.sha256(ident.encode()).hexdigest()
+
+
+def run_key(base: str, iteration: int) -> str:
+    return f"{base}:{iteration}"
+
+
+def lost_key(base: str, buildbot_build: str | int) -> str:
+    return f"{base}:lost:{buildbot_build}"
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+def to_payload(run: Any) -> dict[str, Any]:
+    """A :class:`stackbench.resultsdb.ingest.RunData` as JSON-ready data."""
+    return {
+        "version": PAYLOAD_VERSION,
+        "idempotency_key": run.key(),
+        "status": run.status,
+        "iteration": run.iteration,
+        "source": run.source,
+        "error": run.error,
+        "job": vars(run.job),
+        "kernel": vars(run.kernel),
+        "machine": vars(run.machine),
+        "samples": {k: [float(v) for v in vals] for k, vals in run.samples.items()},
+        "logs": {k: base64.b64encode(v).decode() for k, v in run.logs.items()},
+        "sysstate": run.sysstate,
+        "meta": run.meta,
+        "started_at": _iso(run.started_at),
+        "finished_at": _iso(run.finished_at),
+        "duration_s": run.duration_s,
+    }
+
+
+def from_payload(data: dict[str, Any], origin: str = "payload") -> Any:
+    """The inverse of :func:`to_payload`; a clear error names what is missing or wrong."""
+    from stackbench.resultsdb.ingest import JobSpec, KernelSpec, MachineSpec, RunData
+
+    try:
+        if data.get("version") != PAYLOAD_VERSION:
+            raise ValueError(f"unsupported payload version {data.get('version')!r}")
+        key = data["idempotency_key"]
+        if not isinstance(key, str) or not key or len(key) > 128:
+            raise ValueError("idempotency_key must be a non-empty string of at most 128 chars")
+        samples = {str(k): [float(v) for v in vals] for k, vals in data["samples"].items()}
+        return RunData(
+            job=JobSpec(**data["job"]),
+            kernel=KernelSpec(**data["kernel"]),
+            machine=MachineSpec(**data["machine"]),
+            iteration=int(data["iteration"]),
+            samples=samples,
+            source=str(data.get("source", SOURCE)),
+            status=str(data.get("status", "done")),
+            error=str(data.get("error", "")),
+            logs={k: base64.b64decode(v) for k, v in (data.get("logs") or {}).items()},
+            sysstate=data.get("sysstate") or {},
+            meta=data.get("meta") or {},
+            started_at=_dt(data.get("started_at")),
+            finished_at=_dt(data.get("finished_at")),
+            duration_s=data.get("duration_s"),
+            idempotency_key=key,
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        what = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise InputError(Path(origin), f"bad run payload: {what}") from None
+
+
+def _dt(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value) if value else None
+
+
+def write_payload(directory: Path, name: str, payload: dict[str, Any]) -> Path:
+    """Write atomically: a reader never sees a half-written run file."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.json"
+    tmp = directory / f".{name}.json.tmp"
+    tmp.write_text(json.dumps(payload, sort_keys=True))
+    os.replace(tmp, path)
+    return path
+
+
+def read_payloads(directory: Path) -> list[tuple[Path, dict[str, Any]]]:
+    if not directory.is_dir():
+        raise InputError(directory, "results directory not found")
+    out = []
+    for path in sorted(directory.glob("*.json")):
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise InputError(path, f"not valid JSON: {exc}") from None
+        from_payload(data, str(path))  # validate everything before uploading anything
+        out.append((path, data))
+    return out
+
+
+@dataclass
+class UploadResult:
+    stored: int = 0
+    present: int = 0
+    target: str = ""
+
+
+def worker_token() -> str:
+    """The worker's own API token: $STACKBENCH_WORKER_TOKEN, or the file that
+    $STACKBENCH_WORKER_TOKEN_FILE names (default $STACKBENCH_HOME/worker.token)."""
+    token = os.environ.get("STACKBENCH_WORKER_TOKEN", "").strip()
+    if token:
+        return token
+    raw = os.environ.get("STACKBENCH_WORKER_TOKEN_FILE")
+    path = Path(raw) if raw else config.home() / "worker.token"
+    if not path.exists():
+        raise StackbenchError(
+            f"no worker token: set STACKBENCH_WORKER_TOKEN or write it to {path} (mode 600)"
+        )
+    return path.read_text().strip()
+
+
+def post(url: str, token: str, payload: dict[str, Any], timeout: float = 60) -> bool:
+    """POST one run to the API; True when it was stored now, False when already present."""
+    req = urllib.request.Request(
+        url.rstrip("/") + "/api/runs",
+        data=json.dumps(payload).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            body = json.loads(resp.read() or b"{}")
+            return resp.status == 201 or bool(body.get("created"))
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode(errors="replace")[:300]
+        raise StackbenchError(f"{url}/api/runs refused a run: HTTP {exc.code} {detail}") from None
+    except urllib.error.URLError as exc:
+        raise StackbenchError(f"cannot reach {url}: {exc.reason}") from None
+
+
+def upload(payloads: Iterable[dict[str, Any]], url: str | None = None) -> UploadResult:
+    """Store runs through the API (``url`` or $STACKBENCH_URL) or, without one, the database."""
+    url = url or config.server_url()
+    items = list(payloads)
+    res = UploadResult(target=url or "database")
+    if url:
+        token = worker_token()
+        for p in items:
+            if post(url, token, p):
+                res.stored += 1
+            else:
+                res.present += 1
+        return res
+    from stackbench.resultsdb import db
+    from stackbench.resultsdb.ingest import ingest
+
+    out = ingest(db.engine(), [from_payload(p) for p in items])
+    res.stored, res.present = len(out.inserted), out.skipped
+    return res

@@ -1,0 +1,228 @@
+"""The embedded Buildbot: ``stackbench up`` starts a master and one local QEMU worker on
+loopback under ``$STACKBENCH_HOME/buildbot``; ``stackbench down`` stops both.
+
+The master's base directory holds ``stackbench.yaml`` (ports, the worker, the admin user) and
+``secrets.yaml`` (generated passwords, mode 600); its ``buildbot.tac`` points at the packaged
+``master.cfg``. Production masters use the same layout, written by Ansible or compose.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import socket
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from stackbench import config, proc
+from stackbench.errors import StackbenchError
+from stackbench.services import SERVICES
+
+MASTER_CFG = Path(__file__).resolve().parent / "master.cfg"
+LOCAL_WORKER = "local"
+
+
+def buildbot_dir() -> Path:
+    return config.home() / "buildbot"
+
+
+def tool(name: str) -> str:
+    """A Buildbot program from this Python's environment (the venv), else from PATH."""
+    beside = Path(sys.executable).parent / name
+    if beside.exists():
+        return str(beside)
+    found = shutil.which(name)
+    if not found:
+        raise StackbenchError(
+            f"{name} not found: install stackbench with the 'buildbot' extra "
+            "(buildbot, buildbot-worker, buildbot-www)"
+        )
+    return found
+
+
+def stackbench_argv() -> list[str]:
+    """How a worker on this machine runs stackbench (the same installation as ours)."""
+    beside = Path(sys.executable).parent / "stackbench"
+    return [str(beside)] if beside.exists() else [sys.executable, "-m", "stackbench"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def write_private(path: Path, text: str) -> None:
+    """Create a file readable by its owner only (secrets), atomically."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+
+
+def machine_size() -> tuple[int, int]:
+    cpus = os.cpu_count() or 1
+    mem_kb = 0
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_kb = int(line.split()[1])
+    except OSError:
+        pass
+    return cpus, max(mem_kb // 1024, 64)
+
+
+def create_master(
+    base: Path,
+    workers: list[dict[str, Any]],
+    *,
+    extra: Mapping[str, Any] | None = None,
+    admin: str = "admin",
+) -> dict[str, Any]:
+    """Create a master base directory (once): configuration, secrets, Buildbot's database.
+
+    Returns the configuration as written. ``workers`` are dicts of name/kind/cpus/memory_mb;
+    their passwords and the admin's are generated here and kept in ``secrets.yaml``.
+    """
+    base.mkdir(parents=True, exist_ok=True)
+    cfg_path, secrets_path = base / "stackbench.yaml", base / "secrets.yaml"
+    if cfg_path.exists() and secrets_path.exists() and (base / "buildbot.tac").exists():
+        return yaml.safe_load(cfg_path.read_text())
+    cfg: dict[str, Any] = {
+        "bind": "127.0.0.1",
+        "www_port": free_port(),
+        "pb_port": free_port(),
+        "workers": workers,
+        "admins": [admin],
+        "secrets_file": "secrets.yaml",
+        "stackbench": stackbench_argv(),
+    }
+    cfg.update(extra or {})
+    secret_data = {
+        "workers": {w["name"]: secrets.token_urlsafe(24) for w in workers},
+        "users": {admin: secrets.token_urlsafe(24)},
+    }
+    write_private(secrets_path, yaml.safe_dump(secret_data))
+    cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    proc.run(
+        [
+            tool("buildbot"),
+            "create-master",
+            "--relocatable",
+            "--quiet",
+            f"--config={MASTER_CFG}",
+            str(base),
+        ],
+        timeout=120,
+    )
+    # Buildbot writes a sample next to the real configuration; ours is the packaged one
+    (base / "master.cfg.sample").unlink(missing_ok=True)
+    return cfg
+
+
+def worker_password(master_base: Path, name: str) -> str:
+    data = yaml.safe_load((master_base / "secrets.yaml").read_text()) or {}
+    return str(data["workers"][name])
+
+
+def create_worker(base: Path, master: str, name: str, password: str) -> None:
+    """Create a worker base directory (once); its buildbot.tac carries the password: mode 600."""
+    if (base / "buildbot.tac").exists():
+        return
+    base.mkdir(parents=True, exist_ok=True)
+    proc.run(
+        [
+            tool("buildbot-worker"),
+            "create-worker",
+            "--relocatable",
+            "--quiet",
+            "--umask=0o077",
+            str(base),
+            master,
+            name,
+            password,
+        ],
+        timeout=60,
+    )
+    os.chmod(base / "buildbot.tac", 0o600)
+
+
+def running(base: Path) -> bool:
+    pid_file = base / "twistd.pid"
+    try:
+        pid = int(pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def start_master(base: Path, env: Mapping[str, str] | None = None) -> bool:
+    """Start the master (waits until it runs); False when it was already running."""
+    if running(base):
+        return False
+    proc.run([tool("buildbot"), "start", str(base)], env=env, timeout=120)
+    return True
+
+
+def stop_master(base: Path) -> bool:
+    if not running(base):
+        return False
+    proc.run([tool("buildbot"), "stop", str(base)], timeout=120)
+    return True
+
+
+def start_worker(base: Path, env: Mapping[str, str] | None = None) -> bool:
+    if running(base):
+        return False
+    proc.run([tool("buildbot-worker"), "start", str(base)], env=env, timeout=60)
+    return True
+
+
+def stop_worker(base: Path) -> bool:
+    if not running(base):
+        return False
+    proc.run([tool("buildbot-worker"), "stop", str(base)], timeout=60)
+    return True
+
+
+def start() -> str:
+    root = buildbot_dir()
+    master_base, worker_base = root / "master", root / f"worker-{LOCAL_WORKER}"
+    cpus, mem = machine_size()
+    cfg = create_master(
+        master_base,
+        [{"name": LOCAL_WORKER, "kind": "qemu", "cpus": cpus, "memory_mb": mem}],
+    )
+    create_worker(
+        worker_base,
+        f"127.0.0.1:{cfg['pb_port']}",
+        LOCAL_WORKER,
+        worker_password(master_base, LOCAL_WORKER),
+    )
+    started = start_master(master_base)
+    start_worker(worker_base)
+    state = "started" if started else "already running"
+    return f"buildbot: {state} (http://127.0.0.1:{cfg['www_port']}/, worker {LOCAL_WORKER})"
+
+
+def stop() -> str:
+    root = buildbot_dir()
+    w = stop_worker(root / f"worker-{LOCAL_WORKER}")
+    m = stop_master(root / "master")
+    return "buildbot: stopped" if (w or m) else "buildbot: not running"
+
+
+SERVICES.append(("buildbot", start, stop))
