@@ -1,0 +1,575 @@
+"""compare-mmtests.pl's tables, as printed by mmtests b0b1d143 (the thpscale era).
+
+Layout (FORMATS.md section 6): two header rows with each run name split at its first ``-``
+(a ``-rcN`` stays in the first part; a name without ``-`` shows as the name minus its last
+character on the first row), then one row per statistic and operation: the statistic
+``%-Ss`` and the operation ``%-Os`` padded to the longest of each, then per kernel the value
+``%12.2f`` and the gain `` (%7.2f%%)``, positive always meaning better. A mean that differs
+significantly from the base's has its gain framed by ``*`` instead of parentheses.
+
+Tables: ``latency`` (thpscale's fault latencies, the multi-sample statistics), ``counts``
+(Percentage huge), ``locality``, ``significance`` (latency plus mmtests' ``Significant`` rows,
+as ``--print-significance``), ``highalloc`` (stress-highalloc pass success rates). Monitors:
+``duration`` (``Duration User/System/Elapsed``) and ``vmstat`` (the ``Ops ...`` mmtests-vmstat
+block). Samples of all iterations of a kernel are pooled for the statistics; single-value
+reports show the best per-iteration value in the metric's preferred direction.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from stackbench.errors import StackbenchError
+from stackbench.resultsdb import query
+from stackbench.resultsdb.tables import mmtests_stats as st
+
+FIELD = 12  # value width of thpscale-era tables
+GAIN = 7  # width of the gain number
+VMSTAT_FIELD = 15
+
+TABLES = ("latency", "counts", "locality", "significance", "highalloc")
+MONITORS = ("duration", "vmstat")
+THP_SUITES = ("thpscale", "thpchallenge")
+
+_FAULT = re.compile(r"^fault-(base|huge|both)-(\d+)$")
+_COUNT = re.compile(r"^Percentage huge-(\d+)$")
+_LOCALITY = re.compile(r"^(local-base|local-huge|remote-base|remote-huge|uncertain)-(\d+)$")
+_PASS = re.compile(r"^pass(\d+)$")
+_LOCALITY_ORDER = ["local-base", "local-huge", "remote-base", "remote-huge", "uncertain"]
+_SIZE_ORDER = {"base": 0, "huge": 1, "both": 2}
+
+
+@dataclass
+class Series:
+    """One metric of one suite: per kernel, the sample lists of its runs in iteration order."""
+
+    name: str  # without the suite prefix
+    higher_is_better: bool
+    runs: dict[int, list[list[float]]]  # build_id -> per-run samples
+
+    def pooled(self, build_id: int) -> list[float]:
+        return [v for run in self.runs.get(build_id, []) for v in run]
+
+    def best(self, build_id: int, higher: bool | None = None) -> float | None:
+        """The best per-iteration value (each run's last sample), None without runs."""
+        values = [run[-1] for run in self.runs.get(build_id, []) if run]
+        if not values:
+            return None
+        hib = self.higher_is_better if higher is None else higher
+        return max(values) if hib else min(values)
+
+
+# ---------------------------------------------------------------- data access
+
+
+def _suites(ds: query.Dataset) -> list[str]:
+    seen: list[str] = []
+    for run in sorted(ds.runs.values(), key=lambda r: r.id):
+        suite = ds.jobs[run.job_id].suite
+        if suite not in seen:
+            seen.append(suite)
+    return seen
+
+
+def _pick_suite(ds: query.Dataset, wanted: Sequence[str]) -> str:
+    suites = _suites(ds)
+    for s in wanted:
+        if s in suites:
+            return s
+    have = ", ".join(suites) or "none"
+    raise StackbenchError(f"no {' or '.join(wanted)} results for these kernels (stored: {have})")
+
+
+def collect(ds: query.Dataset, suite: str, prefix: str | None = None) -> dict[str, Series]:
+    """Every metric of one suite whose name starts with ``prefix`` (default ``<suite>.``),
+    keyed by the name without the prefix. Jobs of the same suite are merged, so runs made
+    with different mmtests checkouts still line up."""
+    prefix = f"{suite}." if prefix is None else prefix
+    job_ids = {j.id for j in ds.jobs.values() if j.suite == suite}
+    order = {r.id: (r.iteration, r.id) for r in ds.runs.values()}
+    out: dict[str, Series] = {}
+    for (job_id, metric_id), per_build in ds.values.items():
+        if job_id not in job_ids:
+            continue
+        m = ds.metrics[metric_id]
+        if not m.name.startswith(prefix):
+            continue
+        name = m.name[len(prefix) :]
+        s = out.setdefault(name, Series(name, bool(m.higher_is_better), defaultdict(list)))
+        for build_id, per_run in per_build.items():
+            for run_id in sorted(per_run, key=lambda r: order[r]):
+                s.runs[build_id].append(per_run[run_id])
+    return out
+
+
+# ---------------------------------------------------------------- layout
+
+
+def split_name(name: str) -> tuple[str, str]:
+    """compare-mmtests.pl's two header rows for a run name (its Perl substr arithmetic)."""
+    index = name.find("-")
+    if index >= 1 and re.match(r"-rc[0-9]", name[index : index + index + 3]):
+        index += 4
+    if index == -1:
+        return name[:-1], name
+    return name[:index], name[index + 1 :]
+
+
+def header(ds: query.Dataset, lead: int, width: int) -> list[str]:
+    parts = [split_name(k.label) for k in ds.kernels]
+    return [
+        " " * lead + "".join(f"{p[0]:>{width}}" for p in parts),
+        " " * lead + "".join(f"{p[1]:>{width}}" for p in parts),
+    ]
+
+
+def _num(x: float | None) -> float:
+    return 0.0 if x is None or st.isnan(x) else x
+
+
+@dataclass
+class Cell:
+    value: float | None  # None or NaN: not available, printed 0.00 with no gain
+    gain: float = 0.0
+    star: bool = False
+
+    def text(self, field: int) -> str:
+        open_, close = ("*", "*") if self.star else ("(", ")")
+        return f"{_num(self.value):{field}.2f} {open_}{self.gain:{GAIN}.2f}%{close}"
+
+
+def _cells(values: list[float | None], compare: Callable[[float, float], float]) -> list[Cell]:
+    """Values of one row for every kernel with each one's gain over the first."""
+    base = values[0]
+    out = []
+    for v in values:
+        if v is None or st.isnan(v) or base is None or v == -1 or base == -1:
+            out.append(Cell(v if v != -1 else None, 0.0))
+        else:
+            out.append(Cell(v, compare(v, _num(base))))
+    return out
+
+
+def _rows(label_w: int, op_w: int, rows: list[tuple[str, str, list[Cell]]]) -> list[str]:
+    return [
+        f"{label:<{label_w}} {op:<{op_w}}" + "".join(c.text(FIELD) for c in cells)
+        for label, op, cells in rows
+    ]
+
+
+# ---------------------------------------------------------------- thpscale tables
+
+
+def _fault_ops(series: dict[str, Series]) -> list[str]:
+    ops = [n for n in series if _FAULT.match(n)]
+    return sorted(ops, key=lambda n: (_SIZE_ORDER[_FAULT.match(n)[1]], int(_FAULT.match(n)[2])))
+
+
+def _stat_defs(higher: bool) -> list[tuple[str, Callable[[list[float]], float], str]]:
+    mean_name = "Hmean" if higher else "Amean"
+    mean = st.hmean if higher else st.amean
+    better = "pdiff" if higher else "pndiff"
+    return [
+        ("Min", lambda d: min(d) if d else st.NAN, better),
+        (mean_name, mean, better),
+        ("Stddev", st.stddev, "pndiff"),
+        ("CoeffVar", st.coeffvar, "pndiff"),
+        ("Max", lambda d: max(d) if d else st.NAN, better),
+        (f"B{mean_name}-50", lambda d: st.best_mean(d, 50, higher) if d else st.NAN, better),
+        (f"B{mean_name}-95", lambda d: st.best_mean(d, 95, higher) if d else st.NAN, better),
+        (f"B{mean_name}-99", lambda d: st.best_mean(d, 99, higher) if d else st.NAN, better),
+    ]
+
+
+_COMPARE = {"pdiff": st.pdiff, "pndiff": st.pndiff}
+
+
+def render_latency(ds: query.Dataset, suite: str, significance: bool = False) -> str:
+    series = collect(ds, suite)
+    ops = _fault_ops(series)
+    if not ops:
+        raise StackbenchError(f"no {suite} fault latencies stored for these kernels")
+    kernels = [k.id for k in ds.kernels]
+    higher = series[ops[0]].higher_is_better
+    defs = _stat_defs(higher)
+    rows: list[tuple[str, str, list[Cell]]] = []
+    for stat_name, func, compare in defs:
+        is_mean = stat_name in ("Amean", "Hmean")
+        for op in ops:
+            pooled = [series[op].pooled(b) for b in kernels]
+            values = [func(p) if p else None for p in pooled]
+            cells = _cells(values, _COMPARE[compare])
+            if is_mean and pooled[0]:
+                for i in range(1, len(kernels)):
+                    if pooled[i] and st.ttest_significant(pooled[0], pooled[i]):
+                        cells[i].star = True
+            rows.append((stat_name, op, cells))
+    label_w = max(len(d[0]) for d in defs)
+    op_w = max(len(op) for op in ops)
+    lines = header(ds, label_w + 1 + op_w, FIELD + GAIN + 4) + _rows(label_w, op_w, rows)
+    if significance:
+        # --print-significance: 1.00 when the mean differs significantly from the base's,
+        # with the t-test's p (in percent) where the gain usually is
+        sig_rows = []
+        for op in ops:
+            pooled = [series[op].pooled(b) for b in kernels]
+            cells = [Cell(0.0, 0.0)]
+            for p in pooled[1:]:
+                pvalue = st.ttest_pvalue(pooled[0], p) if pooled[0] and p else 1.0
+                cells.append(Cell(1.0 if pvalue < st.TTEST_ALPHA else 0.0, pvalue * 100))
+            sig_rows.append(("Significant", op, cells))
+        lines += _rows(label_w, op_w, sig_rows)
+    return "\n".join(lines) + "\n"
+
+
+def _single_table(
+    ds: query.Dataset,
+    label: str,
+    ops: list[str],
+    series: dict[str, Series],
+    higher: bool = True,
+) -> str:
+    """SummariseSingleops layout: one value per kernel, gains as higher-is-better counts."""
+    kernels = [k.id for k in ds.kernels]
+    rows = []
+    for op in ops:
+        values = [series[op].best(b, higher) if op in series else None for b in kernels]
+        rows.append((label, op, _cells(values, st.pdiff if higher else st.pndiff)))
+    op_w = max(len(op) for op in ops)
+    return (
+        "\n".join(
+            header(ds, len(label) + 1 + op_w, FIELD + GAIN + 4) + _rows(len(label), op_w, rows)
+        )
+        + "\n"
+    )
+
+
+def render_counts(ds: query.Dataset, suite: str) -> str:
+    series = collect(ds, suite)
+    ops = sorted((n for n in series if _COUNT.match(n)), key=lambda n: int(_COUNT.match(n)[1]))
+    if not ops:
+        raise StackbenchError(f"no {suite} 'Percentage huge' values stored for these kernels")
+    short = {op: Series(op[len("Percentage ") :], True, series[op].runs) for op in ops}
+    return _single_table(ds, "Percentage", [s.name for s in short.values()], _by_name(short))
+
+
+def _by_name(series: dict[str, Series]) -> dict[str, Series]:
+    return {s.name: s for s in series.values()}
+
+
+def render_locality(ds: query.Dataset, suite: str) -> str:
+    series = collect(ds, suite)
+    ops = [n for n in series if _LOCALITY.match(n)]
+    if not ops:
+        raise StackbenchError(f"no {suite} locality values stored for these kernels")
+
+    def key(n: str) -> tuple[int, int]:
+        m = _LOCALITY.match(n)
+        return int(m[2]), _LOCALITY_ORDER.index(m[1])
+
+    return _single_table(ds, "Percentage", sorted(ops, key=key), series)
+
+
+def render_highalloc(ds: query.Dataset) -> str:
+    series = collect(ds, "stress-highalloc")
+    ops = sorted((n for n in series if _PASS.match(n)), key=lambda n: int(_PASS.match(n)[1]))
+    if not ops:
+        raise StackbenchError("no stress-highalloc pass results stored for these kernels")
+    short = {_PASS.match(op)[1]: series[op] for op in ops}
+    return _single_table(ds, "Ops", list(short), short)
+
+
+# ---------------------------------------------------------------- monitors
+
+
+def render_duration(ds: query.Dataset, suite: str) -> str:
+    series = collect(ds, suite, prefix="duration.")
+    names = [("User", "user"), ("System", "system"), ("Elapsed", "elapsed")]
+    if not any(key in series for _, key in names):
+        raise StackbenchError(f"no durations stored for the {suite} runs of these kernels")
+    label, op_w = "Duration", max(len(n) for n, _ in names)
+    lines = header(ds, len(label) + 1 + op_w, FIELD)
+    for title, key in names:
+        s = series.get(key)
+        values = [s.best(k.id, False) if s else None for k in ds.kernels]
+        lines.append(f"{label} {title:<{op_w}}" + "".join(f"{_num(v):{FIELD}.2f}" for v in values))
+    return "\n".join(lines) + "\n"
+
+
+# /proc/vmstat counters that older kernels named differently; like mmtests, the value of
+# the last name present wins (the kernel prints them in this order)
+_RENAMED = {
+    "allocstall": [
+        "allocstall",
+        "allocstall_dma",
+        "allocstall_dma32",
+        "allocstall_normal",
+        "allocstall_highmem",
+        "allocstall_movable",
+    ],
+    "pgmigrate_success": ["compact_pages_moved", "pgmigrate_success"],
+    "thp_split_page": ["thp_split", "thp_split_page"],
+    "thp_split_page_failed": ["thp_failed", "thp_split_page_failed"],
+}
+
+_KSWAPD_STEAL = [
+    "kswapd_steal",
+    "pgsteal_kswapd_dma",
+    "pgsteal_kswapd_dma32",
+    "pgsteal_kswapd_normal",
+    "pgsteal_kswapd_high",
+    "pgsteal_kswapd_movable",
+    "pgsteal_kswapd",
+]
+_DIRECT_STEAL = [
+    "pgsteal_dma",
+    "pgsteal_dma32",
+    "pgsteal_normal",
+    "pgsteal_movable",
+    "pgsteal_high",
+    "pgsteal_direct_dma",
+    "pgsteal_direct_dma32",
+    "pgsteal_direct_normal",
+    "pgsteal_direct_movable",
+    "pgsteal_direct_high",
+    "pgsteal_direct",
+]
+_KSWAPD_SCAN = [
+    "pgscan_kswapd_dma",
+    "pgscan_kswapd_dma32",
+    "pgscan_kswapd_normal",
+    "pgscan_kswapd_movable",
+    "pgscan_kswapd_high",
+    "pgscan_kswapd",
+]
+_DIRECT_SCAN = [
+    "pgscan_direct_dma",
+    "pgscan_direct_dma32",
+    "pgscan_direct_normal",
+    "pgscan_direct_movable",
+    "pgscan_direct_high",
+    "pgscan_direct",
+]
+
+VMSTAT_ROWS: list[tuple[str, str]] = [
+    ("mmtests_minor_faults", "Minor Faults"),
+    ("pgmajfault", "Major Faults"),
+    ("pswpin", "Swap Ins"),
+    ("pswpout", "Swap Outs"),
+    ("allocstall", "Allocation stalls"),
+    ("fragment_stall", "Fragmentation stalls"),
+    ("pgalloc_dma", "DMA allocs"),
+    ("pgalloc_dma32", "DMA32 allocs"),
+    ("pgalloc_normal", "Normal allocs"),
+    ("pgalloc_movable", "Movable allocs"),
+    ("mmtests_direct_scan", "Direct pages scanned"),
+    ("mmtests_kswapd_scan", "Kswapd pages scanned"),
+    ("mmtests_kswapd_steal", "Kswapd pages reclaimed"),
+    ("mmtests_direct_steal", "Direct pages reclaimed"),
+    ("mmtests_kswapd_efficiency", "Kswapd efficiency %"),
+    ("mmtests_kswapd_velocity", "Kswapd velocity"),
+    ("mmtests_direct_efficiency", "Direct efficiency %"),
+    ("mmtests_direct_velocity", "Direct velocity"),
+    ("mmtests_direct_percentage", "Percentage direct scans"),
+    ("nr_vmscan_write", "Page writes by reclaim"),
+    ("mmtests_vmscan_write_file", "Page writes file"),
+    ("mmtests_vmscan_write_anon", "Page writes anon"),
+    ("nr_vmscan_immediate_reclaim", "Page reclaim immediate"),
+    ("pgpgin", "Sector Reads"),
+    ("pgpgout", "Sector Writes"),
+    ("pgrescued", "Page rescued immediate"),
+    ("slabs_scanned", "Slabs scanned"),
+    ("pginodesteal", "Direct inode steals"),
+    ("kswapd_inodesteal", "Kswapd inode steals"),
+    ("kswapd_skip_congestion_wait", "Kswapd skipped wait"),
+    ("thp_fault_alloc", "THP fault alloc"),
+    ("thp_fault_fallback", "THP fault fallback"),
+    ("thp_collapse_alloc", "THP collapse alloc"),
+    ("thp_collapse_alloc_failed", "THP collapse fail"),
+    ("thp_split_page", "THP split"),
+    ("thp_split_page_failed", "THP split failed"),
+    ("compact_stall", "Compaction stalls"),
+    ("compact_success", "Compaction success"),
+    ("compact_fail", "Compaction failures"),
+    ("mmtests_compact_efficiency", "Compaction efficiency"),
+    ("pgmigrate_success", "Page migrate success"),
+    ("pgmigrate_fail", "Page migrate failure"),
+    ("compact_isolated", "Compaction pages isolated"),
+    ("compact_migrate_scanned", "Compaction migrate scanned"),
+    ("compact_free_scanned", "Compaction free scanned"),
+    ("mmtests_cscan_efficiency", "Compact scan efficiency"),
+    ("mmtests_compaction_cost", "Compaction cost"),
+    ("compact_daemon_wake", "Kcompactd wake"),
+    ("compact_daemon_migrate_scanned", "Kcompactd migrate scanned"),
+    ("compact_daemon_free_scanned", "Kcompactd free scanned"),
+    ("numa_hit", "NUMA alloc hit"),
+    ("numa_miss", "NUMA alloc miss"),
+    ("numa_interleave", "NUMA interleave hit"),
+    ("numa_local", "NUMA alloc local"),
+    ("mmtests_numa_pte_updates", "NUMA base-page range updates"),
+    ("numa_pte_updates", "NUMA PTE updates"),
+    ("numa_huge_pte_updates", "NUMA PMD updates"),
+    ("numa_hint_faults", "NUMA hint faults"),
+    ("numa_hint_faults_local", "NUMA hint local faults %"),
+    ("mmtests_hint_local", "NUMA hint local percent"),
+    ("numa_pages_migrated", "NUMA pages migrated"),
+    ("mmtests_autonuma_cost", "AutoNUMA cost"),
+]
+
+# mmtests' cost models, in bytes touched (x86-64 values): a struct page access, a page copy
+_CA = 56 / 8
+_CPAGERW = _CA + 4096 / 8
+_CMC = _CPAGERW * 2
+_CMF = _CA * 2
+_CI = _CA + 12
+
+
+def vmstat_rows(delta: dict[str, float], elapsed: float | None) -> dict[str, float]:
+    """mmtests-vmstat's rows for one iteration from its /proc/vmstat deltas."""
+    v: dict[str, float] = {}
+    d = dict(delta)
+    for target, names in _RENAMED.items():
+        present = [n for n in names if n in delta]
+        if present:
+            d[target] = delta[present[-1]]
+    elapsed = elapsed or 1.0
+
+    def get(key: str) -> float:
+        return d.get(key, 0.0)
+
+    v["mmtests_kswapd_steal"] = sum(get(k) for k in _KSWAPD_STEAL)
+    v["mmtests_direct_steal"] = sum(get(k) for k in _DIRECT_STEAL)
+    if "kswapd_steal" in d:
+        v["mmtests_direct_steal"] -= v["mmtests_kswapd_steal"]
+    v["mmtests_kswapd_scan"] = sum(get(k) for k in _KSWAPD_SCAN)
+    v["mmtests_direct_scan"] = sum(get(k) for k in _DIRECT_SCAN)
+    v["mmtests_kswapd_velocity"] = v["mmtests_kswapd_scan"] / elapsed
+    v["mmtests_direct_velocity"] = v["mmtests_direct_scan"] / elapsed
+    v["mmtests_direct_efficiency"] = (
+        v["mmtests_direct_steal"] * 100 / v["mmtests_direct_scan"]
+        if v["mmtests_direct_scan"]
+        else 100.0
+    )
+    v["mmtests_kswapd_efficiency"] = (
+        v["mmtests_kswapd_steal"] * 100 / v["mmtests_kswapd_scan"]
+        if v["mmtests_kswapd_scan"]
+        else 100.0
+    )
+    scanned = v["mmtests_kswapd_scan"] + v["mmtests_direct_scan"]
+    v["mmtests_direct_percentage"] = v["mmtests_direct_scan"] * 100 / scanned if scanned else 0.0
+    for key, _ in VMSTAT_ROWS:
+        if not key.startswith("mmtests_"):
+            v[key] = get(key)
+    v["mmtests_vmscan_write_file"] = get("nr_vmscan_write") - get("pswpout")
+    v["mmtests_vmscan_write_anon"] = get("pswpout")
+    v["mmtests_minor_faults"] = get("pgfault") - get("pgmajfault")
+    v["mmtests_hint_local"] = (
+        get("numa_hint_faults_local") * 100 / get("numa_hint_faults")
+        if get("numa_hint_faults")
+        else 100.0
+    )
+    v["mmtests_numa_pte_updates"] = get("numa_pte_updates") + get("numa_huge_pte_updates") * 512
+    cost = -1.0  # mmtests' "no compaction counters" marker, divided like a cost
+    if "compact_migrate_scanned" in d:
+        cost = (
+            _CA * get("compact_migrate_scanned")
+            + _CI * get("compact_isolated")
+            + _CMC * get("pgmigrate_success")
+            + _CMF * get("pgmigrate_fail")
+        )
+    if "compact_blocks_moved" in d:
+        cost = (
+            _CA * get("compact_blocks_moved") * 16384
+            + _CMC * get("compact_pages_moved")
+            + _CMF * get("compact_pagemigrate_failed")
+        )
+    v["mmtests_compaction_cost"] = cost / 1_000_000
+    v["mmtests_autonuma_cost"] = (
+        _CA * get("numa_pte_updates")
+        + 5000 * get("numa_hint_faults")
+        + _CI * get("numa_pages_migrated")
+    ) / 1_000_000
+    v["mmtests_compact_efficiency"] = (
+        get("compact_success") * 100 / get("compact_stall") if get("compact_stall") else 0.0
+    )
+    free = get("compact_free_scanned")
+    v["mmtests_cscan_efficiency"] = (
+        get("compact_migrate_scanned") * 100 / free
+        if get("compact_migrate_scanned") and free
+        else 0.0
+    )
+    return v
+
+
+def _iteration_deltas(ds: query.Dataset, suite: str, build_id: int) -> list[dict[str, float]]:
+    """Per run of a kernel: its vmstat deltas plus ``duration.elapsed`` (for velocities)."""
+    job_ids = {j.id for j in ds.jobs.values() if j.suite == suite}
+    per_run: dict[int, dict[str, float]] = defaultdict(dict)
+    for (job_id, metric_id), per_build in ds.values.items():
+        if job_id not in job_ids or build_id not in per_build:
+            continue
+        name = ds.metrics[metric_id].name
+        if name.startswith("mmtests-vmstat.") or name == "duration.elapsed":
+            for run_id, values in per_build[build_id].items():
+                if values:
+                    per_run[run_id][name] = values[-1]
+    order = sorted(per_run, key=lambda r: (ds.runs[r].iteration, r))
+    return [per_run[r] for r in order if any(k.startswith("mmtests-vmstat.") for k in per_run[r])]
+
+
+def render_vmstat(ds: query.Dataset, suite: str) -> str:
+    per_kernel: list[dict[str, float] | None] = []
+    for k in ds.kernels:
+        runs = _iteration_deltas(ds, suite, k.id)
+        if not runs:
+            per_kernel.append(None)
+            continue
+        rows = []
+        for run in runs:
+            delta = {
+                n[len("mmtests-vmstat.") :]: x
+                for n, x in run.items()
+                if n.startswith("mmtests-vmstat.")
+            }
+            rows.append(vmstat_rows(delta, run.get("duration.elapsed")))
+        per_kernel.append({key: max(r[key] for r in rows) for key, _ in VMSTAT_ROWS})
+    if all(p is None for p in per_kernel):
+        raise StackbenchError(f"no mmtests-vmstat deltas stored for the {suite} runs")
+    label, op_w = "Ops", max(len(t) for _, t in VMSTAT_ROWS)
+    lines = header(ds, len(label) + 1 + op_w, VMSTAT_FIELD)
+    for key, title in VMSTAT_ROWS:
+        lines.append(
+            f"{label} {title:<{op_w}}"
+            + "".join(f"{_num(p[key] if p else None):{VMSTAT_FIELD}.2f}" for p in per_kernel)
+        )
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- entry point
+
+
+def render(ds: query.Dataset, table: str = "latency", monitor: str | None = None) -> str:
+    """compare-mmtests.pl's output for the kernels of ``ds`` (the first is the base)."""
+    if monitor is not None:
+        if monitor not in MONITORS:
+            raise StackbenchError(f"unknown mmtests monitor '{monitor}' (want duration or vmstat)")
+        suite = _pick_suite(ds, (*THP_SUITES, "stress-highalloc"))
+        if monitor == "duration":
+            return render_duration(ds, suite)
+        return render_vmstat(ds, suite)
+    if table not in TABLES:
+        raise StackbenchError(f"unknown mmtests table '{table}' (want {', '.join(TABLES)})")
+    if table == "highalloc" or (
+        table == "latency" and not any(s in _suites(ds) for s in THP_SUITES)
+    ):
+        _pick_suite(ds, ("stress-highalloc",))
+        return render_highalloc(ds)
+    suite = _pick_suite(ds, THP_SUITES)
+    if table == "counts":
+        return render_counts(ds, suite)
+    if table == "locality":
+        return render_locality(ds, suite)
+    return render_latency(ds, suite, significance=table == "significance")
