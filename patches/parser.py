@@ -1,0 +1,560 @@
+"""Mail parsing for patch series: the output of ``git format-patch`` and ``git send-email``,
+saved mailboxes and lore.kernel.org mboxrd downloads.
+
+Structured the way patchwork's parser is: ``find_*`` helpers locate a piece of a mail,
+``parse_*`` helpers interpret it, ``clean_*`` helpers make a header value safe to store, show
+and reuse in mail headers (decoded RFC 2047, unfolded, no control characters). Every
+failure is an :class:`InputError` naming the source and what is wrong, on one line.
+"""
+
+from __future__ import annotations
+
+import email
+import email.errors
+import email.header
+import email.message
+import email.policy
+import email.utils
+import hashlib
+import re
+from dataclasses import dataclass, field
+
+from stackbench.errors import InputError
+
+# uploads are size-limited at the web layer too; this keeps the CLI and the hook honest
+MAX_MBOX_BYTES = 64 * 1024 * 1024
+MAX_PATCHES = 500
+
+# mbox separator lines as git mailsplit accepts them: "From <addr-or-sha> <asctime date>"
+_FROM_LINE = re.compile(
+    rb"^From \S+ +(?:[A-Z][a-z]{2} ){2}[ \d]?\d \d\d:\d\d(?::\d\d)?(?: [+-]?\w+)? \d{4}\s*$"
+)
+_HEADER_LINE = re.compile(rb"^[!-9;-~]+:[ \t]?")
+_PREFIX_GROUP = re.compile(r"^\s*\[([^\[\]]*)\]\s*")
+_REPLY = re.compile(r"^\s*(re|aw|fwd?|sv)\s*(\[\d+\])?\s*:", re.IGNORECASE)
+_COUNTER = re.compile(r"^0*(\d+)/0*(\d+)$")
+_VERSION = re.compile(r"^v(\d+)$", re.IGNORECASE)
+_MSGID = re.compile(r"<[^<>\s]+>")
+_BASE_COMMIT = re.compile(r"^base-commit:\s*([0-9a-f]{7,64})\s*$", re.MULTILINE)
+_HUNK = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\u0085\u2028\u2029]")
+# lines git puts between "diff --git" and the first hunk (or instead of hunks)
+_DIFF_HEADER_PREFIXES = (
+    "index ",
+    "old mode ",
+    "new mode ",
+    "deleted file mode ",
+    "new file mode ",
+    "similarity index ",
+    "dissimilarity index ",
+    "rename from ",
+    "rename to ",
+    "copy from ",
+    "copy to ",
+    "--- ",
+    "+++ ",
+    "Binary files ",
+)
+
+
+@dataclass
+class ParsedPatch:
+    idx: int
+    total: int
+    subject: str
+    author: str
+    author_email: str
+    date: str
+    message_id: str | None
+    in_reply_to: str | None
+    body: str
+    diff: str
+    raw: bytes
+    # set by git-push intake, where each patch already is a commit
+    commit_sha: str | None = None
+
+
+@dataclass
+class ParsedSeries:
+    title: str
+    version: int
+    cover_letter: str
+    message_id: str | None
+    in_reply_to: str | None
+    base_commit: str | None
+    submitter: str
+    submitter_email: str
+    patches: list[ParsedPatch]
+    rfc: bool = False
+    # subjects of mails that were not part of the series (replies, notes) and were skipped
+    ignored: list[str] = field(default_factory=list)
+
+    def content_hash(self) -> str:
+        """A digest of the patches themselves, for series whose mails carry no Message-ID."""
+        h = hashlib.sha256()
+        for p in self.patches:
+            h.update(f"{p.idx}/{p.total}\0{p.subject}\0{p.author_email}\0".encode())
+            h.update(p.diff.encode())
+            h.update(b"\0")
+        return h.hexdigest()
+
+
+@dataclass
+class _Mail:
+    """One mail of the mbox, with what the series checks need."""
+
+    position: int
+    raw: bytes
+    msg: email.message.Message
+    subject: str
+    is_reply: bool
+    counter: tuple[int, int] | None
+    version: int
+    rfc: bool
+    tagged: bool  # [PATCH ...] or [RFC ...] in the subject
+    text: str
+
+
+# ---------------------------------------------------------------- clean_*
+
+
+def clean_header(value: object) -> str:
+    """A header as one line of text: RFC 2047 words decoded, folding and any control
+    characters (CR/LF included, even when they were hidden in an encoded word) replaced by
+    spaces, runs of whitespace collapsed."""
+    if value is None:
+        return ""
+    if isinstance(value, email.header.Header):
+        raw = str(value)
+    else:
+        raw = str(value)
+    try:
+        parts = email.header.decode_header(raw)
+        text = "".join(
+            p.decode(enc or "ascii", errors="replace") if isinstance(p, bytes) else p
+            for p, enc in parts
+        )
+    except (LookupError, ValueError, email.errors.HeaderParseError):
+        text = raw
+    # decode_header drops the whitespace between encoded and plain words inconsistently;
+    # what matters here is that nothing can break out of the single line
+    text = _CONTROL.sub(" ", text)
+    return " ".join(text.split())
+
+
+def clean_subject(subject: str) -> tuple[str, list[str]]:
+    """The subject without ``Re:`` and bracketed prefixes, and the prefix words found
+    (``[RFC PATCH v3 2/5]`` -> ``["RFC", "PATCH", "v3", "2/5"]``)."""
+    text = clean_header(subject)
+    words: list[str] = []
+    while True:
+        m = _REPLY.match(text)
+        if m:
+            text = text[m.end() :]
+            continue
+        m = _PREFIX_GROUP.match(text)
+        if not m:
+            break
+        words.extend(w for w in re.split(r"[\s,]+", m.group(1)) if w)
+        text = text[m.end() :]
+    return text.strip(), words
+
+
+def clean_msgid(value: object) -> str | None:
+    """The first ``<id@host>`` of a Message-ID / In-Reply-To header, or None."""
+    text = clean_header(value)
+    m = _MSGID.search(text)
+    if m:
+        return m.group(0)[:995]
+    text = text.strip()
+    # some mailers drop the angle brackets; keep such ids if they look like one
+    if text and " " not in text and "@" in text:
+        return f"<{text[:993]}>"
+    return None
+
+
+def clean_address(value: object) -> tuple[str, str]:
+    """(name, email) of a From header; names are decoded, both are single-line."""
+    raw = " ".join(_CONTROL.sub(" ", str(value or "")).split())
+    name, addr = email.utils.parseaddr(raw)
+    name = clean_header(name)
+    addr = clean_header(addr)
+    if not addr or "@" not in addr or " " in addr:
+        # an unparsable address: keep what was there as the name rather than invent one
+        return clean_header(raw), ""
+    if not name:
+        name = addr.split("@", 1)[0]
+    return name, addr
+
+
+def clean_date(value: object) -> str:
+    """ISO 8601 when the Date header parses, else the cleaned header text."""
+    text = clean_header(value)
+    if not text:
+        return ""
+    try:
+        return email.utils.parsedate_to_datetime(text).isoformat()
+    except (TypeError, ValueError, IndexError):
+        return text
+
+
+# ---------------------------------------------------------------- find_*
+
+
+def find_mails(data: bytes, source: str) -> list[bytes]:
+    """Split an mbox (mboxo or mboxrd) into mails; a lone RFC 822 mail is one mail."""
+    if not data.strip():
+        raise InputError(source, "empty input: expected an mbox with patches")
+    if len(data) > MAX_MBOX_BYTES:
+        raise InputError(source, f"mbox larger than {MAX_MBOX_BYTES // (1024 * 1024)} MiB")
+    data = data.replace(b"\r\n", b"\n")
+    lines = data.split(b"\n")
+    while lines and not lines[0].strip():
+        lines.pop(0)
+    if not lines:
+        raise InputError(source, "empty input: expected an mbox with patches")
+    if _FROM_LINE.match(lines[0]):
+        mboxrd = lines[0].startswith(b"From mboxrd@z ")
+        mails: list[list[bytes]] = []
+        prev_blank = True
+        for line in lines:
+            if prev_blank and _FROM_LINE.match(line):
+                mails.append([])
+            elif mboxrd and re.match(rb"^>+From ", line):
+                line = line[1:]
+            mails[-1].append(line)
+            prev_blank = not line.strip()
+        return [b"\n".join(m).rstrip(b"\n") + b"\n" for m in mails]
+    if _HEADER_LINE.match(lines[0]):
+        return [b"\n".join(lines).rstrip(b"\n") + b"\n"]
+    raise InputError(source, "not an mbox: no 'From ' separator line and no mail headers")
+
+
+def find_text(msg: email.message.Message) -> str:
+    """The text of a mail: its text/plain parts and patch attachments, decoded."""
+    chunks: list[str] = []
+    parts = msg.walk() if msg.is_multipart() else [msg]
+    for part in parts:
+        if part.is_multipart():
+            continue
+        ctype = part.get_content_type()
+        # patches come inline or as text/x-patch, text/x-diff... attachments
+        if ctype != "text/plain" and not ctype.startswith(("text/x-", "application/x-patch")):
+            continue
+        payload = part.get_payload(decode=True)
+        if payload is None:
+            continue
+        charset = part.get_content_charset() or "utf-8"
+        try:
+            text = payload.decode(charset, errors="replace")
+        except LookupError:
+            text = payload.decode("utf-8", errors="replace")
+        chunks.append(text.replace("\r\n", "\n"))
+    return "\n".join(chunks)
+
+
+def find_diff_start(lines: list[str]) -> int | None:
+    """Index of the first line of the diff (``diff --git``, ``Index:`` or a bare
+    ``---``/``+++`` pair), or None."""
+    for i, line in enumerate(lines):
+        if line.startswith("diff --git ") or line.startswith("Index: "):
+            return i
+        if (
+            line.startswith("--- ")
+            and i + 2 < len(lines)
+            and lines[i + 1].startswith("+++ ")
+            and lines[i + 2].startswith("@@ ")
+        ):
+            return i
+    return None
+
+
+def find_base_commit(text: str) -> str | None:
+    m = _BASE_COMMIT.search(text)
+    return m.group(1) if m else None
+
+
+# ---------------------------------------------------------------- parse_*
+
+
+def parse_prefix(words: list[str]) -> tuple[tuple[int, int] | None, int, bool, bool]:
+    """(counter, version, rfc, is_patch) from the subject's prefix words."""
+    counter = None
+    version = 1
+    rfc = False
+    is_patch = False
+    for w in words:
+        up = w.upper()
+        m = _COUNTER.match(w)
+        if m:
+            counter = (int(m.group(1)), int(m.group(2)))
+        elif _VERSION.match(w):
+            version = int(w[1:])
+        elif up == "RFC":
+            rfc = True
+            is_patch = True
+        elif up.startswith("PATCH"):
+            is_patch = True
+    return counter, version, rfc, is_patch
+
+
+def parse_diff(lines: list[str], start: int) -> tuple[str, int]:
+    """The diff starting at ``start`` and the index of the first line after it.
+
+    Hunks are consumed by their line counts, so a removed line reading ``- `` (which looks
+    like the ``-- `` signature marker) cannot end the diff early, and whatever follows the
+    last hunk (``base-commit:`` trailers, the signature) is not part of it."""
+    i = start
+    n = len(lines)
+    in_binary = False
+    while i < n:
+        line = lines[i]
+        if line.startswith("diff ") or line.startswith("Index: "):
+            in_binary = False
+            i += 1
+            continue
+        if in_binary:
+            if line.startswith(("literal ", "delta ")) or line == "" or _is_base85(line):
+                i += 1
+                continue
+            in_binary = False
+            continue
+        if line.startswith("GIT binary patch"):
+            in_binary = True
+            i += 1
+            continue
+        if line.startswith(_DIFF_HEADER_PREFIXES) or line.startswith("==="):
+            i += 1
+            continue
+        m = _HUNK.match(line)
+        if m:
+            old = int(m.group(1)) if m.group(1) is not None else 1
+            new = int(m.group(2)) if m.group(2) is not None else 1
+            i += 1
+            while i < n and (old > 0 or new > 0):
+                h = lines[i]
+                if h.startswith("\\"):
+                    i += 1
+                    continue
+                tag = h[:1]
+                if tag == " " or h == "":
+                    old -= 1
+                    new -= 1
+                elif tag == "-":
+                    old -= 1
+                elif tag == "+":
+                    new -= 1
+                else:
+                    break
+                i += 1
+            while i < n and lines[i].startswith("\\"):
+                i += 1
+            continue
+        break
+    diff = "\n".join(lines[start:i]).rstrip("\n")
+    return (diff + "\n" if diff else ""), i
+
+
+_BASE85 = re.compile(r"[A-Za-z][0-9A-Za-z!#$%&()*+\-;<=>?@^_`{|}~]+")
+
+
+def _is_base85(line: str) -> bool:
+    return _BASE85.fullmatch(line) is not None
+
+
+def parse_body(text: str) -> tuple[str, str, str]:
+    """(commit message, diff, text after the diff) of a patch mail's text."""
+    lines = text.split("\n")
+    start = find_diff_start(lines)
+    if start is None:
+        return _strip_signature(text).strip("\n"), "", ""
+    # git mailinfo ends the message at the first "---" line (diffstat follows)
+    end = start
+    for i in range(start):
+        if lines[i].rstrip() == "---":
+            end = i
+            break
+    message = "\n".join(lines[:end]).strip("\n")
+    diff, after = parse_diff(lines, start)
+    trailer = "\n".join(lines[after:])
+    return message, diff, trailer
+
+
+def _strip_signature(text: str) -> str:
+    lines = text.split("\n")
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i] == "-- ":
+            return "\n".join(lines[:i])
+    return text
+
+
+def parse_mail(raw: bytes, position: int) -> _Mail:
+    msg = email.message_from_bytes(raw, policy=email.policy.compat32)
+    subject_raw = msg.get("Subject", "")
+    is_reply = bool(_REPLY.match(clean_header(subject_raw)))
+    subject, words = clean_subject(subject_raw)
+    counter, version, rfc, tagged = parse_prefix(words)
+    return _Mail(
+        position=position,
+        raw=raw,
+        msg=msg,
+        subject=subject,
+        is_reply=is_reply,
+        counter=counter,
+        version=version,
+        rfc=rfc,
+        tagged=tagged,
+        text=find_text(msg),
+    )
+
+
+def _label(mail: _Mail) -> str:
+    if mail.counter:
+        return f"patch {mail.counter[0]}/{mail.counter[1]} '{_short(mail.subject)}'"
+    return f"mail {mail.position + 1} '{_short(mail.subject)}'"
+
+
+def _short(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def parse_mbox(data: bytes, *, source: str = "<mbox>") -> ParsedSeries:
+    """Parse one patch series from an mbox.
+
+    A cover letter ``[PATCH 0/N]`` is optional; patches are ordered by their counter (or by
+    position when unnumbered); replies and other mails without a diff are skipped and listed
+    in ``ignored``. Gaps, duplicates, mixed versions or totals, a numbered patch without a
+    diff, or no patches at all raise :class:`InputError`.
+    """
+    mails = [parse_mail(raw, i) for i, raw in enumerate(find_mails(data, source))]
+
+    cover: _Mail | None = None
+    patch_mails: list[tuple[_Mail, str, str, str]] = []
+    ignored: list[str] = []
+    for mail in mails:
+        if mail.is_reply:
+            ignored.append(mail.subject)
+            continue
+        message, diff, trailer = parse_body(mail.text)
+        if mail.counter and mail.counter[0] == 0:
+            if cover is not None:
+                raise InputError(source, f"two cover letters: {_label(cover)} and {_label(mail)}")
+            cover = mail
+            continue
+        if not diff:
+            if mail.counter:
+                raise InputError(source, f"{_label(mail)} has no diff")
+            ignored.append(mail.subject)
+            continue
+        if not mail.msg.get("From"):
+            raise InputError(source, f"{_label(mail)} has no From header")
+        patch_mails.append((mail, message, diff, trailer))
+
+    if any(m.counter for m, *_ in patch_mails):
+        # a numbered series: an untagged mail that happens to carry a diff is discussion
+        ignored.extend(m.subject for m, *_ in patch_mails if not m.counter and not m.tagged)
+        patch_mails = [pm for pm in patch_mails if pm[0].counter or pm[0].tagged]
+    if not patch_mails:
+        raise InputError(source, "no patches found (no mail with a diff)")
+    if len(patch_mails) > MAX_PATCHES:
+        raise InputError(source, f"{len(patch_mails)} patches: at most {MAX_PATCHES} per series")
+
+    _check_versions(source, cover, [m for m, *_ in patch_mails])
+    ordered = _order(source, cover, patch_mails)
+
+    patches: list[ParsedPatch] = []
+    base_commit = find_base_commit(_strip_signature(cover.text)) if cover else None
+    for idx, total, (mail, message, diff, trailer) in ordered:
+        if base_commit is None:
+            base_commit = find_base_commit(trailer)
+        author, author_email = clean_address(mail.msg.get("From"))
+        patches.append(
+            ParsedPatch(
+                idx=idx,
+                total=total,
+                subject=mail.subject,
+                author=author,
+                author_email=author_email,
+                date=clean_date(mail.msg.get("Date")),
+                message_id=clean_msgid(mail.msg.get("Message-ID")),
+                in_reply_to=_find_parent(mail.msg),
+                body=message,
+                diff=diff,
+                raw=mail.raw,
+            )
+        )
+
+    head = cover or ordered[0][2][0]
+    submitter, submitter_email = clean_address(head.msg.get("From"))
+    return ParsedSeries(
+        title=head.subject or patches[0].subject,
+        version=head.version,
+        cover_letter=_strip_signature(cover.text).strip("\n") if cover else "",
+        message_id=clean_msgid(head.msg.get("Message-ID")),
+        in_reply_to=_find_parent(head.msg),
+        base_commit=base_commit,
+        submitter=submitter,
+        submitter_email=submitter_email,
+        patches=patches,
+        rfc=any(m.rfc for m in [head, *(m for m, *_ in patch_mails)]),
+        ignored=ignored,
+    )
+
+
+def _find_parent(msg: email.message.Message) -> str | None:
+    parent = clean_msgid(msg.get("In-Reply-To"))
+    if parent:
+        return parent
+    refs = _MSGID.findall(clean_header(msg.get("References")))
+    return refs[-1] if refs else None
+
+
+def _check_versions(source: str, cover: _Mail | None, mails: list[_Mail]) -> None:
+    versions = sorted({m.version for m in ([cover] if cover else []) + mails})
+    if len(versions) > 1:
+        listed = " and ".join(f"v{v}" for v in versions)
+        raise InputError(source, f"mixed versions {listed} in one mbox: send one version")
+
+
+def _order(
+    source: str, cover: _Mail | None, patch_mails: list[tuple[_Mail, str, str, str]]
+) -> list[tuple[int, int, tuple[_Mail, str, str, str]]]:
+    numbered = [pm for pm in patch_mails if pm[0].counter]
+    if not numbered:
+        total = len(patch_mails)
+        if cover and cover.counter and cover.counter[1] != total:
+            raise InputError(
+                source, f"cover letter announces {cover.counter[1]} patches, found {total}"
+            )
+        return [(i + 1, total, pm) for i, pm in enumerate(patch_mails)]
+    for mail, *_ in patch_mails:
+        if not mail.counter and mail.tagged:
+            raise InputError(source, f"{_label(mail)} has no n/N counter unlike the others")
+
+    totals = {pm[0].counter[1] for pm in numbered}
+    if cover and cover.counter:
+        totals.add(cover.counter[1])
+    if len(totals) > 1:
+        listed = ", ".join(str(t) for t in sorted(totals))
+        raise InputError(source, f"patches disagree on the series length ({listed})")
+    total = totals.pop()
+
+    by_idx: dict[int, tuple[_Mail, str, str, str]] = {}
+    for pm in numbered:
+        idx = pm[0].counter[0]
+        if idx > total:
+            raise InputError(source, f"{_label(pm[0])}: index beyond the series length")
+        if idx in by_idx:
+            first = by_idx[idx][0]
+            same_id = clean_msgid(first.msg.get("Message-ID"))
+            if same_id and same_id == clean_msgid(pm[0].msg.get("Message-ID")):
+                continue  # the same mail saved twice
+            raise InputError(source, f"patch {idx}/{total} appears twice")
+        by_idx[idx] = pm
+    missing = [i for i in range(1, total + 1) if i not in by_idx]
+    if missing:
+        listed = ", ".join(f"{i}/{total}" for i in missing)
+        raise InputError(
+            source, f"series of {total} patches has {len(by_idx)}: missing patch {listed}"
+        )
+    return [(i, total, by_idx[i]) for i in range(1, total + 1)]
