@@ -1,1 +1,106 @@
-"""stackbench.web component."""
+"""stackbench.web: the Flask UI and JSON API.
+
+Pages are server-rendered and work without JavaScript (like builds.sr.ht and patchwork);
+scripts only add copy buttons and state polling. Everything reads the same results database as
+the CLI, through :mod:`stackbench.resultsdb`.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from typing import Any
+
+from flask import Flask, g, render_template, request
+from werkzeug.exceptions import HTTPException
+
+from stackbench import config as sb_config
+
+DEFAULTS: dict[str, Any] = {
+    # mboxes of big series stay well under this; the git intake has its own limit
+    "MAX_CONTENT_LENGTH": 8 * 1024 * 1024,
+    "GIT_MAX_CONTENT_LENGTH": 512 * 1024 * 1024,
+    # per user: at most SUBMIT_RATE_COUNT submissions in SUBMIT_RATE_WINDOW seconds
+    "SUBMIT_RATE_COUNT": 20,
+    "SUBMIT_RATE_WINDOW": 3600,
+    "SESSION_COOKIE_HTTPONLY": True,
+    "SESSION_COOKIE_SAMESITE": "Lax",
+    "PAGE_SIZE": 50,
+    "BUILDBOT_URL": os.environ.get("STACKBENCH_BUILDBOT_URL", ""),
+}
+
+
+def _secret_key() -> str:
+    """A per-installation key kept under $STACKBENCH_HOME so all gunicorn workers share it."""
+    env = os.environ.get("STACKBENCH_SECRET_KEY")
+    if env:
+        return env
+    path = sb_config.home() / "web-secret"
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_hex(32))
+    return path.read_text().strip()
+
+
+def create_app(config: dict | None = None) -> Flask:
+    """The application. ``config`` overrides DEFAULTS; ``ENGINE`` may carry a SQLAlchemy
+    engine (tests), else :func:`stackbench.resultsdb.db.engine` is used on first request."""
+    app = Flask(__name__)
+    app.config.update(DEFAULTS)
+    if config:
+        app.config.update(config)
+    if not app.config.get("SECRET_KEY"):
+        app.config["SECRET_KEY"] = _secret_key()
+
+    from stackbench.web import auth, csrf, dbsession
+    from stackbench.web.blueprints import (
+        admin,
+        api,
+        compare,
+        git_http,
+        jobs,
+        machines,
+        regressions,
+        series,
+        submit,
+    )
+    from stackbench.web.blueprints import auth as auth_bp
+
+    dbsession.init_app(app)
+    auth.init_app(app)
+    csrf.init_app(app)
+    for bp in (series, submit, compare, regressions, machines, jobs, auth_bp, admin):
+        app.register_blueprint(bp.bp)
+    app.register_blueprint(api.bp, url_prefix="/api")
+    app.register_blueprint(git_http.bp, url_prefix="/git")
+
+    from stackbench.web import filters
+
+    filters.init_app(app)
+
+    @app.errorhandler(HTTPException)
+    def http_error(exc: HTTPException):
+        if request.path.startswith("/api/"):
+            return {"error": exc.description, "status": exc.code}, exc.code
+        if request.path.startswith("/git/"):
+            return exc
+        return render_template("error.html", error=exc), exc.code
+
+    @app.after_request
+    def security_headers(resp):
+        # no inline scripts or foreign resources: the CSP makes an escaping slip harmless
+        resp.headers.setdefault(
+            "Content-Security-Policy",
+            "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
+            "frame-ancestors 'none'; form-action 'self'",
+        )
+        resp.headers.setdefault("X-Content-Type-Options", "nosniff")
+        resp.headers.setdefault("Referrer-Policy", "same-origin")
+        return resp
+
+    @app.context_processor
+    def globals_():
+        return {"current_user": g.get("user"), "csrf_token": csrf.token}
+
+    return app

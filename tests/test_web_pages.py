@@ -1,0 +1,87 @@
+"""Every page of the web UI against a real PostgreSQL, through Flask's test client."""
+
+from __future__ import annotations
+
+from test_web_support import (
+    add_tree,
+    add_user,
+    login,
+    make_series,
+    populate_results,
+)
+
+pytest_plugins = ["test_web_support"]
+
+
+def test_series_list_newest_first_with_filters_and_strip(eng, client):
+    add_tree(eng, "mm")
+    add_tree(eng, "next")
+    a = make_series(eng, title="older series", tree="mm")
+    b = make_series(eng, title="newer series", tree="next", submitter="Bob", state="done")
+    html = client.get("/").get_data(as_text=True)
+    assert html.index("newer series") < html.index("older series")
+    assert f'href="/series/{a}"' in html and f'href="/series/{b}"' in html
+    assert html.count('class="strip"') >= 2
+    only_mm = client.get("/?tree=mm").get_data(as_text=True)
+    assert "older series" in only_mm and "newer series" not in only_mm
+    by_bob = client.get("/?submitter=bob").get_data(as_text=True)
+    assert "newer series" in by_bob and "older series" not in by_bob
+    done = client.get("/?state=done").get_data(as_text=True)
+    assert "newer series" in done and "older series" not in done
+
+
+def test_series_page_matrix_and_compare_link(eng, client):
+    add_tree(eng)
+    sid = make_series(eng)
+    r = client.get(f"/series/{sid}")
+    html = r.get_data(as_text=True)
+    assert r.status_code == 200
+    assert "Cover text" in html and "mm: patch number 2" in html
+    assert 'http-equiv="refresh"' in html  # pending series refresh without JS
+    populate_results(eng, sid)
+    html = client.get(f"/series/{sid}").get_data(as_text=True)
+    assert "vm-scalability/anon-w-seq" in html
+    assert "done 3/3" in html
+    assert client.get(f"/series/{sid}/state.json").get_json()["commits"][0]["state"] == "done"
+    r = client.get(f"/series/{sid}/compare")
+    assert r.status_code == 302 and "/compare/new?" in r.headers["Location"]
+
+
+def test_missing_things_are_404(eng, client):
+    for path in (
+        "/series/999",
+        "/runs/5",
+        "/builds/5/log",
+        "/regressions/3",
+        "/jobs/4",
+        "/compare/nope",
+    ):
+        assert client.get(path).status_code == 404, path
+
+
+def test_comparison_page_tables_verdicts_plots(eng, client):
+    add_tree(eng)
+    sid = make_series(eng)
+    populate_results(eng, sid, runs=4)
+    r = client.get(f"/series/{sid}/compare", follow_redirects=True)
+    assert r.status_code == 200
+    html = r.get_data(as_text=True)
+    assert "Permanent URL" in html
+    # the last commit lowered throughput (higher is better): flagged as worse
+    assert '<tr class="worse">' in html
+    assert "vm-scalability.throughput" in html
+    assert "<svg" in html and "THP and compaction counters" in html
+    key = r.request.path.rsplit("/", 1)[1]
+    # the permanent URL answers again, from the stored result
+    again = client.get(f"/compare/{key}")
+    assert again.status_code == 200
+
+
+def test_static_pages_render(eng, client):
+    add_user(eng, "root", admin=True)
+    for path in ("/machines", "/jobs", "/regressions", "/compare", "/submit", "/login"):
+        assert client.get(path).status_code == 200, path
+    assert client.get("/admin/").status_code == 302  # sign in first
+    login(client, "root", "pw-alice-1")
+    assert client.get("/admin/").status_code == 200
+    assert client.get("/account").status_code == 200

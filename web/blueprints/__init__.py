@@ -1,0 +1,1 @@
+"""The web UI's blueprints, one per page family."""

@@ -1,0 +1,133 @@
+"""Administration: trees, machines, tracked branches and users (admins only)."""
+
+from __future__ import annotations
+
+import re
+
+from flask import Blueprint, abort, flash, redirect, render_template, request, url_for
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+
+from stackbench.resultsdb.models import AppUser, Machine, TrackedBranch, Tree
+from stackbench.web import dbsession
+from stackbench.web.auth import admin_required
+
+bp = Blueprint("admin", __name__, url_prefix="/admin")
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,99}$")
+_BRANCH_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/\-]{0,199}$")
+
+
+@bp.before_request
+@admin_required
+def _only_admins():
+    return None
+
+
+@bp.route("/")
+def index():
+    s = dbsession.get()
+    return render_template(
+        "admin.html",
+        trees=list(s.scalars(select(Tree).order_by(Tree.name))),
+        machines=list(s.scalars(select(Machine).order_by(Machine.name))),
+        branches=list(s.scalars(select(TrackedBranch).order_by(TrackedBranch.id))),
+        users=list(s.scalars(select(AppUser).order_by(AppUser.name))),
+    )
+
+
+def _commit(what: str):
+    s = dbsession.get()
+    try:
+        s.commit()
+    except IntegrityError:
+        s.rollback()
+        flash(f"{what}: already exists or still in use")
+    else:
+        flash(f"{what}: saved")
+    return redirect(url_for("admin.index"), code=303)
+
+
+@bp.route("/trees", methods=["POST"])
+def add_tree():
+    f = request.form
+    name = f.get("name", "").strip()
+    if not _NAME_RE.match(name):
+        abort(400, "tree name: letters, digits, . _ - (up to 100)")
+    url = f.get("url", "").strip()
+    if url and not re.match(r"^(https?|git|ssh|file)://|^/", url):
+        abort(400, "tree url: http(s)://, git://, ssh://, file:// or an absolute path")
+    dbsession.get().add(Tree(name=name, url=url, default_base=f.get("default_base", "").strip()))
+    return _commit(f"tree {name}")
+
+
+@bp.route("/trees/<int:tree_id>/delete", methods=["POST"])
+def delete_tree(tree_id: int):
+    s = dbsession.get()
+    t = s.get(Tree, tree_id) or abort(404)
+    s.delete(t)
+    return _commit(f"tree {t.name} deleted")
+
+
+@bp.route("/machines", methods=["POST"])
+def add_machine():
+    f = request.form
+    name = f.get("name", "").strip()
+    if not _NAME_RE.match(name):
+        abort(400, "machine name: letters, digits, . _ - (up to 100)")
+    kind = f.get("kind", "qemu")
+    if kind not in ("qemu", "baremetal"):
+        abort(400, "machine kind: qemu or baremetal")
+
+    def num(key: str) -> int | None:
+        raw = f.get(key, "").strip()
+        if not raw:
+            return None
+        if not raw.isdigit():
+            abort(400, f"{key}: a whole number")
+        return int(raw)
+
+    dbsession.get().add(
+        Machine(
+            name=name, kind=kind, cpus=num("cpus"), memory_mb=num("memory_mb"), nodes=num("nodes")
+        )
+    )
+    return _commit(f"machine {name}")
+
+
+@bp.route("/machines/<int:machine_id>/delete", methods=["POST"])
+def delete_machine(machine_id: int):
+    s = dbsession.get()
+    m = s.get(Machine, machine_id) or abort(404)
+    s.delete(m)
+    return _commit(f"machine {m.name} deleted")
+
+
+@bp.route("/branches", methods=["POST"])
+def add_branch():
+    f = request.form
+    s = dbsession.get()
+    tree = s.get(Tree, f.get("tree_id", type=int) or 0)
+    if tree is None:
+        abort(400, "pick a tree")
+    branch = f.get("branch", "").strip()
+    if not _BRANCH_RE.match(branch):
+        abort(400, "branch: a git ref name")
+    jobs = [j for j in re.split(r"[\s,]+", f.get("jobs", "")) if j]
+    s.add(TrackedBranch(tree_id=tree.id, branch=branch, jobs=jobs, enabled=True))
+    return _commit(f"tracked branch {tree.name}:{branch}")
+
+
+@bp.route("/branches/<int:branch_id>/toggle", methods=["POST"])
+def toggle_branch(branch_id: int):
+    s = dbsession.get()
+    b = s.get(TrackedBranch, branch_id) or abort(404)
+    b.enabled = not b.enabled
+    return _commit(f"tracked branch {b.branch} {'enabled' if b.enabled else 'disabled'}")
+
+
+@bp.route("/branches/<int:branch_id>/delete", methods=["POST"])
+def delete_branch(branch_id: int):
+    s = dbsession.get()
+    b = s.get(TrackedBranch, branch_id) or abort(404)
+    s.delete(b)
+    return _commit(f"tracked branch {b.branch} deleted")

@@ -1,0 +1,510 @@
+"""The JSON API under /api/: series, patches, kernels, runs, samples, comparisons,
+regressions, machines and jobs to read; submissions and result uploads with a token.
+
+Errors are JSON objects ``{"error": "...", "status": N}``; the OpenAPI document at
+/api/openapi.json describes every route.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, Response, abort, g, request, url_for
+from sqlalchemy import func, select
+
+from stackbench.errors import InputError, StackbenchError
+from stackbench.resultsdb import ingest
+from stackbench.resultsdb.models import (
+    Bisect,
+    Job,
+    KernelBuild,
+    Machine,
+    Metric,
+    Patch,
+    Regression,
+    Run,
+    RunLog,
+    Sample,
+    Series,
+)
+from stackbench.web import comparisons, dbsession, progress, submission, uploads
+from stackbench.web.auth import login_required, worker_required
+from stackbench.web.blueprints.series import filtered_series, load_series
+
+bp = Blueprint("api", __name__)
+MAX_LIMIT = 500
+
+
+def _iso(ts) -> str | None:
+    return ts.isoformat() if ts is not None else None
+
+
+def _limit() -> tuple[int, int]:
+    limit = min(max(request.args.get("limit", 100, type=int) or 100, 1), MAX_LIMIT)
+    offset = max(request.args.get("offset", 0, type=int) or 0, 0)
+    return limit, offset
+
+
+def series_json(x: Series, commits: list[progress.Commit] | None = None) -> dict[str, Any]:
+    d: dict[str, Any] = {
+        "id": x.id,
+        "url": url_for("series.show", series_id=x.id, _external=True),
+        "title": x.title,
+        "version": x.version,
+        "tree": x.tree.name if x.tree else None,
+        "submitter": x.submitter,
+        "submitter_email": x.submitter_email,
+        "base_ref": x.base_ref,
+        "base_commit": x.base_commit,
+        "state": x.state,
+        "error": x.error,
+        "source": x.source,
+        "message_id": x.message_id,
+        "jobs": (x.meta or {}).get("jobs", []),
+        "runs": (x.meta or {}).get("runs"),
+        "created_at": _iso(x.created_at),
+        "patches": [
+            {
+                "id": p.id,
+                "idx": p.idx,
+                "total": p.total,
+                "subject": p.subject,
+                "commit": p.commit_sha,
+                "state": p.state,
+            }
+            for p in x.patches
+        ],
+    }
+    if commits is not None:
+        d["commits"] = [
+            {
+                "label": c.label,
+                "sha": c.sha,
+                "state": c.state,
+                "kernel": c.build.id if c.build else None,
+                "jobs": {
+                    str(j): {"state": cell.state, "runs": [r.id for r in cell.runs]}
+                    for j, cell in c.cells.items()
+                },
+            }
+            for c in commits
+        ]
+    return d
+
+
+@bp.route("/")
+def index():
+    return {
+        "openapi": url_for("api.openapi", _external=True),
+        "series": url_for("api.series_list", _external=True),
+        "kernels": url_for("api.kernels", _external=True),
+        "runs": url_for("api.runs", _external=True),
+        "comparisons": url_for("api.comparison_create", _external=True),
+        "regressions": url_for("api.regressions", _external=True),
+        "machines": url_for("api.machines", _external=True),
+        "jobs": url_for("api.jobs", _external=True),
+    }
+
+
+@bp.route("/openapi.json")
+def openapi():
+    from stackbench.web.openapi import document
+
+    return document(request.host_url.rstrip("/"))
+
+
+@bp.route("/series", methods=["GET"])
+def series_list():
+    limit, offset = _limit()
+    page = offset // limit + 1
+    f = {k: request.args.get(k, "").strip() for k in ("tree", "submitter", "state")}
+    rows, more = filtered_series(**f, page=page, size=limit)
+    commits = progress.commits_of(dbsession.get(), rows)
+    return {"series": [series_json(x, commits[x.id]) for x in rows], "more": more}
+
+
+@bp.route("/series", methods=["POST"])
+@login_required
+def series_create():
+    if request.is_json:
+        body = request.get_json(silent=True)
+        if not isinstance(body, dict):
+            abort(400, "body must be a JSON object")
+        mbox = body.get("mbox", "")
+        if not isinstance(mbox, str):
+            abort(400, "mbox must be a string (the mbox text)")
+        data = mbox.encode()
+        jobs = body.get("jobs") or []
+        fields = body
+    else:
+        fields = request.form
+        up = request.files.get("mbox")
+        data = up.read() if up else fields.get("mbox", "").encode()
+        jobs = fields.getlist("jobs") if hasattr(fields, "getlist") else []
+    if not isinstance(jobs, list) or not all(isinstance(j, str) for j in jobs):
+        abort(400, "jobs must be a list of job names")
+    try:
+        runs = submission.clean_runs(fields.get("runs", submission.DEFAULT_RUNS))
+    except InputError as exc:
+        return {"error": f"runs: {exc.what}", "fields": {"runs": exc.what}, "status": 400}, 400
+    s = dbsession.get()
+    req = submission.Request(
+        mbox=data,
+        tree=str(fields.get("tree") or ""),
+        base=str(fields.get("base") or ""),
+        jobs=jobs,
+        runs=runs,
+        source="api",
+        filename="api upload",
+    )
+    try:
+        x = submission.submit(s, g.user, req)
+    except submission.FieldErrors as exc:
+        s.rollback()
+        status = 429 if "submit" in exc.errors else 400
+        return {"error": str(exc), "fields": exc.errors, "status": status}, status
+    s.commit()
+    x = load_series(x.id)
+    return series_json(x), 201, {"Location": url_for("api.series_get", series_id=x.id)}
+
+
+@bp.route("/series/<int:series_id>")
+def series_get(series_id: int):
+    x = load_series(series_id)
+    return series_json(x, progress.commits_of(dbsession.get(), [x])[x.id])
+
+
+def patch_json(p: Patch, full: bool = False) -> dict[str, Any]:
+    d = {
+        "id": p.id,
+        "series": p.series_id,
+        "idx": p.idx,
+        "total": p.total,
+        "subject": p.subject,
+        "author": p.author,
+        "author_email": p.author_email,
+        "date": p.date,
+        "message_id": p.message_id,
+        "commit": p.commit_sha,
+        "state": p.state,
+        "error": p.error,
+    }
+    if full:
+        d.update(body=p.body, diff=p.diff)
+    return d
+
+
+@bp.route("/series/<int:series_id>/patches")
+def series_patches(series_id: int):
+    x = load_series(series_id)
+    return {"patches": [patch_json(p) for p in x.patches]}
+
+
+@bp.route("/patches/<int:patch_id>")
+def patch_get(patch_id: int):
+    p = dbsession.get().get(Patch, patch_id)
+    if p is None:
+        abort(404, f"no patch {patch_id}")
+    return patch_json(p, full=True)
+
+
+def kernel_json(b: KernelBuild) -> dict[str, Any]:
+    return {
+        "id": b.id,
+        "commit": b.commit,
+        "name": b.name,
+        "config_name": b.config_name,
+        "config_hash": b.config_hash,
+        "compiler": b.compiler,
+        "status": b.status,
+        "series": b.series_id,
+        "patch": b.patch_id,
+        "duration_s": b.duration_s,
+        "log": url_for("series.build_log", build_id=b.id, _external=True),
+        "created_at": _iso(b.created_at),
+    }
+
+
+@bp.route("/kernels")
+def kernels():
+    limit, offset = _limit()
+    q = select(KernelBuild).order_by(KernelBuild.id.desc())
+    if (sid := request.args.get("series", type=int)) is not None:
+        q = q.where(KernelBuild.series_id == sid)
+    if commit := request.args.get("commit"):
+        q = q.where(KernelBuild.commit.startswith(commit, autoescape=True))
+    rows = dbsession.get().scalars(q.offset(offset).limit(limit))
+    return {"kernels": [kernel_json(b) for b in rows]}
+
+
+@bp.route("/kernels/<int:build_id>")
+def kernel_get(build_id: int):
+    b = dbsession.get().get(KernelBuild, build_id)
+    if b is None:
+        abort(404, f"no kernel {build_id}")
+    return kernel_json(b)
+
+
+def run_json(r: Run, logs: list[str] | None = None) -> dict[str, Any]:
+    d = {
+        "id": r.id,
+        "job": r.job_id,
+        "kernel": r.build_id,
+        "machine": r.machine_id,
+        "iteration": r.iteration,
+        "status": r.status,
+        "source": r.source,
+        "started_at": _iso(r.started_at),
+        "finished_at": _iso(r.finished_at),
+        "duration_s": r.duration_s,
+        "error": r.error,
+        "idempotency_key": r.idempotency_key,
+        "samples": url_for("api.run_samples", run_id=r.id, _external=True),
+    }
+    if logs is not None:
+        d["logs"] = {
+            n: url_for("series.run_log", run_id=r.id, name=n, _external=True) for n in logs
+        }
+        d["sysstate"] = r.sysstate
+    return d
+
+
+@bp.route("/runs", methods=["GET"])
+def runs():
+    limit, offset = _limit()
+    q = select(Run).order_by(Run.id.desc())
+    for arg, col in (("kernel", Run.build_id), ("job", Run.job_id), ("machine", Run.machine_id)):
+        if (v := request.args.get(arg, type=int)) is not None:
+            q = q.where(col == v)
+    if st := request.args.get("status"):
+        q = q.where(Run.status == st)
+    return {"runs": [run_json(r) for r in dbsession.get().scalars(q.offset(offset).limit(limit))]}
+
+
+@bp.route("/runs/<int:run_id>")
+def run_get(run_id: int):
+    s = dbsession.get()
+    r = s.get(Run, run_id)
+    if r is None:
+        abort(404, f"no run {run_id}")
+    logs = list(s.scalars(select(RunLog.name).where(RunLog.run_id == run_id)))
+    return run_json(r, logs)
+
+
+@bp.route("/runs/<int:run_id>/samples")
+def run_samples(run_id: int):
+    s = dbsession.get()
+    if s.get(Run, run_id) is None:
+        abort(404, f"no run {run_id}")
+    out: dict[str, list[float]] = {}
+    rows = s.execute(
+        select(Metric.name, Sample.value)
+        .join(Metric, Metric.id == Sample.metric_id)
+        .where(Sample.run_id == run_id)
+        .order_by(Metric.name, Sample.seq)
+    )
+    for name, value in rows:
+        out.setdefault(name, []).append(value)
+    return {"run": run_id, "samples": out}
+
+
+@bp.route("/runs", methods=["POST"])
+@worker_required
+def runs_upload():
+    """One run (a RunData object) or {"runs": [...]}; each stored in its own transaction,
+    all validated first. A known idempotency key answers 200 with the existing run id."""
+    body = request.get_json(silent=True)
+    if body is None:
+        abort(400, "body must be JSON (Content-Type: application/json)")
+    many = isinstance(body, dict) and "runs" in body
+    items = body["runs"] if many else [body]
+    if not isinstance(items, list) or not items:
+        abort(400, "runs must be a non-empty list")
+    try:
+        datas = [
+            uploads.parse_run(it, f"runs[{i}]" if many else "run") for i, it in enumerate(items)
+        ]
+    except InputError as exc:
+        return {"error": str(exc), "status": 400}, 400
+    eng = dbsession.engine()
+    results = []
+    for d in datas:
+        rid = ingest.ingest_run(eng, d)
+        created = rid is not None
+        if rid is None:
+            rid = dbsession.get().scalar(select(Run.id).where(Run.idempotency_key == d.key()))
+        results.append({"id": rid, "created": created, "idempotency_key": d.key()})
+    if many:
+        status = 201 if any(r["created"] for r in results) else 200
+        return {"runs": results}, status
+    return results[0], 201 if results[0]["created"] else 200
+
+
+@bp.route("/comparisons", methods=["POST"])
+def comparison_create():
+    body = request.get_json(silent=True)
+    if not isinstance(body, dict) or not isinstance(body.get("kernels"), list):
+        abort(400, 'body must be {"kernels": [base, ...], "all_rows": false, "suite": null}')
+    refs = [str(k) for k in body["kernels"]]
+    opts = comparisons.Options(all_rows=bool(body.get("all_rows")), suite=body.get("suite"))
+    s = dbsession.get()
+    try:
+        ids = comparisons.resolve_builds(s, refs)
+    except StackbenchError as exc:
+        s.rollback()
+        return {"error": str(exc), "status": 404}, 404
+    comp = comparisons.get_or_create(s, ids, opts)
+    s.commit()
+    return comparison_links(comp.key), 201
+
+
+def comparison_links(key: str) -> dict[str, Any]:
+    return {
+        "key": key,
+        "url": url_for("compare.show", key=key, _external=True),
+        "api": url_for("api.comparison_get", key=key, _external=True),
+        "tables": {
+            st: url_for("api.comparison_table", key=key, style=st, _external=True)
+            for st in comparisons.STYLES
+        },
+    }
+
+
+def _load_comparison(key: str):
+    from stackbench.resultsdb.models import Comparison
+
+    s = dbsession.get()
+    comp = s.scalars(select(Comparison).where(Comparison.key == key)).one_or_none()
+    if comp is None:
+        abort(404, f"no comparison '{key}'")
+    return comp, comparisons.ensure_result(dbsession.engine(), s, comp)
+
+
+@bp.route("/comparisons/<key>")
+def comparison_get(key: str):
+    comp, result = _load_comparison(key)
+    return {
+        **comparison_links(key),
+        "options": comp.params,
+        "kernels": result.get("kernels", []),
+        "errors": result.get("errors", {}),
+        "metrics": [
+            {k: m[k] for k in ("job", "metric", "unit", "higher_is_better", "values", "verdicts")}
+            for m in result.get("metrics", [])
+        ],
+    }
+
+
+@bp.route("/comparisons/<key>/tables/<style>")
+def comparison_table(key: str, style: str):
+    if style not in comparisons.STYLES:
+        abort(404, f"unknown table style '{style}' (lkp, mmtests, stackbench)")
+    _comp, result = _load_comparison(key)
+    tables = result.get("tables", {})
+    if style == "mmtests":
+        text = "\n".join(t["text"] for t in tables.get("mmtests", []))
+    else:
+        text = tables.get(style) or ""
+    if not text:
+        msg = result.get("errors", {}).get(style) or result.get("errors", {}).get("all")
+        abort(404, msg or f"no {style} table for this comparison")
+    if request.args.get("format") == "text" or request.accept_mimetypes.best == "text/plain":
+        return Response(text, mimetype="text/plain")
+    return {"key": key, "style": style, "text": text}
+
+
+def regression_json(r: Regression, full: bool = False) -> dict[str, Any]:
+    d = {
+        "id": r.id,
+        "tree": r.tree_id,
+        "branch": r.branch,
+        "job": r.job_id,
+        "metric": r.metric_id,
+        "good": r.good_build_id,
+        "bad": r.bad_build_id,
+        "change_pct": r.change_pct,
+        "ci": [r.ci_low, r.ci_high],
+        "confidence": r.confidence,
+        "verdict": r.verdict,
+        "state": r.state,
+        "culprit": r.culprit,
+        "created_at": _iso(r.created_at),
+        "url": url_for("regressions.show", reg_id=r.id, _external=True),
+    }
+    if full:
+        bis = dbsession.get().scalars(select(Bisect).where(Bisect.regression_id == r.id))
+        d["bisects"] = [
+            {
+                "id": b.id,
+                "state": b.state,
+                "good": b.good,
+                "bad": b.bad,
+                "steps": b.steps,
+                "culprit": b.culprit,
+                "confidence": b.confidence,
+                "kernels_built": b.kernels_built,
+            }
+            for b in bis
+        ]
+        d["table"] = (r.meta or {}).get("table")
+    return d
+
+
+@bp.route("/regressions")
+def regressions():
+    limit, offset = _limit()
+    q = select(Regression).order_by(Regression.id.desc())
+    if st := request.args.get("state"):
+        q = q.where(Regression.state == st)
+    rows = dbsession.get().scalars(q.offset(offset).limit(limit))
+    return {"regressions": [regression_json(r) for r in rows]}
+
+
+@bp.route("/regressions/<int:reg_id>")
+def regression_get(reg_id: int):
+    r = dbsession.get().get(Regression, reg_id)
+    if r is None:
+        abort(404, f"no regression {reg_id}")
+    return regression_json(r, full=True)
+
+
+@bp.route("/machines")
+def machines():
+    rows = dbsession.get().scalars(select(Machine).order_by(Machine.name))
+    return {
+        "machines": [
+            {
+                "id": m.id,
+                "name": m.name,
+                "kind": m.kind,
+                "cpus": m.cpus,
+                "memory_mb": m.memory_mb,
+                "nodes": m.nodes,
+                "state": m.state,
+                "last_seen": _iso(m.last_seen),
+            }
+            for m in rows
+        ]
+    }
+
+
+@bp.route("/jobs")
+def jobs():
+    s = dbsession.get()
+    counts = dict(s.execute(select(Run.job_id, func.count()).group_by(Run.job_id)).all())
+    rows = s.scalars(select(Job).order_by(Job.suite, Job.params_key))
+    return {
+        "jobs": [
+            {
+                "id": j.id,
+                "suite": j.suite,
+                "test": j.test,
+                "params": j.params,
+                "suite_version": j.suite_version,
+                "runner": j.runner,
+                "runs": counts.get(j.id, 0),
+            }
+            for j in rows
+        ],
+        "definitions": submission.job_choices(s),
+    }

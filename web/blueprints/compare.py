@@ -1,0 +1,137 @@
+"""Comparison pages: pick kernels, then the LKP and mmtests tables, the verdict view and plots
+at a permanent URL (/compare/<key>)."""
+
+from __future__ import annotations
+
+from flask import Blueprint, Response, abort, redirect, render_template, request, url_for
+from markupsafe import Markup
+from sqlalchemy import select
+
+from stackbench.errors import StackbenchError
+from stackbench.resultsdb.models import Comparison, KernelBuild
+from stackbench.web import comparisons, dbsession, plots
+
+bp = Blueprint("compare", __name__)
+INLINE_PLOTS = 24
+
+
+@bp.route("/compare")
+def pick():
+    s = dbsession.get()
+    recent = list(s.scalars(select(KernelBuild).order_by(KernelBuild.id.desc()).limit(40)))
+    return render_template("compare_pick.html", recent=recent, error=None, kernels="")
+
+
+@bp.route("/compare/new")
+def create():
+    refs = [r for k in request.args.getlist("k") for r in k.split()]
+    opts = comparisons.Options(
+        all_rows=request.args.get("all") in ("1", "on", "true"),
+        suite=request.args.get("suite") or None,
+    )
+    s = dbsession.get()
+    try:
+        ids = comparisons.resolve_builds(s, refs)
+    except StackbenchError as exc:
+        s.rollback()
+        recent = list(s.scalars(select(KernelBuild).order_by(KernelBuild.id.desc()).limit(40)))
+        return (
+            render_template(
+                "compare_pick.html", recent=recent, error=str(exc), kernels=" ".join(refs)
+            ),
+            400,
+        )
+    comp = comparisons.get_or_create(s, ids, opts)
+    s.commit()
+    return redirect(url_for("compare.show", key=comp.key), code=303)
+
+
+def load(key: str) -> tuple[Comparison, dict]:
+    s = dbsession.get()
+    comp = s.scalars(select(Comparison).where(Comparison.key == key)).one_or_none()
+    if comp is None:
+        abort(404, f"no comparison '{key}'")
+    return comp, comparisons.ensure_result(dbsession.engine(), s, comp)
+
+
+def _sig_key(row: dict) -> tuple:
+    worst = min((v.get("p") if v.get("p") is not None else 1.0) for v in row["verdicts"] or [{}])
+    flagged = any(v.get("verdict") in ("worse", "better", "changed") for v in row["verdicts"])
+    return (not flagged, worst)
+
+
+def _fragment(comp: Comparison, result: dict) -> str:
+    labels = [k["label"] for k in result["kernels"]]
+    metrics = result.get("metrics", [])
+    flagged = [
+        m
+        for m in metrics
+        if any(v.get("verdict") in ("worse", "better", "changed") for v in m["verdicts"])
+    ]
+    ordered = sorted(metrics, key=_sig_key)
+    inline, lazy = [], []
+    counters = [m for m in metrics if m["counter"]]
+    for m in ordered:
+        if m["counter"]:
+            continue
+        if len(inline) < INLINE_PLOTS:
+            svg = plots.runs_plot(f"{m['metric']}", labels, m["values"], m["unit"])
+            inline.append({"m": m, "svg": svg})
+        else:
+            lazy.append(m)
+    charts = [{"m": m, "svg": plots.bar_chart(m["metric"], labels, m["values"])} for m in counters]
+    return render_template(
+        "_compare_body.html",
+        comp=comp,
+        result=result,
+        labels=labels,
+        flagged=flagged,
+        ordered=ordered,
+        inline=inline,
+        lazy=lazy,
+        charts=charts,
+    )
+
+
+@bp.route("/compare/<key>")
+def show(key: str):
+    comp, result = load(key)
+    ck = (comp.key, result.get("fingerprint", ""), "page")
+    body = comparisons.CACHE.get(ck)
+    if body is None:
+        body = _fragment(comp, result)
+        comparisons.CACHE.put(ck, body)
+    return render_template("compare.html", comp=comp, result=result, body=Markup(body))
+
+
+@bp.route("/compare/<key>/<style>.txt")
+def text_table(key: str, style: str):
+    _comp, result = load(key)
+    tables = result.get("tables", {})
+    if style == "mmtests":
+        out = "\n".join(t["text"] for t in tables.get("mmtests", []))
+    elif style in ("lkp", "stackbench"):
+        out = tables.get(style) or ""
+    else:
+        abort(404, f"unknown table style '{style}'")
+    if not out:
+        abort(404, result.get("errors", {}).get(style) or f"no {style} table for this comparison")
+    return Response(out, mimetype="text/plain")
+
+
+@bp.route("/compare/<key>/plot/<int:job_id>/<int:metric_id>.svg")
+def plot(key: str, job_id: int, metric_id: int):
+    _comp, result = load(key)
+    labels = [k["label"] for k in result["kernels"]]
+    for m in result.get("metrics", []):
+        if m["job_id"] == job_id and m["metric_id"] == metric_id:
+            draw = plots.bar_chart if m["counter"] else plots.runs_plot
+            svg = (
+                draw(m["metric"], labels, m["values"])
+                if m["counter"]
+                else draw(m["metric"], labels, m["values"], m["unit"])
+            )
+            return Response(
+                str(svg), mimetype="image/svg+xml", headers={"Cache-Control": "public, max-age=60"}
+            )
+    abort(404, "no such metric in this comparison")

@@ -1,0 +1,78 @@
+"""The submit form: upload or paste an mbox, pick tree, base, jobs and runs."""
+
+from __future__ import annotations
+
+from flask import Blueprint, g, redirect, render_template, request, url_for
+from sqlalchemy import select
+
+from stackbench.resultsdb.models import Tree
+from stackbench.web import dbsession, submission
+from stackbench.web.auth import login_required
+
+bp = Blueprint("submit", __name__)
+
+
+def _render(errors: dict[str, str], values: dict, status: int = 200):
+    s = dbsession.get()
+    trees = list(s.scalars(select(Tree).order_by(Tree.name)))
+    return (
+        render_template(
+            "submit.html",
+            trees=trees,
+            jobs=submission.job_choices(s),
+            errors=errors,
+            v=values,
+            max_runs=submission.MAX_RUNS,
+        ),
+        status,
+    )
+
+
+@bp.route("/submit", methods=["GET"])
+def form():
+    return _render({}, {"runs": submission.DEFAULT_RUNS, "jobs": []})
+
+
+@bp.route("/submit", methods=["POST"])
+@login_required
+def post():
+    f = request.form
+    values = {
+        "tree": f.get("tree", ""),
+        "base": f.get("base", ""),
+        "jobs": f.getlist("jobs"),
+        "runs": f.get("runs", ""),
+        "mbox_text": f.get("mbox_text", ""),
+    }
+    upload = request.files.get("mbox")
+    data = upload.read() if upload and upload.filename else b""
+    filename = upload.filename if upload and upload.filename else "pasted mbox"
+    if not data:
+        data = values["mbox_text"].replace("\r\n", "\n").encode()
+    errors: dict[str, str] = {}
+    try:
+        runs = submission.clean_runs(values["runs"])
+    except submission.InputError as exc:
+        errors["runs"] = exc.what
+        runs = submission.DEFAULT_RUNS
+    s = dbsession.get()
+    req = submission.Request(
+        mbox=data,
+        tree=values["tree"],
+        base=values["base"],
+        jobs=values["jobs"],
+        runs=runs,
+        source="web",
+        filename=filename,
+    )
+    try:
+        if errors:
+            raise submission.FieldErrors(errors)
+        series = submission.submit(s, g.user, req)
+    except submission.FieldErrors as exc:
+        s.rollback()
+        merged = {**exc.errors, **errors}
+        status = 429 if "rate limit" in merged.get("submit", "") else 400
+        return _render(merged, values, status)
+    s.commit()
+    return redirect(url_for("series.show", series_id=series.id), code=303)

@@ -1,0 +1,258 @@
+"""Comparisons: a set of kernels (base first) and table options, saved under a permanent key.
+
+The rendered tables, verdicts and plot data are kept in ``comparison.result`` together with a
+fingerprint of the runs they came from; a page view recomputes only when runs were added or
+removed since, so the comparison page costs two small queries once computed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Engine, select, text
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.orm import Session
+
+from stackbench.errors import NotFoundError, StackbenchError
+from stackbench.resultsdb import query
+from stackbench.resultsdb.models import Comparison, KernelBuild
+
+log = logging.getLogger(__name__)
+
+STYLES = ("lkp", "mmtests", "stackbench")
+MMTESTS_VIEWS = (
+    ("table", "latency"),
+    ("table", "counts"),
+    ("table", "locality"),
+    ("monitor", "duration"),
+    ("monitor", "vmstat"),
+)
+# vmstat counters shown as charts (THP and compaction activity)
+COUNTER_PREFIXES = ("proc-vmstat.", "vmstat.", "mmtests-vmstat.")
+COUNTER_WORDS = (
+    "thp_",
+    "compact_",
+    "pgmigrate_",
+    "THP ",
+    "Compaction",
+    "Page migrate",
+    "Kcompactd",
+)
+
+
+@dataclass(frozen=True)
+class Options:
+    all_rows: bool = False
+    suite: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"all_rows": self.all_rows, "suite": self.suite}
+
+
+def comparison_key(build_ids: list[int], opts: Options) -> str:
+    raw = json.dumps([build_ids, opts.as_dict()], sort_keys=True)
+    return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+
+def resolve_builds(s: Session, refs: list[str]) -> list[int]:
+    """Build ids for refs: ``#ID`` or a commit, unique prefix or name (query's rules)."""
+    ids = []
+    conn = s.connection()
+    for ref in refs:
+        ref = ref.strip()
+        if not ref:
+            continue
+        if ref.startswith("#") and ref[1:].isdigit():
+            if s.get(KernelBuild, int(ref[1:])) is None:
+                raise NotFoundError(f"unknown kernel build {ref}")
+            ids.append(int(ref[1:]))
+        else:
+            ids.append(query.resolve_kernel(conn, ref).id)
+    if not ids:
+        raise StackbenchError("pick at least one kernel (base first)")
+    if len(set(ids)) != len(ids):
+        raise StackbenchError("a kernel appears twice in the comparison")
+    return ids
+
+
+def get_or_create(s: Session, build_ids: list[int], opts: Options) -> Comparison:
+    key = comparison_key(build_ids, opts)
+    s.execute(
+        insert(Comparison)
+        .values(key=key, build_ids=build_ids, params=opts.as_dict(), result={})
+        .on_conflict_do_nothing(index_elements=["key"])
+    )
+    return s.scalars(select(Comparison).where(Comparison.key == key)).one()
+
+
+def fingerprint(conn, build_ids: list[int]) -> str:
+    n, mx = conn.execute(
+        text("SELECT count(*), coalesce(max(id), 0) FROM run WHERE build_id = ANY(:ids)"),
+        {"ids": build_ids},
+    ).one()
+    return f"{n}:{mx}"
+
+
+def kernels_of(conn, build_ids: list[int]) -> list[query.Kernel]:
+    rows = conn.execute(
+        text(
+            "SELECT id, commit, name, config_name, compiler FROM kernel_build WHERE id = ANY(:ids)"
+        ),
+        {"ids": build_ids},
+    ).all()
+    by_id = {r[0]: query.Kernel(*r) for r in rows}
+    return [by_id[i] for i in build_ids if i in by_id]
+
+
+def _render_tables(ds: query.Dataset, opts: Options) -> tuple[dict[str, Any], dict[str, str]]:
+    tables: dict[str, Any] = {"mmtests": []}
+    errors: dict[str, str] = {}
+    try:
+        from stackbench.resultsdb.tables import lkp
+
+        tables["lkp"] = lkp.render(ds, all_rows=opts.all_rows)
+    except ImportError:
+        errors["lkp"] = "the LKP table renderer is not installed on this server"
+    except StackbenchError as exc:
+        errors["lkp"] = str(exc)
+    try:
+        from stackbench.resultsdb.tables import mmtests
+    except ImportError:
+        errors["mmtests"] = "the mmtests table renderer is not installed on this server"
+    else:
+        msgs = []
+        for kind, name in MMTESTS_VIEWS:
+            try:
+                kw = {"table": name} if kind == "table" else {"table": None, "monitor": name}
+                out = mmtests.render(ds, **kw)
+            except StackbenchError as exc:
+                msgs.append(f"{name}: {exc}")
+                continue
+            if out.strip():
+                tables["mmtests"].append({"name": f"{kind} {name}", "text": out})
+        if not tables["mmtests"] and msgs:
+            errors["mmtests"] = "; ".join(msgs)
+    try:
+        from stackbench.resultsdb.tables import verdict
+
+        tables["stackbench"] = verdict.render(ds)
+    except ImportError:
+        errors["stackbench"] = "the stackbench verdict renderer is not installed on this server"
+    except StackbenchError as exc:
+        errors["stackbench"] = str(exc)
+    return tables, errors
+
+
+def _per_run(ds: query.Dataset, job_id: int, metric_id: int) -> list[list[float]]:
+    """Per kernel, one value per run (the mean of that run's samples), in run order."""
+    per_build = ds.values.get((job_id, metric_id), {})
+    out = []
+    for k in ds.kernels:
+        runs = per_build.get(k.id, {})
+        order = sorted(runs, key=lambda rid: (ds.runs[rid].iteration, rid))
+        out.append([sum(runs[r]) / len(runs[r]) for r in order if runs[r]])
+    return out
+
+
+def is_counter(name: str) -> bool:
+    return name.startswith(COUNTER_PREFIXES) and any(w in name for w in COUNTER_WORDS)
+
+
+def compute(eng: Engine, build_ids: list[int], opts: Options) -> dict[str, Any]:
+    with eng.connect() as conn:
+        fp = fingerprint(conn, build_ids)
+        kernels = kernels_of(conn, build_ids)
+        ds = query.load(conn, kernels, suite=opts.suite)
+    result: dict[str, Any] = {
+        "fingerprint": fp,
+        "kernels": [{"id": k.id, "commit": k.commit, "label": k.label} for k in kernels],
+        "tables": {},
+        "errors": {},
+        "metrics": [],
+    }
+    if not ds.runs:
+        result["errors"]["all"] = "no finished runs stored for these kernels yet"
+        return result
+    result["tables"], result["errors"] = _render_tables(ds, opts)
+    from stackbench.web import verdicts
+
+    rows = []
+    for (job_id, metric_id), _ in sorted(ds.values.items()):
+        job = ds.jobs[job_id]
+        met = ds.metrics[metric_id]
+        vals = _per_run(ds, job_id, metric_id)
+        judged = verdicts.judge(vals, met.higher_is_better)
+        rows.append(
+            {
+                "job": f"{job.suite}/{job.test}" if job.test else job.suite,
+                "job_id": job_id,
+                "metric": met.name,
+                "metric_id": metric_id,
+                "unit": met.unit,
+                "higher_is_better": met.higher_is_better,
+                "counter": is_counter(met.name),
+                "values": vals,
+                "verdicts": judged,
+            }
+        )
+    verdicts.control_fdr(rows)
+    result["metrics"] = rows
+    return result
+
+
+def ensure_result(eng: Engine, s: Session, comp: Comparison) -> dict[str, Any]:
+    """The comparison's stored result, recomputed (and saved) when its runs changed."""
+    opts = Options(**{k: v for k, v in (comp.params or {}).items() if k in ("all_rows", "suite")})
+    with eng.connect() as conn:
+        fp = fingerprint(conn, comp.build_ids)
+    if comp.result and comp.result.get("fingerprint") == fp:
+        return comp.result
+    result = compute(eng, comp.build_ids, opts)
+    comp.result = _finite(result)
+    s.commit()
+    return comp.result
+
+
+def _finite(obj: Any) -> Any:
+    # JSONB has no NaN or infinity
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+class RenderCache:
+    """Rendered HTML fragments per (comparison key, fingerprint): a page view after the first
+    one skips template rendering of hundreds of rows and plots."""
+
+    def __init__(self, size: int = 64) -> None:
+        self.size = size
+        self._d: OrderedDict[tuple[str, str, str], str] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, str, str]) -> str | None:
+        with self._lock:
+            v = self._d.get(key)
+            if v is not None:
+                self._d.move_to_end(key)
+            return v
+
+    def put(self, key: tuple[str, str, str], value: str) -> None:
+        with self._lock:
+            self._d[key] = value
+            self._d.move_to_end(key)
+            while len(self._d) > self.size:
+                self._d.popitem(last=False)
+
+
+CACHE = RenderCache()
