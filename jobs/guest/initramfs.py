@@ -238,7 +238,7 @@ def build_initramfs(
     out.parent.mkdir(parents=True, exist_ok=True)
     with (
         tempfile.NamedTemporaryFile(dir=out.parent, prefix=f".{out.name}.", delete=False) as tf,
-        gzip.GzipFile(fileobj=tf, mode="wb", mtime=0, compresslevel=6) as gz,
+        gzip.GzipFile(filename="", fileobj=tf, mode="wb", mtime=0, compresslevel=6) as gz,
     ):
         gz.write(data)
     os.replace(tf.name, out)

@@ -3,12 +3,14 @@
 # threads-<N>.log into the run's output directory, over a fresh sparse file of mapsize
 # bytes (its page cache fills the holes punched in the anonymous memory).
 #
-# In: THREADS ("1 3 4"), MAP_PERMILLE, MADVISE, SB_BIN, SB_WORK, SB_OUT.
+# In: THREADS ("1 3 4"), MAP_PERMILLE (MAP_BYTES overrides it), MADVISE, SB_BIN, SB_WORK,
+#     SB_OUT.
 set -u
 
 hpage=2097152
 memtotal_kb=$(awk '$1 == "MemTotal:" { print $2 }' /proc/meminfo)
 mapsize=$((memtotal_kb * 1024 / 1000 * MAP_PERMILLE / hpage * hpage))
+[ -z "${MAP_BYTES:-}" ] || mapsize=$((MAP_BYTES / hpage * hpage))
 file=$SB_WORK/thpscale-file
 echo "thpscale: mapsize $mapsize bytes, threads $THREADS, madvise $MADVISE"
 

@@ -1,0 +1,243 @@
+"""Guest results -> RunData: one per (sub-job, run), parsed with the suites' own rules.
+
+The guest leaves ``<results>/<sub-job name>/<run>/`` per run (see jobs/guest/init.sh):
+``output`` and ``stderr`` of the suite runner, files the suite writes (``threads-N.log``,
+``passN.log``), ``<proc file>.before|after`` snapshots and ``status`` (rc, epochs, uptimes).
+
+Samples use the names the importers use, so LKP and mmtests tables render our runs the same
+way as imported ones: ``vm-scalability.*`` (LKP's parse), ``thpscale.<name>`` and
+``stress-highalloc.passN`` (mmtests' extraction), ``mmtests-vmstat.<counter>`` (the /proc/vmstat
+delta over the run) and ``duration.elapsed``. A run whose output is missing or garbled comes
+back with a non-``done`` status and a one-line error instead of stopping the collection.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+from stackbench.errors import InputError
+from stackbench.jobs.definitions import SubJob
+from stackbench.jobs.guest.initramfs import GuestPlan, as_plan
+from stackbench.jobs.parsers import highalloc, mmtests_logs, thpscale, vm_scalability
+from stackbench.resultsdb import metrics
+from stackbench.resultsdb.ingest import KernelSpec, MachineSpec, RunData
+
+metrics.register(r"^mmtests-vmstat\.", "count", None, "count")
+metrics.register(r"^stress-highalloc\.pass\d+$", "%", True, "percent")
+metrics.register(r"^stress-highalloc\.latency-pass\d+$", "ns", False, "latency")
+
+SNAPSHOTS = ("vmstat", "buddyinfo", "pagetypeinfo", "meminfo", "zoneinfo")
+# the status file's rc when `timeout -s KILL` stopped the run (128 + SIGKILL)
+KILLED_RC = 137
+MAX_LOG_BYTES = 8 << 20
+HIGHALLOC_PASSES = 3
+
+
+class RunFailed(Exception):
+    """This run has no usable result; ``status`` says how it ended."""
+
+    def __init__(self, status: str, error: str) -> None:
+        super().__init__(error)
+        self.status = status
+        self.error = error
+
+
+def find_root(results_dir: Path) -> Path:
+    """The directory holding the sub-job folders (a lone ``results/`` wrapper is skipped)."""
+    root = Path(results_dir)
+    if not root.is_dir():
+        raise InputError(root, "results directory does not exist")
+    inner = root / "results"
+    if inner.is_dir() and not (root / "plan").exists():
+        return inner
+    return root
+
+
+def parse_status(path: Path) -> dict[str, float]:
+    """``status``: ``<key> <number>`` lines written by the guest after the run."""
+    try:
+        text = path.read_text()
+    except OSError:
+        raise RunFailed("failed", "no status file: the guest did not finish this run") from None
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        words = line.split()
+        if not words:
+            continue
+        try:
+            if len(words) != 2:
+                raise ValueError
+            out[words[0]] = float(words[1])
+        except ValueError:
+            raise RunFailed("failed", f"status: malformed line {line.strip()!r}") from None
+    for key in ("rc", "start_uptime", "end_uptime"):
+        if key not in out:
+            raise RunFailed("failed", f"status: no {key} (run cut short)")
+    return out
+
+
+def read_logs(run_dir: Path) -> dict[str, bytes]:
+    """The run's raw outputs (everything but the /proc snapshots, which go to sysstate)."""
+    logs: dict[str, bytes] = {}
+    for p in sorted(run_dir.rglob("*")):
+        if not p.is_file() or p.name.endswith((".before", ".after")):
+            continue
+        data = p.read_bytes()
+        if len(data) > MAX_LOG_BYTES:
+            data = data[:MAX_LOG_BYTES] + b"\n[stackbench: truncated]\n"
+        logs[p.relative_to(run_dir).as_posix()] = data
+    return logs
+
+
+def _text(run_dir: Path, name: str) -> str:
+    path = run_dir / name
+    try:
+        return path.read_bytes().decode(errors="replace")
+    except OSError:
+        raise RunFailed("failed", f"{name}: missing") from None
+
+
+def snapshots(run_dir: Path) -> tuple[dict[str, str], dict[str, str]]:
+    start: dict[str, str] = {}
+    end: dict[str, str] = {}
+    for name in SNAPSHOTS:
+        for suffix, into in ((".before", start), (".after", end)):
+            p = run_dir / (name + suffix)
+            if p.is_file():
+                into[f"/proc/{name}"] = p.read_text(errors="replace")
+    return start, end
+
+
+# ---- per-suite samples ----------------------------------------------------------------------
+
+
+def samples_vm_scalability(run_dir: Path, sj: SubJob) -> dict[str, list[float]]:
+    stats = vm_scalability.parse(_text(run_dir, "output"))
+    keys = {k for k, _ in stats}
+    if "throughput" not in keys:
+        raise RunFailed("failed", "output: no usemem or dd result lines (vm-scalability)")
+    return vm_scalability.to_samples(stats)
+
+
+def samples_thpscale(run_dir: Path, sj: SubJob) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for n in (int(t) for t in str(sj.resolved["THREADS"]).split()):
+        name = f"threads-{n}.log"
+        text = _text(run_dir, name)
+        raw = thpscale.parse_log(text, n, name)
+        if f"fault-both-{n}" not in raw:
+            raise RunFailed("failed", f"{name}: no fault lines (thpscale cut short?)")
+        out.update({thpscale.PREFIX + k: v for k, v in raw.items()})
+    return out
+
+
+def samples_highalloc(run_dir: Path, sj: SubJob) -> dict[str, list[float]]:
+    text = "".join(_text(run_dir, f"pass{i}.log") for i in range(1, HIGHALLOC_PASSES + 1))
+    raw = highalloc.parse(text, "pass1..3.log")
+    got = sum(1 for k in raw if k.startswith("pass"))
+    if got != HIGHALLOC_PASSES:
+        raise RunFailed("failed", f"pass logs: {got} passes, expected {HIGHALLOC_PASSES}")
+    return {highalloc.PREFIX + k: v for k, v in raw.items()}
+
+
+SAMPLERS = {
+    "vm-scalability": samples_vm_scalability,
+    "thpscale": samples_thpscale,
+    "stress-highalloc": samples_highalloc,
+}
+
+
+# ---- runs -----------------------------------------------------------------------------------
+
+
+def _when(epoch: float | None) -> datetime | None:
+    return datetime.fromtimestamp(epoch, UTC) if epoch else None
+
+
+def collect_run(
+    root: Path,
+    sj: SubJob,
+    iteration: int,
+    *,
+    kernel: KernelSpec,
+    machine: MachineSpec,
+    source: str = "qemu",
+    boot_id: str | None = None,
+) -> RunData:
+    run_dir = root / sj.name / str(iteration)
+    data = RunData(
+        job=sj.job_spec(),
+        kernel=kernel,
+        machine=machine,
+        iteration=iteration,
+        samples={},
+        source=source,
+        meta={"subjob": sj.name, "resolved": dict(sj.resolved)},
+    )
+    if boot_id:
+        data.meta["boot_id"] = boot_id
+        key = hashlib.sha256(f"{data.key()}\0{boot_id}".encode()).hexdigest()
+        data.idempotency_key = key
+    if not run_dir.is_dir():
+        return replace(data, status="lost", error=f"no results for {sj.name} run {iteration}")
+    data.logs = read_logs(run_dir)
+    start, end = snapshots(run_dir)
+    data.sysstate = {"test": sj.name, "start": start, "end": end}
+    try:
+        status = parse_status(run_dir / "status")
+        data.started_at = _when(status.get("start_epoch"))
+        data.finished_at = _when(status.get("end_epoch"))
+        data.duration_s = round(status["end_uptime"] - status["start_uptime"], 3)
+        rc = int(status["rc"])
+        if rc == KILLED_RC:
+            raise RunFailed("timeout", f"{sj.suite} killed after the {sj.timeout_s}s timeout")
+        if rc != 0:
+            tail = data.logs.get("stderr", b"").decode(errors="replace").strip()
+            tail = tail.splitlines()[-1] if tail else "no stderr"
+            raise RunFailed("failed", f"{sj.suite} exited with {rc}: {tail}")
+        samples = SAMPLERS[sj.suite](run_dir, sj)
+        if "/proc/vmstat" not in start or "/proc/vmstat" not in end:
+            raise RunFailed("failed", "no /proc/vmstat snapshot before and after the run")
+        vm_start = mmtests_logs.parse_vmstat(start["/proc/vmstat"], "vmstat.before")
+        vm_end = mmtests_logs.parse_vmstat(end["/proc/vmstat"], "vmstat.after")
+    except RunFailed as exc:
+        return replace(data, status=exc.status, error=exc.error)
+    except InputError as exc:
+        return replace(data, status="failed", error=str(exc))
+    data.sysstate["vmstat_start"] = vm_start
+    data.sysstate["vmstat_end"] = vm_end
+    for key, value in mmtests_logs.vmstat_delta(vm_start, vm_end).items():
+        samples[f"mmtests-vmstat.{key}"] = [float(value)]
+    samples["duration.elapsed"] = [data.duration_s]
+    data.samples = samples
+    data.status = "done"
+    return data
+
+
+def collect(
+    results_dir: Path,
+    plan: list[SubJob] | GuestPlan,
+    *,
+    kernel: KernelSpec,
+    machine: MachineSpec,
+    source: str = "qemu",
+    boot_id: str | None = None,
+) -> list[RunData]:
+    """One RunData per (sub-job, run) of ``plan``; runs the guest never reached are "lost".
+
+    ``boot_id`` (e.g. the pipeline's build request) makes repeated boots of the same kernel
+    and plan distinct runs instead of duplicates of the first.
+    """
+    root = find_root(Path(results_dir))
+    out = []
+    for sj in as_plan(plan).subjobs:
+        for i in range(sj.runs):
+            out.append(
+                collect_run(
+                    root, sj, i, kernel=kernel, machine=machine, source=source, boot_id=boot_id
+                )
+            )
+    return out
