@@ -35,6 +35,7 @@ _REPLY = re.compile(r"^\s*(re|aw|fwd?|sv)\s*(\[\d+\])?\s*:", re.IGNORECASE)
 _COUNTER = re.compile(r"^0*(\d+)/0*(\d+)$")
 _VERSION = re.compile(r"^v(\d+)$", re.IGNORECASE)
 _MSGID = re.compile(r"<[^<>\s]+>")
+_NAME_ADDR = re.compile(r"^(.*?)\s*<([^<>\s]+@[^<>\s]+)>\s*$")
 _BASE_COMMIT = re.compile(r"^base-commit:\s*([0-9a-f]{7,64})\s*$", re.MULTILINE)
 _HUNK = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f\u0085\u2028\u2029]")
@@ -129,15 +130,11 @@ def clean_header(value: object) -> str:
     else:
         raw = str(value)
     try:
-        parts = email.header.decode_header(raw)
-        text = "".join(
-            p.decode(enc or "ascii", errors="replace") if isinstance(p, bytes) else p
-            for p, enc in parts
-        )
-    except (LookupError, ValueError, email.errors.HeaderParseError):
+        text = str(email.header.make_header(email.header.decode_header(raw)))
+    except (LookupError, ValueError, UnicodeError, email.errors.HeaderParseError):
         text = raw
-    # decode_header drops the whitespace between encoded and plain words inconsistently;
-    # what matters here is that nothing can break out of the single line
+    # CR/LF hidden in an encoded word must not survive into anything that is later put in
+    # a mail header or a log line
     text = _CONTROL.sub(" ", text)
     return " ".join(text.split())
 
@@ -176,9 +173,15 @@ def clean_msgid(value: object) -> str | None:
 def clean_address(value: object) -> tuple[str, str]:
     """(name, email) of a From header; names are decoded, both are single-line."""
     raw = " ".join(_CONTROL.sub(" ", str(value or "")).split())
-    name, addr = email.utils.parseaddr(raw)
-    name = clean_header(name)
-    addr = clean_header(addr)
+    m = _NAME_ADDR.match(raw)
+    if m:
+        # "Name <addr>": split before decoding, as a decoded name may hold ':' ',' '<'
+        name = clean_header(m.group(1)).strip().strip('"').replace('\\"', '"').strip()
+        addr = clean_header(m.group(2))
+    else:
+        name, addr = email.utils.parseaddr(raw)
+        name = clean_header(name)
+        addr = clean_header(addr)
     if not addr or "@" not in addr or " " in addr:
         # an unparsable address: keep what was there as the name rather than invent one
         return clean_header(raw), ""

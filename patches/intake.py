@@ -1,0 +1,174 @@
+"""Series from ``git push``: the intake repository's ref namespace and hooks.
+
+A developer pushes a branch to ``refs/for/<tree>/<base>`` of a bare repository (served over
+git smart HTTP by the web component, or a plain path). The ``pre-receive`` hook rejects any
+other ref and any range that cannot be a series; the ``post-receive`` hook registers the
+pushed commits as a series and tells the pusher its ID and URL. The pushed commits are the
+patches: nothing is applied, each patch keeps its commit sha.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+from stackbench.errors import InputError
+from stackbench.patches import gitops
+from stackbench.patches.parser import ParsedSeries, parse_mbox
+
+REF_PREFIX = "refs/for/"
+# where a registered push is kept, so its commits stay reachable after refs/for/ is cleared
+SERIES_REF = "refs/stackbench/series/{id}"
+MAX_PUSHED_COMMITS = 100
+_TREE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}")
+_BAD_REF_CHARS = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]")
+HOOKS = ("pre-receive", "post-receive")
+
+
+def parse_push_ref(ref: str) -> tuple[str, str]:
+    """``refs/for/<tree>/<base>`` -> (tree, base).
+
+    The tree is one path component; the base is the rest and may contain ``/``
+    (``refs/for/mm/mm-stable``, ``refs/for/linux-6.1/v6.1``). Any other ref is refused."""
+    usage = (
+        f"only pushes to {REF_PREFIX}<tree>/<base> are accepted, e.g. {REF_PREFIX}linux-6.1/HEAD"
+    )
+    if not ref.startswith(REF_PREFIX):
+        raise InputError(_show(ref), usage)
+    tree, _, base = ref[len(REF_PREFIX) :].partition("/")
+    if not tree or not base:
+        raise InputError(_show(ref), f"missing {'tree' if not tree else 'base'}: {usage}")
+    if not _TREE.fullmatch(tree):
+        raise InputError(_show(ref), f"invalid tree name {tree[:80]!r}")
+    if (
+        _BAD_REF_CHARS.search(base)
+        or ".." in base
+        or "//" in base
+        or "@{" in base
+        or base.startswith(("-", "/", "."))
+        or base.endswith(("/", ".", ".lock"))
+        or len(base) > 200
+    ):
+        raise InputError(_show(ref), f"invalid base {base[:80]!r}")
+    return tree, base
+
+
+def series_from_push(repo: Path, tree: str, base: str, new_sha: str) -> ParsedSeries:
+    """The commits ``base..new_sha`` of ``repo`` as a series, oldest first, each patch
+    carrying its commit sha; ``base_commit`` is the resolved base."""
+    repo = Path(repo)
+    where = f"push to {REF_PREFIX}{tree}/{base}"
+    if not gitops.is_sha(new_sha) or new_sha == gitops.ZERO_SHA:
+        raise InputError(where, "deleting or resetting a refs/for/ ref is not supported")
+    head = gitops.rev_parse(repo, new_sha)
+    if head is None:
+        raise InputError(where, f"pushed commit {new_sha[:12]} is not in the repository")
+    base_sha = gitops.rev_parse(repo, base)
+    if base_sha is None:
+        raise InputError(where, f"base {base!r} is not a branch, tag or commit of this tree")
+    if not gitops.is_ancestor(repo, base_sha, head):
+        raise InputError(where, f"base {base!r} is not an ancestor of {head[:12]}: rebase first")
+    commits = gitops.rev_list(repo, "--reverse", "--topo-order", f"{base_sha}..{head}")
+    if not commits:
+        raise InputError(where, f"nothing to test: {head[:12]} adds no commits to {base!r}")
+    if len(commits) > MAX_PUSHED_COMMITS:
+        raise InputError(where, f"{len(commits)} commits: at most {MAX_PUSHED_COMMITS}")
+    if gitops.rev_list(repo, "--merges", f"{base_sha}..{head}"):
+        raise InputError(where, "merge commits cannot be tested as a patch series")
+
+    with tempfile.TemporaryDirectory(prefix="stackbench-push-") as tmp:
+        gitops.git(
+            repo,
+            "format-patch",
+            "--quiet",
+            "--no-signature",
+            "--no-stat",
+            "--numbered" if len(commits) > 1 else "--no-numbered",
+            f"--base={base_sha}",
+            "-o",
+            tmp,
+            f"{base_sha}..{head}",
+        )
+        files = sorted(Path(tmp).glob("*.patch"))
+        mbox = b"".join(f.read_bytes().rstrip(b"\n") + b"\n\n" for f in files)
+    parsed = parse_mbox(mbox, source=where)
+    if len(parsed.patches) != len(commits):
+        raise InputError(where, f"{len(commits)} commits gave {len(parsed.patches)} patches")
+    for patch, sha in zip(parsed.patches, commits, strict=True):
+        patch.commit_sha = sha
+    parsed.base_commit = base_sha
+    return parsed
+
+
+def install_hook(
+    bare_repo: Path, command: list[str], *, env: dict[str, str] | None = None
+) -> list[Path]:
+    """Write the ``pre-receive`` and ``post-receive`` hooks of ``bare_repo``.
+
+    Both run ``command`` (e.g. ``["/venv/bin/stackbench", "intake-push"]``) with
+    ``--hook NAME`` and git's hook input on stdin; ``pre-receive`` only checks, so a push
+    to a foreign ref or of an unusable range is rejected as a whole. ``env`` entries (such
+    as ``STACKBENCH_DATABASE_URL``) are set for the command, for git servers that start hooks
+    with a bare environment. Push options (``git push -o runs=5``) are enabled."""
+    bare_repo = Path(bare_repo)
+    if not command:
+        raise InputError(bare_repo, "install_hook needs a command to run")
+    hooks = bare_repo / "hooks"
+    if not (bare_repo / "objects").is_dir():
+        raise InputError(bare_repo, "not a bare git repository")
+    hooks.mkdir(exist_ok=True)
+    gitops.git(bare_repo, "config", "receive.advertisePushOptions", "true")
+    written = []
+    for name in HOOKS:
+        path = hooks / name
+        # a Python script with the argv as literals: no shell quoting to get wrong
+        script = (
+            f"#!{sys.executable}\n"
+            "# Written by stackbench (stackbench.patches.intake.install_hook); re-run it\n"
+            "# instead of editing this file.\n"
+            "import os\n"
+            "import sys\n"
+            f"os.environ.update({dict(env or {})!r})\n"
+            f"argv = {[str(c) for c in command]!r} + ['--hook', {name!r}]\n"
+            "os.execvp(argv[0], argv)\n"
+        )
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(script)
+        tmp.chmod(0o755)
+        os.replace(tmp, path)
+        written.append(path)
+    return written
+
+
+def read_hook_input(text: str) -> list[tuple[str, str, str]]:
+    """git's hook stdin (``<old> <new> <ref>`` per line) as tuples."""
+    updates = []
+    for line in text.splitlines():
+        parts = line.split()
+        if not parts:
+            continue
+        if len(parts) != 3:
+            raise InputError("hook input", f"expected '<old> <new> <ref>', got {line[:120]!r}")
+        updates.append((parts[0], parts[1], parts[2]))
+    return updates
+
+
+def read_push_options(environ: dict[str, str] | os._Environ[str]) -> dict[str, str]:
+    """``git push -o key=value`` options, as git passes them to hooks."""
+    try:
+        count = int(environ.get("GIT_PUSH_OPTION_COUNT", "0"))
+    except ValueError:
+        count = 0
+    options: dict[str, str] = {}
+    for i in range(min(count, 50)):
+        raw = environ.get(f"GIT_PUSH_OPTION_{i}", "")
+        key, _, value = raw.partition("=")
+        options[key.strip()] = value.strip()
+    return options
+
+
+def _show(ref: str) -> str:
+    return _BAD_REF_CHARS.sub("?", ref[:200]) if ref else "<empty ref>"

@@ -1,0 +1,198 @@
+"""Series and patches in the results database: creation (idempotent) and apply outcomes."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from stackbench.errors import InputError, NotFoundError
+from stackbench.patches.apply import ApplyResult
+from stackbench.patches.parser import ParsedSeries
+from stackbench.resultsdb.models import Event, Patch, Series, Tree
+
+_TREE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}")
+
+
+def series_key(parsed: ParsedSeries, tree: str | None, base: str | None) -> str:
+    """The idempotency key of a submission: the cover letter's (or first patch's)
+    Message-ID, else the patches' content, together with the tree and base it targets."""
+    ident = (
+        f"msgid:{parsed.message_id}" if parsed.message_id else f"content:{parsed.content_hash()}"
+    )
+    digest = hashlib.sha256(f"{ident}\0{tree or ''}\0{base or ''}".encode()).hexdigest()
+    return f"series:{digest}"
+
+
+def find_series(session: Session, parsed: ParsedSeries, *, tree: str | None, base: str | None):
+    return session.scalars(
+        select(Series).where(Series.idempotency_key == series_key(parsed, tree, base))
+    ).one_or_none()
+
+
+def create_series(
+    session: Session,
+    parsed: ParsedSeries,
+    *,
+    tree: str | None,
+    base: str | None,
+    source: str = "mbox",
+    owner_id: int | None = None,
+    jobs: list[str] | None = None,
+    runs: int | None = None,
+    meta: dict[str, Any] | None = None,
+) -> Series:
+    """Store a parsed series and its patches (state ``new`` / ``pending``).
+
+    Submitting the same series again (same Message-ID, tree and base) returns the stored
+    one unchanged, also when two submissions race. ``jobs`` and ``runs`` go to
+    ``series.meta``, as do extra ``meta`` facts.
+    """
+    if not parsed.patches:
+        raise InputError("series", "no patches to store")
+    if runs is not None and runs < 1:
+        raise InputError("series", f"runs must be at least 1, not {runs}")
+    key = series_key(parsed, tree, base)
+    existing = session.scalars(select(Series).where(Series.idempotency_key == key)).one_or_none()
+    if existing is not None:
+        return existing
+
+    tree_row = _tree(session, tree) if tree else None
+    base_ref = base or parsed.base_commit or (tree_row.default_base if tree_row else "") or ""
+    series_meta: dict[str, Any] = dict(meta or {})
+    if jobs is not None:
+        series_meta["jobs"] = list(jobs)
+    if runs is not None:
+        series_meta["runs"] = runs
+    if parsed.rfc:
+        series_meta["rfc"] = True
+    if parsed.ignored:
+        series_meta["ignored_mails"] = parsed.ignored[:50]
+
+    series = Series(
+        tree=tree_row,
+        title=parsed.title,
+        version=parsed.version,
+        submitter=parsed.submitter,
+        submitter_email=parsed.submitter_email,
+        cover_letter=parsed.cover_letter,
+        message_id=parsed.message_id,
+        in_reply_to=parsed.in_reply_to,
+        base_ref=base_ref,
+        base_commit=parsed.base_commit,
+        state="new",
+        source=source,
+        owner_id=owner_id,
+        idempotency_key=key,
+        meta=series_meta,
+    )
+    for p in parsed.patches:
+        series.patches.append(
+            Patch(
+                idx=p.idx,
+                total=p.total,
+                subject=p.subject,
+                author=p.author,
+                author_email=p.author_email,
+                date=p.date,
+                message_id=p.message_id,
+                in_reply_to=p.in_reply_to,
+                body=p.body,
+                diff=p.diff,
+                state="pending",
+                meta={"pushed_sha": p.commit_sha} if p.commit_sha else {},
+            )
+        )
+    try:
+        # a savepoint, so losing a race to an identical submission leaves the caller's
+        # transaction usable
+        with session.begin_nested():
+            session.add(series)
+            session.flush()
+    except IntegrityError:
+        winner = session.scalars(select(Series).where(Series.idempotency_key == key)).one_or_none()
+        if winner is None:
+            raise
+        return winner
+    session.add(
+        Event(
+            series_id=series.id,
+            subject=f"series:{series.id}",
+            state="new",
+            message=f"{len(parsed.patches)} patches from {source}",
+        )
+    )
+    return series
+
+
+def record_apply(session: Session, series_id: int, result: ApplyResult) -> Series:
+    """Record an :func:`apply_series` outcome: commits of the applied patches, the failing
+    patch with git's message, the rest ``skipped``; the series ``applied`` or
+    ``apply-failed``."""
+    series = session.get(Series, series_id)
+    if series is None:
+        raise NotFoundError(f"no series {series_id}")
+    patches = sorted(series.patches, key=lambda p: p.idx)
+    if len(result.commits) > len(patches) or (result.ok and len(result.commits) != len(patches)):
+        raise InputError(
+            f"series {series_id}",
+            f"apply result has {len(result.commits)} commits for {len(patches)} patches",
+        )
+    if result.base_sha:
+        series.base_commit = result.base_sha
+    for pos, patch in enumerate(patches):
+        if pos < len(result.commits):
+            patch.commit_sha = result.commits[pos]
+            patch.state = "applied"
+            patch.error = ""
+        elif not result.ok and result.failed_index == pos:
+            patch.commit_sha = None
+            patch.state = "apply-failed"
+            patch.error = result.error
+        else:
+            patch.commit_sha = None
+            patch.state = "skipped"
+            patch.error = ""
+    if result.ok:
+        series.state = "applied"
+        series.error = ""
+        message = f"applied {len(patches)} patches on {result.base_sha[:12]}"
+    else:
+        series.state = "apply-failed"
+        if result.failed_index is not None and result.failed_index < len(patches):
+            bad = patches[result.failed_index]
+            series.error = (
+                f"patch {bad.idx}/{bad.total} '{bad.subject}' does not apply: {result.error}"
+            )
+        else:
+            series.error = result.error or "the series could not be applied"
+        message = series.error
+    session.add(
+        Event(
+            series_id=series.id, subject=f"series:{series.id}", state=series.state, message=message
+        )
+    )
+    session.flush()
+    return series
+
+
+def _tree(session: Session, name: str) -> Tree:
+    if not _TREE_NAME.fullmatch(name):
+        raise InputError(f"tree {name[:80]!r}", "not a valid tree name (letters, digits, ._+-)")
+    row = session.scalars(select(Tree).where(Tree.name == name)).one_or_none()
+    if row is not None:
+        return row
+    # trees are normally registered from kernels/trees/*.yaml; a series naming another tree
+    # still gets a row so it can be shown, and the build step reports the unknown tree
+    try:
+        with session.begin_nested():
+            row = Tree(name=name)
+            session.add(row)
+            session.flush()
+    except IntegrityError:
+        row = session.scalars(select(Tree).where(Tree.name == name)).one()
+    return row

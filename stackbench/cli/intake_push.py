@@ -1,0 +1,150 @@
+"""stackbench intake-push: the git intake hook's command (see stackbench.patches.intake)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+NAME = "intake-push"
+ORDER = 95
+HELP = "(used by the git intake hook) register pushed commits as a series"
+DESCRIPTION = """\
+Run by the hooks that stackbench.patches.intake.install_hook writes into the intake
+repository; reads git's hook input ('<old> <new> <ref>' lines) on stdin.
+
+  --hook pre-receive   check only: refuse refs outside refs/for/<tree>/<base>, unknown
+                       trees, deletions, merges, empty ranges and unknown push options
+  --hook post-receive  register each pushed range as a series (one patch per commit),
+                       keep it under refs/stackbench/series/<ID>, print its ID and URL
+
+Push options: git push -o runs=5 -o jobs=thpscale,vm-scalability-anon-w-seq ..."""
+
+PUSH_OPTIONS = ("runs", "jobs")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--hook",
+        choices=["pre-receive", "post-receive"],
+        default="post-receive",
+        help="which hook is running (default post-receive: register)",
+    )
+    p.add_argument(
+        "--repo",
+        type=Path,
+        default=None,
+        help="the bare intake repository (default: $GIT_DIR, as git sets it for hooks)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from stackbench.patches import intake
+
+    repo = args.repo or Path(os.environ.get("GIT_DIR", "."))
+    repo = repo.resolve()
+    updates = intake.read_hook_input(sys.stdin.read())
+    options = _options(intake.read_push_options(os.environ))
+    if args.hook == "pre-receive":
+        _check(repo, updates)
+        return 0
+    return _register(repo, updates, options)
+
+
+def _options(raw: dict[str, str]) -> dict[str, object]:
+    from stackbench.errors import InputError
+
+    out: dict[str, object] = {}
+    for key, value in raw.items():
+        if key not in PUSH_OPTIONS:
+            raise InputError(
+                f"push option {key[:40]!r}", f"unknown; known: {', '.join(PUSH_OPTIONS)}"
+            )
+        if key == "runs":
+            if not value.isdigit() or not 1 <= int(value) <= 100:
+                raise InputError("push option runs", f"expected 1..100, got {value[:20]!r}")
+            out["runs"] = int(value)
+        else:
+            jobs = [j.strip() for j in value.split(",") if j.strip()]
+            if not jobs or any(not j.replace("-", "").replace("_", "").isalnum() for j in jobs):
+                raise InputError("push option jobs", "expected job names separated by commas")
+            out["jobs"] = jobs
+    return out
+
+
+def _check(repo: Path, updates: list[tuple[str, str, str]]) -> None:
+    from stackbench.patches import intake
+    from stackbench.resultsdb import db
+
+    with db.session() as session:
+        for _old, new, ref in updates:
+            tree, base = intake.parse_push_ref(ref)
+            _known_tree(session, tree)
+            intake.series_from_push(repo, tree, base, new)
+
+
+def _register(repo: Path, updates: list[tuple[str, str, str]], options: dict) -> int:
+    from stackbench import config
+    from stackbench.patches import gitops, intake, store
+    from stackbench.patches.apply import ApplyResult
+    from stackbench.resultsdb import db
+
+    done: list[tuple[int, str, str, int, str, str]] = []
+    with db.session() as session:
+        owner_id = _owner(session, os.environ.get("REMOTE_USER"))
+        for _old, new, ref in updates:
+            tree, base = intake.parse_push_ref(ref)
+            _known_tree(session, tree)
+            parsed = intake.series_from_push(repo, tree, base, new)
+            series = store.create_series(
+                session,
+                parsed,
+                tree=tree,
+                base=base,
+                source="push",
+                owner_id=owner_id,
+                jobs=options.get("jobs"),  # type: ignore[arg-type]
+                runs=options.get("runs"),  # type: ignore[arg-type]
+                meta={"push": {"repo": str(repo), "ref": ref, "head": new}},
+            )
+            if series.state == "new":
+                # the pushed commits are the applied patches: nothing to git am
+                result = ApplyResult(
+                    base_sha=parsed.base_commit or "",
+                    commits=[p.commit_sha or "" for p in parsed.patches],
+                    ok=True,
+                )
+                store.record_apply(session, series.id, result)
+            done.append((series.id, ref, new, len(parsed.patches), base, series.title))
+    url = config.server_url()
+    for series_id, ref, new, count, base, title in done:
+        # keep the commits reachable under the series, and free refs/for/ for the next push
+        gitops.update_ref(repo, intake.SERIES_REF.format(id=series_id), new)
+        gitops.delete_ref(repo, ref)
+        print(f"stackbench: series {series_id}: {count} patch(es) on {base}: {title}")
+        if url:
+            print(f"stackbench: {url.rstrip('/')}/series/{series_id}")
+    return 0
+
+
+def _known_tree(session, tree: str) -> None:
+    from sqlalchemy import select
+
+    from stackbench.errors import InputError
+    from stackbench.resultsdb.models import Tree
+
+    names = list(session.scalars(select(Tree.name).order_by(Tree.name)))
+    if tree not in names:
+        known = ", ".join(names) or "none registered"
+        raise InputError(f"tree {tree!r}", f"unknown tree (known: {known})")
+
+
+def _owner(session, user: str | None) -> int | None:
+    if not user:
+        return None
+    from sqlalchemy import select
+
+    from stackbench.resultsdb.models import AppUser
+
+    return session.scalars(select(AppUser.id).where(AppUser.name == user)).one_or_none()
