@@ -135,7 +135,7 @@ def _render_tables(ds: query.Dataset, opts: Options) -> tuple[dict[str, Any], di
             except StackbenchError as exc:
                 msgs.append(f"{name}: {exc}")
                 continue
-            if out.strip():
+            if out.strip() and all(out != t["text"] for t in tables["mmtests"]):
                 tables["mmtests"].append({"name": f"{kind} {name}", "text": out})
         if not tables["mmtests"] and msgs:
             errors["mmtests"] = "; ".join(msgs)
@@ -188,7 +188,6 @@ def compute(eng: Engine, build_ids: list[int], opts: Options) -> dict[str, Any]:
         job = ds.jobs[job_id]
         met = ds.metrics[metric_id]
         vals = _per_run(ds, job_id, metric_id)
-        judged = verdicts.judge(vals, met.higher_is_better)
         rows.append(
             {
                 "job": f"{job.suite}/{job.test}" if job.test else job.suite,
@@ -197,12 +196,13 @@ def compute(eng: Engine, build_ids: list[int], opts: Options) -> dict[str, Any]:
                 "metric_id": metric_id,
                 "unit": met.unit,
                 "higher_is_better": met.higher_is_better,
+                "kind": met.kind,
                 "counter": is_counter(met.name),
                 "values": vals,
-                "verdicts": judged,
+                "verdicts": [],
             }
         )
-    verdicts.control_fdr(rows)
+    verdicts.judge_rows(rows)
     result["metrics"] = rows
     return result
 

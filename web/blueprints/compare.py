@@ -55,19 +55,15 @@ def load(key: str) -> tuple[Comparison, dict]:
 
 
 def _sig_key(row: dict) -> tuple:
-    worst = min((v.get("p") if v.get("p") is not None else 1.0) for v in row["verdicts"] or [{}])
-    flagged = any(v.get("verdict") in ("worse", "better", "changed") for v in row["verdicts"])
-    return (not flagged, worst)
+    order = {"worse": 0, "better": 1, "changed": 2}.get(row.get("cls", ""), 3)
+    best_p = min((v.get("p") for v in row["verdicts"] if v.get("p") is not None), default=1.0)
+    return (order, best_p, row["metric"])
 
 
 def _fragment(comp: Comparison, result: dict) -> str:
     labels = [k["label"] for k in result["kernels"]]
     metrics = result.get("metrics", [])
-    flagged = [
-        m
-        for m in metrics
-        if any(v.get("verdict") in ("worse", "better", "changed") for v in m["verdicts"])
-    ]
+    flagged = [m for m in metrics if m.get("cls")]
     ordered = sorted(metrics, key=_sig_key)
     inline, lazy = [], []
     counters = [m for m in metrics if m["counter"]]
