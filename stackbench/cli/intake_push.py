@@ -77,9 +77,10 @@ def _check(repo: Path, updates: list[tuple[str, str, str]]) -> None:
     from stackbench.patches import intake
     from stackbench.resultsdb import db
 
+    # refs first: a push to a foreign ref is refused without touching the database
+    targets = [(intake.parse_push_ref(ref), new) for _old, new, ref in updates]
     with db.session() as session:
-        for _old, new, ref in updates:
-            tree, base = intake.parse_push_ref(ref)
+        for (tree, base), new in targets:
             _known_tree(session, tree)
             intake.series_from_push(repo, tree, base, new)
 

@@ -1,0 +1,186 @@
+"""git-push intake: a bare repository with stackbench's hooks and real `git push`es."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from stackbench.errors import InputError
+from stackbench.patches import intake
+from stackbench.resultsdb.models import Series, Tree
+
+ENV = {
+    "GIT_AUTHOR_NAME": "Pat Pusher",
+    "GIT_AUTHOR_EMAIL": "pat@example.org",
+    "GIT_COMMITTER_NAME": "Pat Pusher",
+    "GIT_COMMITTER_EMAIL": "pat@example.org",
+    "GIT_AUTHOR_DATE": "2024-03-01T12:00:00+00:00",
+    "GIT_COMMITTER_DATE": "2024-03-01T12:00:00+00:00",
+}
+
+
+def git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    import os
+
+    return subprocess.run(
+        ["git", "-C", str(repo), *args],
+        env={**os.environ, **ENV},
+        capture_output=True,
+        text=True,
+        check=check,
+    )
+
+
+@pytest.mark.parametrize(
+    "ref, expected",
+    [
+        ("refs/for/linux-6.1/main", ("linux-6.1", "main")),
+        ("refs/for/mm/mm-stable", ("mm", "mm-stable")),
+        ("refs/for/linux-6.1/origin/v6.1", ("linux-6.1", "origin/v6.1")),
+    ],
+)
+def test_parse_push_ref(ref, expected):
+    assert intake.parse_push_ref(ref) == expected
+
+
+@pytest.mark.parametrize(
+    "ref, message",
+    [
+        ("refs/heads/x", "only pushes to refs/for/<tree>/<base> are accepted"),
+        ("refs/tags/v1", "only pushes to refs/for/<tree>/<base> are accepted"),
+        ("refs/for/linux-6.1", "missing base"),
+        ("refs/for//main", "missing tree"),
+        ("refs/for/linux-6.1/a..b", "invalid base"),
+        ("refs/for/linux-6.1/-x", "invalid base"),
+        ("refs/for/.hidden/main", "invalid tree name"),
+    ],
+)
+def test_parse_push_ref_rejects(ref, message):
+    with pytest.raises(InputError, match=message.replace("<", ".").replace(">", ".")):
+        intake.parse_push_ref(ref)
+
+
+@pytest.fixture
+def setup(eng, tmp_path, monkeypatch):
+    """A developer's repository (main + two commits on topic) and the bare intake
+    repository cloned from it (so it has the base), with stackbench's hooks."""
+    monkeypatch.setenv("STACKBENCH_URL", "http://stackbench.example")
+    work = tmp_path / "work"
+    git(tmp_path, "init", "-q", "-b", "main", str(work))
+    (work / "mm.c").write_text("int compaction = 1;\n")
+    git(work, "add", ".")
+    git(work, "commit", "-q", "-m", "base")
+    bare = tmp_path / "intake.git"
+    git(tmp_path, "clone", "-q", "--bare", str(work), str(bare))
+    git(work, "checkout", "-q", "-b", "topic")
+    for n in (2, 3):
+        (work / "mm.c").write_text(f"int compaction = {n};\n")
+        git(work, "commit", "-q", "-a", "-m", f"mm: compaction {n}", "-m", "Why it helps.")
+    hooks = intake.install_hook(
+        bare, [sys.executable, "-m", "stackbench", "intake-push"], env={"STACKBENCH_HOOK": "1"}
+    )
+    assert [h.name for h in hooks] == ["pre-receive", "post-receive"]
+    assert "'STACKBENCH_HOOK': '1'" in hooks[0].read_text()
+    with Session(eng) as s, s.begin():
+        s.add(Tree(name="linux-6.1", default_base="main"))
+    return work, bare
+
+
+def test_push_to_refs_for_creates_a_series(eng, setup):
+    work, bare = setup
+    push = git(work, "push", str(bare), "topic:refs/for/linux-6.1/main", check=False)
+    assert push.returncode == 0, push.stderr
+    assert "remote: stackbench: series " in push.stderr
+    assert "remote: stackbench: http://stackbench.example/series/" in push.stderr
+
+    topic = git(work, "rev-list", "--reverse", "main..topic").stdout.split()
+    main = git(work, "rev-parse", "main").stdout.strip()
+    with Session(eng) as s:
+        series = s.scalars(select(Series)).one()
+        assert series.source == "push"
+        assert series.state == "applied"
+        assert series.tree.name == "linux-6.1"
+        assert series.base_ref == "main" and series.base_commit == main
+        assert series.title == "mm: compaction 2"
+        assert series.meta["push"]["head"] == topic[-1]
+        assert [(p.idx, p.total, p.subject) for p in series.patches] == [
+            (1, 2, "mm: compaction 2"),
+            (2, 2, "mm: compaction 3"),
+        ]
+        assert [p.commit_sha for p in series.patches] == topic
+        assert series.patches[0].author == "Pat Pusher"
+        assert series.patches[0].body.startswith("Why it helps.")
+        sid = series.id
+    assert f"series {sid}: 2 patch(es) on main" in push.stderr
+    # the commits are kept under the series; refs/for/ is free for the next push
+    refs = git(bare, "for-each-ref", "--format=%(refname) %(objectname)").stdout
+    assert f"refs/stackbench/series/{sid} {topic[-1]}" in refs
+    assert "refs/for/" not in refs
+
+    # pushing the same commits again finds the same series
+    again = git(work, "push", str(bare), "topic:refs/for/linux-6.1/main", check=False)
+    assert again.returncode == 0, again.stderr
+    assert f"stackbench: series {sid}:" in again.stderr
+    with Session(eng) as s:
+        assert len(s.scalars(select(Series)).all()) == 1
+
+
+def test_push_options_set_jobs_and_runs(eng, setup):
+    work, bare = setup
+    push = git(
+        work,
+        "push",
+        "-o",
+        "runs=5",
+        "-o",
+        "jobs=thpscale,vm-scalability-anon-w-seq",
+        str(bare),
+        "topic:refs/for/linux-6.1/main",
+        check=False,
+    )
+    assert push.returncode == 0, push.stderr
+    with Session(eng) as s:
+        series = s.scalars(select(Series)).one()
+        assert series.meta["runs"] == 5
+        assert series.meta["jobs"] == ["thpscale", "vm-scalability-anon-w-seq"]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["topic:refs/heads/x"], "only pushes to refs/for/<tree>/<base> are accepted"),
+        (["topic:refs/for/no-such-tree/main"], "unknown tree (known: linux-6.1)"),
+        (["topic:refs/for/linux-6.1/no-such-base"], "base 'no-such-base' is not a branch"),
+        (["main:refs/for/linux-6.1/main"], "adds no commits to 'main'"),
+        (["-o", "color=red", "topic:refs/for/linux-6.1/main"], "push option 'color'"),
+    ],
+)
+def test_rejected_pushes_change_nothing(eng, setup, args, message):
+    work, bare = setup
+    before = git(bare, "for-each-ref").stdout
+    push = git(work, "push", *args[:-1], str(bare), args[-1], check=False)
+    assert push.returncode != 0
+    assert "pre-receive hook declined" in push.stderr
+    assert "remote: stackbench: error: " in push.stderr
+    assert message in push.stderr
+    assert git(bare, "for-each-ref").stdout == before
+    with Session(eng) as s:
+        assert s.scalars(select(Series)).all() == []
+
+
+def test_series_from_push_without_hooks(setup):
+    work, _bare = setup
+    head = git(work, "rev-parse", "topic").stdout.strip()
+    s = intake.series_from_push(work, "linux-6.1", "main", head)
+    assert [p.subject for p in s.patches] == ["mm: compaction 2", "mm: compaction 3"]
+    assert s.patches[1].commit_sha == head
+    assert s.base_commit == git(work, "rev-parse", "main").stdout.strip()
+    with pytest.raises(InputError, match="not an ancestor"):
+        intake.series_from_push(
+            work, "linux-6.1", "topic", git(work, "rev-parse", "main").stdout.strip()
+        )
