@@ -98,3 +98,22 @@ def test_extract_head():
                     rows.append(f"{op:<12} {0:3d} {nr:12d} {value:11.2f}")
     expected = _lines((root / "extract-baseline-head.txt").read_text())
     assert rows[: len(expected)] == expected
+
+
+def test_thpchallenge_layout_imports(eng):
+    """Current mmtests (thpchallenge) writes the same log format: it imports as its own
+    suite (its tables, a later mmtests era, are not rendered)."""
+    from sqlalchemy import text
+
+    root = shared_fixtures("mmtests", "golden-thpchallenge-638401e0")
+    rc, out = _cli(["import", "mmtests", str(root / "work-log" / "baseline")])
+    assert rc == 0
+    assert "of thpchallenge" in out
+    with eng.connect() as conn:
+        n = conn.execute(
+            text(
+                "SELECT count(*) FROM sample s JOIN metric m ON m.id = s.metric_id "
+                "WHERE m.name = 'thpchallenge.fault-huge-1'"
+            )
+        ).scalar_one()
+    assert n > 0
