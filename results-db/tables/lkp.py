@@ -230,14 +230,14 @@ def format_perf_row(row: StatRow) -> str:
             parts.append(_fmt(f"%+{REL_WIDTH}{spec}{tail}", p))
         if abs(avg) < 1000:
             parts.append(_fmt(f"%{ABS_WIDTH}.2f", avg))
-        elif abs(avg) > 100_000_000:
+        elif abs(avg) > 100_000_000 or not math.isfinite(avg):
             parts.append(_fmt(f"%{ABS_WIDTH}.4g", avg))
         else:
             parts.append(_fmt(f"%{ABS_WIDTH}d", math.trunc(avg)))
         stddev = row.stddevs[i]
         if avg != 0:
             stddev = 100 * stddev / avg
-        if stddev > 2:
+        if stddev > 2 and math.isfinite(stddev):
             parts.append(_fmt(f" ±%{ERR_WIDTH - 3}d%%", math.trunc(stddev)))
         else:
             parts.append(" " * ERR_WIDTH)
@@ -324,7 +324,8 @@ def render(ds: query.Dataset, all_rows: bool = False, *, more: bool = True) -> s
     for g in build_groups(ds):
         if len(g.columns) < 2 and not single:
             continue
-        parts.append(render_group(g, all_rows=all_rows, more=more))
+        # a lone kernel has nothing to be compared with: show all its stats
+        parts.append(render_group(g, all_rows=all_rows or len(g.columns) == 1, more=more))
     text = "".join(parts)
     if not text:
         what = "no stat changed by LKP's rule" if not all_rows else "no stats"
