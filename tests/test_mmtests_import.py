@@ -223,3 +223,15 @@ def test_not_a_directory(eng, tmp_path):
     assert rc == 1
     assert err.strip() == f"stackbench: error: {tmp_path / 'absent'}: no such directory"
     assert counts(eng)["run"] == 0
+
+
+def test_compressed_sysstate_is_preferred(eng, tmp_path):
+    """Later mmtests keep the snapshots in tests-sysstate.gz beside a small stub."""
+    run = _copy(tmp_path)
+    for it in ("iter-0", "iter-1"):
+        plain = run / it / "tests-sysstate"
+        (run / it / "tests-sysstate.gz").write_bytes(gzip.compress(plain.read_bytes()))
+        plain.write_text("stub\n")
+    rc, _, err = cli("import", "mmtests", str(run))
+    assert rc == 0, err
+    assert _samples(eng, "mmtests-vmstat.compact_stall", 1) == [50.0]

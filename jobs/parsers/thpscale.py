@@ -144,18 +144,18 @@ def parse_log(text: str, threads: int, source: str = "<thpscale log>") -> dict[s
     return out
 
 
-def read_log(path: Path) -> str:
+def read_log(path: Path, what: str = "thpscale log") -> str:
     """A log's text, gunzipped when its name ends in .gz."""
     try:
         raw = path.read_bytes()
         if path.name.endswith(".gz"):
             raw = gzip.decompress(raw)
     except (OSError, EOFError, gzip.BadGzipFile) as exc:
-        raise InputError(path, f"cannot read thpscale log: {exc}") from None
+        raise InputError(path, f"cannot read {what}: {exc}") from None
     try:
         return raw.decode()
     except UnicodeDecodeError:
-        raise InputError(path, "thpscale log is not text") from None
+        raise InputError(path, f"{what} is not text") from None
 
 
 def find_logs(logs_dir: Path) -> dict[int, Path]:

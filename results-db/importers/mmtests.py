@@ -95,7 +95,7 @@ def _highalloc_samples(logs_dir: Path) -> tuple[dict[str, list[float]], dict[str
         raise InputError(
             logs_dir, f"want exactly one stress-highalloc .log file, found {len(files)}"
         )
-    text = thpscale.read_log(files[0])
+    text = thpscale.read_log(files[0], "stress-highalloc log")
     name = files[0].name.removesuffix(".gz")
     return highalloc.parse(text, str(files[0])), {f"stress-highalloc/logs/{name}": text.encode()}
 
@@ -121,7 +121,12 @@ def parse_iteration(
     ts_path = iter_dir / "tests-timestamp"
     ss_path = iter_dir / "tests-sysstate"
     ts_text = _read_text(ts_path)
-    ss_text = _read_text(ss_path)
+    if (iter_dir / "tests-sysstate.gz").is_file():
+        # later mmtests compress the snapshots and leave a stub beside them
+        ss_path = iter_dir / "tests-sysstate.gz"
+        ss_text = thpscale.read_log(ss_path, "tests-sysstate")
+    else:
+        ss_text = _read_text(ss_path)
     timestamp = mmtests_logs.parse_timestamp(ts_text, str(ts_path))
     sysstate = mmtests_logs.parse_sysstate(ss_text, str(ss_path))
     runs = []
