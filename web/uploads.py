@@ -76,6 +76,7 @@ def parse_run(raw: Any, where: str = "run") -> RunData:
         compiler=_str(k, "compiler", f"{where}.kernel", limit=100),
         tree=_str(k, "tree", f"{where}.kernel") or None,
         status=_str(k, "status", f"{where}.kernel", limit=32) or "built",
+        meta=_obj(k.get("meta") or {}, f"{where}.kernel.meta"),
     )
     m = _obj(d.get("machine"), f"{where}.machine")
     machine = MachineSpec(
@@ -161,6 +162,7 @@ def run_to_json(data: RunData) -> dict[str, Any]:
             "compiler": data.kernel.compiler,
             "tree": data.kernel.tree,
             "status": data.kernel.status,
+            "meta": data.kernel.meta,
         },
         "machine": {
             "name": data.machine.name,

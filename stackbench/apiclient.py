@@ -1,0 +1,162 @@
+"""The CLI's client of a stackbench server's JSON API, used when ``STACKBENCH_URL`` is set.
+
+Small on purpose (urllib only): commands call :func:`client` and, when it returns a client,
+talk to the server instead of the database. The token comes from ``STACKBENCH_TOKEN`` or the
+file ``$STACKBENCH_HOME/token``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from stackbench import config
+from stackbench.errors import InputError, NotFoundError, StackbenchError
+
+
+class ApiError(StackbenchError):
+    def __init__(self, url: str, status: int, message: str, fields: dict | None = None) -> None:
+        self.url = url
+        self.status = status
+        self.fields = fields or {}
+        super().__init__(f"{url}: HTTP {status}: {message}")
+
+
+class ApiClient:
+    def __init__(self, base_url: str, token: str | None = None, timeout: float = 120) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+
+    # -- transport ---------------------------------------------------------------------------
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        params: dict[str, Any] | None = None,
+        accept: str = "application/json",
+    ) -> Any:
+        url = self.base_url + path
+        if params:
+            clean = {k: v for k, v in params.items() if v is not None}
+            url += "?" + urllib.parse.urlencode(clean, doseq=True)
+        headers = {"Accept": accept, "User-Agent": "stackbench-cli"}
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        req = urllib.request.Request(url, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                raw = resp.read()
+                if accept == "application/json":
+                    return json.loads(raw or b"null")
+                return raw.decode()
+        except urllib.error.HTTPError as exc:
+            raw = exc.read()
+            try:
+                err = json.loads(raw)
+                msg, fields = err.get("error", ""), err.get("fields")
+            except (ValueError, AttributeError):
+                msg, fields = raw.decode(errors="replace")[:300], None
+            if exc.code == 404:
+                raise NotFoundError(msg or f"{url}: not found") from None
+            raise ApiError(url, exc.code, msg or exc.reason, fields) from None
+        except urllib.error.URLError as exc:
+            raise StackbenchError(f"cannot reach {self.base_url}: {exc.reason}") from None
+
+    def get(self, path: str, **params: Any) -> Any:
+        return self.request("GET", path, params=params)
+
+    def post(self, path: str, body: Any) -> Any:
+        return self.request("POST", path, body=body)
+
+    # -- what the CLI needs ------------------------------------------------------------------
+
+    def submit(
+        self,
+        mbox: bytes | str | Path,
+        *,
+        tree: str,
+        base: str = "",
+        jobs: list[str],
+        runs: int = 3,
+    ) -> dict[str, Any]:
+        """Submit a series; returns its JSON (``id``, ``url``, ``state``...)."""
+        if isinstance(mbox, Path):
+            try:
+                mbox = mbox.read_bytes()
+            except OSError as exc:
+                raise InputError(mbox, exc.strerror or "cannot read") from None
+        text = mbox.decode(errors="replace") if isinstance(mbox, bytes) else mbox
+        return self.post(
+            "/api/series",
+            {"mbox": text, "tree": tree, "base": base, "jobs": jobs, "runs": runs},
+        )
+
+    def series(self, series_id: int) -> dict[str, Any]:
+        return self.get(f"/api/series/{series_id}")
+
+    def comparison(
+        self, kernels: list[str], *, all_rows: bool = False, suite: str | None = None
+    ) -> dict[str, Any]:
+        """Create (or find) the comparison; returns its key and URLs."""
+        return self.post(
+            "/api/comparisons", {"kernels": kernels, "all_rows": all_rows, "suite": suite}
+        )
+
+    def compare(
+        self,
+        kernels: list[str],
+        *,
+        style: str = "lkp",
+        all_rows: bool = False,
+        suite: str | None = None,
+    ) -> str:
+        """The comparison table as text, exactly what the page shows."""
+        comp = self.comparison(kernels, all_rows=all_rows, suite=suite)
+        return self.request(
+            "GET",
+            f"/api/comparisons/{comp['key']}/tables/{style}",
+            params={"format": "text"},
+            accept="text/plain",
+        )
+
+    def upload_runs(self, runs: Iterable[Any]) -> list[dict[str, Any]]:
+        """Upload runs (RunData objects or payload dicts); each answer has ``id`` and
+        ``created`` (False when the idempotency key was already stored)."""
+        from stackbench.web.uploads import run_to_json
+
+        items = [r if isinstance(r, dict) else run_to_json(r) for r in runs]
+        if not items:
+            return []
+        return self.post("/api/runs", {"runs": items})["runs"]
+
+
+def token() -> str | None:
+    tok = os.environ.get("STACKBENCH_TOKEN", "").strip()
+    if tok:
+        return tok
+    path = config.home() / "token"
+    if path.exists():
+        return path.read_text().strip() or None
+    return None
+
+
+def client() -> ApiClient | None:
+    """A client for $STACKBENCH_URL, or None when the CLI should use the database."""
+    url = config.server_url()
+    if not url:
+        return None
+    return ApiClient(url, token())

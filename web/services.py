@@ -1,0 +1,91 @@
+"""The web UI as an embedded service of ``stackbench up``/``down``: gunicorn on 127.0.0.1 in
+the background, with its pidfile and log under $STACKBENCH_HOME."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from stackbench import config, proc
+from stackbench.services import SERVICES
+
+HOST = os.environ.get("STACKBENCH_WEB_HOST", "127.0.0.1")
+PORT = int(os.environ.get("STACKBENCH_WEB_PORT", "8080"))
+
+
+def pidfile() -> Path:
+    return config.home() / "web.pid"
+
+
+def logfile() -> Path:
+    return config.home() / "web.log"
+
+
+def gunicorn_argv(host: str, port: int, workers: int = 2, daemon: bool = False) -> list[str]:
+    argv = [
+        sys.executable, "-m", "gunicorn",
+        "--bind", f"{host}:{port}",
+        "--workers", str(workers),
+        "--threads", "4",
+        "--timeout", "120",
+        "--access-logfile", str(logfile()) if daemon else "-",
+        "--error-logfile", str(logfile()) if daemon else "-",
+    ]  # fmt: skip
+    if daemon:
+        argv += ["--daemon", "--pid", str(pidfile())]
+    return argv + ["stackbench.web.wsgi:app"]
+
+
+def running_pid() -> int | None:
+    try:
+        pid = int(pidfile().read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass
+    return pid
+
+
+def start() -> str:
+    pid = running_pid()
+    if pid:
+        return f"web: already running (pid {pid}) on http://{HOST}:{PORT}/"
+    # the database is up (stackbench up starts it first) and migrated before workers fork
+    from stackbench.resultsdb import db
+
+    db.engine()
+    env = {}
+    if not config.database_url():
+        env["STACKBENCH_DATABASE_URL"] = db.resolve_url(start=False)
+    proc.run(gunicorn_argv(HOST, PORT, daemon=True), env=env, timeout=60)
+    for _ in range(50):
+        pid = running_pid()
+        if pid:
+            return f"web: started on http://{HOST}:{PORT}/ (pid {pid}, log {logfile()})"
+        time.sleep(0.1)
+    return f"web: gunicorn did not start; see {logfile()}"
+
+
+def stop() -> str:
+    pid = running_pid()
+    if not pid:
+        return "web: not running"
+    os.kill(pid, signal.SIGTERM)
+    for _ in range(100):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    pidfile().unlink(missing_ok=True)
+    return f"web: stopped (pid {pid})"
+
+
+SERVICES.append(("web", start, stop))
