@@ -252,12 +252,8 @@ def render_counts(ds: query.Dataset, suite: str) -> str:
     ops = sorted((n for n in series if _COUNT.match(n)), key=lambda n: int(_COUNT.match(n)[1]))
     if not ops:
         raise StackbenchError(f"no {suite} 'Percentage huge' values stored for these kernels")
-    short = {op: Series(op[len("Percentage ") :], True, series[op].runs) for op in ops}
-    return _single_table(ds, "Percentage", [s.name for s in short.values()], _by_name(short))
-
-
-def _by_name(series: dict[str, Series]) -> dict[str, Series]:
-    return {s.name: s for s in series.values()}
+    short = {op.removeprefix("Percentage "): series[op] for op in ops}
+    return _single_table(ds, "Percentage", list(short), short)
 
 
 def render_locality(ds: query.Dataset, suite: str) -> str:
