@@ -99,7 +99,11 @@ class Master:
 
 def embedded_master() -> Master | None:
     """The master of ``stackbench up`` (URL and admin password from its base directory)."""
-    base = config.home() / "buildbot" / "master"
+    return embedded_master_at(config.home() / "buildbot" / "master")
+
+
+def embedded_master_at(base: Path) -> Master | None:
+    """A master whose base directory was made by :func:`stackbench.jobs.services.create_master`."""
     cfg_path, secrets_path = base / "stackbench.yaml", base / "secrets.yaml"
     if not cfg_path.exists() or not secrets_path.exists():
         return None
@@ -111,20 +115,20 @@ def embedded_master() -> Master | None:
 
 
 def default_master() -> Master:
-    """$STACKBENCH_BB_URL (+ $STACKBENCH_BB_USER, $STACKBENCH_BB_PASSWORD), else the embedded
+    """$STACKBENCH_BUILDBOT_URL (+ ``_USER``, ``_PASSWORD``), else the embedded
     master."""
-    url = os.environ.get("STACKBENCH_BB_URL")
+    url = os.environ.get("STACKBENCH_BUILDBOT_URL")
     if url:
         return Master(
             url,
-            os.environ.get("STACKBENCH_BB_USER", ""),
-            os.environ.get("STACKBENCH_BB_PASSWORD", ""),
+            os.environ.get("STACKBENCH_BUILDBOT_USER", ""),
+            os.environ.get("STACKBENCH_BUILDBOT_PASSWORD", ""),
         )
     found = embedded_master()
     if found is None:
         raise StackbenchError(
-            "no Buildbot master: run 'stackbench up' or set STACKBENCH_BB_URL "
-            "(with STACKBENCH_BB_USER and STACKBENCH_BB_PASSWORD)"
+            "no Buildbot master: run 'stackbench up' or set STACKBENCH_BUILDBOT_URL "
+            "(with STACKBENCH_BUILDBOT_USER and STACKBENCH_BUILDBOT_PASSWORD)"
         )
     return found
 
@@ -188,7 +192,7 @@ def submit(
 
 def buildbot_url(path: str = "") -> str | None:
     """The Buildbot web UI (for links from stackbench's pages), or None when unknown."""
-    url = os.environ.get("STACKBENCH_BB_URL")
+    url = os.environ.get("STACKBENCH_BUILDBOT_URL")
     if not url:
         m = embedded_master()
         url = m.url if m else None

@@ -241,8 +241,8 @@ def _apply_env(cfg: BuildbotConfig, env: dict[str, str], path: Path) -> None:
     for key, attr in (("STACKBENCH_BB_WWW_PORT", "www_port"), ("STACKBENCH_BB_PB_PORT", "pb_port")):
         if env.get(key):
             setattr(cfg, attr, _int(path, key, env[key], 1))
-    if env.get("STACKBENCH_BB_URL"):
-        cfg.buildbot_url = env["STACKBENCH_BB_URL"]
+    if env.get("STACKBENCH_BUILDBOT_URL"):
+        cfg.buildbot_url = env["STACKBENCH_BUILDBOT_URL"]
     if env.get("STACKBENCH_BB_DB_URL"):
         cfg.db_url = env["STACKBENCH_BB_DB_URL"]
     if env.get("STACKBENCH_URL") and not cfg.stackbench_url:

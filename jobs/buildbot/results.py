@@ -79,7 +79,7 @@ def from_payload(data: dict[str, Any], origin: str = "payload") -> Any:
     from stackbench.resultsdb.ingest import JobSpec, KernelSpec, MachineSpec, RunData
 
     try:
-        if data.get("version") != PAYLOAD_VERSION:
+        if data.get("version", PAYLOAD_VERSION) != PAYLOAD_VERSION:
             raise ValueError(f"unsupported payload version {data.get('version')!r}")
         key = data["idempotency_key"]
         if not isinstance(key, str) or not key or len(key) > 128:
