@@ -184,3 +184,20 @@ def test_series_from_push_without_hooks(setup):
         intake.series_from_push(
             work, "linux-6.1", "topic", git(work, "rev-parse", "main").stdout.strip()
         )
+
+
+def test_build_tree_fetches_the_pushed_commits(eng, setup, tmp_path):
+    from stackbench.patches import gitops
+
+    work, bare = setup
+    push = git(work, "push", str(bare), "topic:refs/for/linux-6.1/main", check=False)
+    assert push.returncode == 0, push.stderr
+    with Session(eng) as s:
+        series = s.scalars(select(Series)).one()
+        head, sid = series.meta["push"]["head"], series.id
+    # the kernel tree is another repository: it copies the series' commits from the intake
+    tree = tmp_path / "tree.git"
+    git(tmp_path, "clone", "-q", "--bare", "--no-local", str(bare), str(tree))
+    assert git(tree, "cat-file", "-e", head, check=False).returncode != 0
+    gitops.fetch_commit(tree, bare, head, f"refs/stackbench/series/{sid}")
+    assert git(tree, "rev-parse", f"refs/stackbench/series/{sid}").stdout.strip() == head
