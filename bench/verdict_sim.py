@@ -27,41 +27,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from stackbench.resultsdb import verdict
-
-try:
-    from stackbench.resultsdb.tables.lkp_rule import is_changed as lkp_is_changed
-except ImportError:  # pragma: no cover - TEMPORARY until tables/lkp_rule.py lands
-
-    def lkp_is_changed(a, b, stat, _ratio=1.01):
-        if len(a) < 3 or len(b) < 3:
-            return False
-        a, b = sorted(a), sorted(b)
-        ta, tb = min(3, len(a) >> 5), min(3, len(b) >> 5)
-        a, b = a[ta : len(a) - ta], b[tb : len(b) - tb]
-        ma, mb = a[len(a) // 2], b[len(b) // 2]
-        sep = (b[0] > ma and mb > a[-1]) or (b[-1] < ma and mb < a[0])
-        return sep and max(ma, mb) > _ratio * min(ma, mb)
-
-
-try:
-    from stackbench.resultsdb.tables.mmtests_stats import overlap_significant, ttest_significant
-except ImportError:  # pragma: no cover - TEMPORARY until tables/mmtests_stats.py lands
-    from scipy import stats as _st
-
-    def ttest_significant(a, b):
-        a, b = np.asarray(a), np.asarray(b)
-        se = np.sqrt(a.var(ddof=1) / a.size + b.var(ddof=1) / b.size)
-        if se == 0:
-            return a.mean() != b.mean()
-        t = abs(a.mean() - b.mean()) / se
-        return 2 * _st.t.sf(t, a.size + b.size - 2) < 0.10
-
-    def overlap_significant(a, b):
-        a, b = np.asarray(a), np.asarray(b)
-        if a.size < 2 or b.size < 2:
-            return False
-        return abs(a.mean() - b.mean()) > 1.96 * (a.std(ddof=1) + b.std(ddof=1))
-
+from stackbench.resultsdb.tables.lkp_rule import is_changed as lkp_is_changed
+from stackbench.resultsdb.tables.mmtests_stats import overlap_significant, ttest_significant
 
 COVS = (0.01, 0.02, 0.05, 0.10)
 STARTS = (3, 5, 10)
@@ -122,11 +89,15 @@ def sequential(
 
 
 def once(base: np.ndarray, new: np.ndarray, rule: Callable[[list, list], bool]) -> np.ndarray:
-    return np.array([rule(list(a), list(b)) for a, b in zip(base, new, strict=True)], dtype=bool)
+    """An upstream rule judged once on each trial's runs (base, new)."""
+    return np.array(
+        [rule(b.tolist(), n.tolist()) for b, n in zip(base, new, strict=True)], dtype=bool
+    )
 
 
 UPSTREAM: dict[str, Callable[[list, list], bool]] = {
-    "LKP": lambda a, b: bool(lkp_is_changed(a, b, STAT)),
+    # LKP's order: the kernel under test first, then the base
+    "LKP": lambda base, new: bool(lkp_is_changed(new, base, STAT)),
     "mm-t": lambda a, b: bool(ttest_significant(a, b)),
     "mm-ovl": lambda a, b: bool(overlap_significant(a, b)),
 }

@@ -1,0 +1,196 @@
+"""stackbench's own comparison table: every metric with a verdict that can be trusted.
+
+The first kernel is the base. One block per job (suite, test, parameters), in the same job
+order as the LKP table; inside it one sub-block per later kernel with one row per metric,
+ordered by metric name:
+
+    metric   base mean   new mean   change   [95% CI]   verdict   q   runs
+
+* Values are per RUN: the mean of that run's samples. A latency metric has thousands of
+  samples per run, but they share one boot's memory layout, so pooling them would call any
+  boot-to-boot difference significant; the run is the independent unit. Base and new mean
+  are the means of those per-run values.
+* change is the relative difference of means with Welch's 95% interval; for latency metrics
+  (the rank path of :mod:`stackbench.resultsdb.verdict`) it is the Hodges-Lehmann ratio, the
+  median of all pairwise new/base ratios, with its distribution-free interval.
+* verdict: ``better`` / ``worse`` (changed, direction from the metric), ``changed`` (a metric
+  with no preferred direction), ``~`` (shown to be within the minimum effect), ``undecided``
+  (needs more runs: the runs column says how many per side), ``n/a`` (a side with fewer than
+  two runs). Significance is controlled with Benjamini-Hochberg across ALL rows of the table;
+  q is that adjusted p-value.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from stackbench.errors import StackbenchError
+from stackbench.resultsdb import query, verdict
+
+
+def _job_order(job: query.JobRow) -> tuple:
+    return (job.suite, job.test, sorted((str(k), str(v)) for k, v in (job.params or {}).items()))
+
+
+def _label(kernel: query.Kernel) -> str:
+    if kernel.name and kernel.name != kernel.commit:
+        return f"{kernel.name} ({kernel.commit[:12]})"
+    return kernel.commit[:12]
+
+
+def _job_title(job: query.JobRow) -> str:
+    params = " ".join(
+        f"{k}={v}" for k, v in sorted((job.params or {}).items()) if not isinstance(v, dict | list)
+    )
+    title = job.suite + (f"/{job.test}" if job.test and job.test != job.suite else "")
+    extra = [p for p in (params, job.suite_version and f"version {job.suite_version}") if p]
+    return title + (f"  {'  '.join(extra)}" if extra else "")
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return math.fsum(values) / len(values) if values else None
+
+
+def _num(x: float | None) -> str:
+    if x is None:
+        return "-"
+    if x != 0 and (abs(x) >= 1e12 or abs(x) < 1e-3):
+        return f"{x:.4g}"
+    if abs(x) >= 1000:
+        return f"{x:.0f}"
+    return f"{x:.2f}"
+
+
+def _pct(x: float | None) -> str:
+    if x is None or math.isinf(x):
+        return "-" if x is None else ("+inf" if x > 0 else "-inf")
+    return f"{x:+.2f}%"
+
+
+def _ci(v: verdict.Verdict) -> str:
+    if v.ci_low_pct is None or v.ci_high_pct is None:
+        return "-"
+    lo, hi = _pct(v.ci_low_pct).rstrip("%"), _pct(v.ci_high_pct).rstrip("%")
+    return f"[{lo}, {hi}]"
+
+
+def _q(v: verdict.Verdict) -> str:
+    if v.q_value is None:
+        return "-"
+    return f"{v.q_value:.2g}" if v.q_value < 0.001 else f"{v.q_value:.3f}"
+
+
+def _runs(v: verdict.Verdict) -> str:
+    have = f"{v.n_base}/{v.n_new}"
+    return f"{have}>{v.runs_wanted}" if v.runs_wanted else have
+
+
+HEAD = ("metric", "base", "new", "change", "95% CI", "verdict", "q", "runs")
+RIGHT = (False, True, True, True, True, False, True, True)
+
+
+def _format(rows: list[tuple[str, ...]], widths: list[int]) -> list[str]:
+    out = []
+    for row in rows:
+        cells = [
+            f"{c:>{w}}" if right else f"{c:<{w}}"
+            for c, w, right in zip(row, widths, RIGHT, strict=True)
+        ]
+        out.append("  " + "  ".join(cells).rstrip())
+    return out
+
+
+def compare(
+    ds: query.Dataset, policy: verdict.Policy = verdict.DEFAULT
+) -> list[tuple[query.JobRow, query.Kernel, list[tuple[str, float | None, float | None, verdict.Verdict]]]]:  # fmt: skip
+    """Verdicts of every (job, later kernel, metric) of the dataset against the first kernel,
+    with Benjamini-Hochberg across all of them: [(job, kernel, [(metric, base mean, new mean,
+    verdict)])] in table order. Shared with the web pages and mails."""
+    base = ds.kernels[0]
+    pairs: dict[tuple[int, int, str], tuple] = {}
+    means: dict[tuple[int, int, str], tuple[float | None, float | None]] = {}
+    blocks: list[tuple[query.JobRow, int, list[str]]] = []
+    by_job: dict[int, list[tuple[int, query.MetricRow]]] = {}
+    for job_id, metric_id in ds.values:
+        by_job.setdefault(job_id, []).append((metric_id, ds.metrics[metric_id]))
+    for job_id in sorted(by_job, key=lambda j: _job_order(ds.jobs[j])):
+        job = ds.jobs[job_id]
+        metrics = sorted(by_job[job_id], key=lambda m: m[1].name)
+        for idx, kernel in enumerate(ds.kernels[1:], start=1):
+            names = []
+            for metric_id, m in metrics:
+                per_build = ds.values[(job_id, metric_id)]
+                b = verdict.per_run(per_build.get(base.id, {}))
+                n = verdict.per_run(per_build.get(kernel.id, {}))
+                if not b and not n:
+                    continue
+                key = (job_id, idx, m.name)
+                pairs[key] = (b, n, m.higher_is_better, m.kind)
+                means[key] = (_mean(b), _mean(n))
+                names.append(m.name)
+            if names:
+                blocks.append((job, idx, names))
+    flat = {f"{j}\0{i}\0{name}": p for (j, i, name), p in pairs.items()}
+    judged = verdict.judge_many(flat, policy)
+    out = []
+    for job, idx, names in blocks:
+        rows = []
+        for name in names:
+            key = (job.id, idx, name)
+            v = judged[f"{job.id}\0{idx}\0{name}"]
+            v.metric = name
+            rows.append((name, *means[key], v))
+        out.append((job, ds.kernels[idx], rows))
+    return out
+
+
+def render(ds: query.Dataset, policy: verdict.Policy = verdict.DEFAULT) -> str:
+    if len(ds.kernels) < 2:
+        raise StackbenchError(
+            "the stackbench table compares kernels: give a base and at least one more"
+        )
+    blocks = compare(ds, policy)
+    if not blocks:
+        raise StackbenchError("no metric has results for the base and a later kernel")
+    base = ds.kernels[0]
+    table_rows: list[list[tuple[str, ...]]] = []
+    for _job, _kernel, rows in blocks:
+        table_rows.append(
+            [
+                (name, _num(mb), _num(mn), _pct(v.change_pct), _ci(v), v.label, _q(v), _runs(v))
+                for name, mb, mn, v in rows
+            ]
+        )
+    widths = [len(h) for h in HEAD]
+    for rows in table_rows:
+        for row in rows:
+            widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
+    lines: list[str] = []
+    n_rows = sum(len(r) for r in table_rows)
+    undecided = 0
+    last_job = None
+    for (job, kernel, rows), formatted in zip(blocks, table_rows, strict=True):
+        if job.id != last_job:
+            if lines:
+                lines.append("")
+            lines.append(f"== {_job_title(job)}")
+            lines.append(f"   base: {_label(base)}")
+            last_job = job.id
+        lines.append(f"   new:  {_label(kernel)}")
+        lines.extend(_format([HEAD], widths))
+        lines.extend(_format(formatted, widths))
+        undecided = max(undecided, verdict.runs_needed([r[3] for r in rows], policy))
+    lines.append("")
+    lines.append(
+        "change: difference of per-run means relative to the base, Welch's 95% interval "
+        "(latency: Hodges-Lehmann ratio, rank test)"
+    )
+    lines.append(
+        f"verdict: Benjamini-Hochberg at q={policy.fdr_q:g} across the {n_rows} rows, "
+        f"alpha={policy.alpha:g} per metric over {policy.n_looks} looks; "
+        "~ = within the minimum effect"
+    )
+    if undecided:
+        lines.append(f"undecided rows need {undecided} runs per side to decide.")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,148 @@
+"""The ``--style stackbench`` table from a real database: three kernels ingested with the real
+ingest path, rendered through tables.render and through ``stackbench compare``."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+
+import numpy as np
+import pytest
+
+from stackbench.cli import main
+from stackbench.errors import StackbenchError
+from stackbench.resultsdb import ingest as ig
+from stackbench.resultsdb import query
+from stackbench.resultsdb.tables import render, verdict
+
+BASE, SLOW, SAME = "a" * 40, "b" * 40, "c" * 40
+JOB = ig.JobSpec("vm-scalability", "anon-w-seq-mt", {"test": "anon-w-seq-mt", "size": "8T"})
+
+
+def _runs(commit: str, name: str, tput: float, free: float, seed: int) -> list[ig.RunData]:
+    """Five runs with 0.3% noise; migrate_mbps only in the first run (one run: n/a)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for it in range(5):
+        samples = {
+            "vm-scalability.throughput": [tput * (1 + 0.003 * rng.normal())],
+            # per-run latency samples: their mean is the run's value
+            "vm-scalability.free_time": list(free * (1 + 0.003 * rng.normal(size=3))),
+            "vm-scalability.workload": [1e9 * (1 + 0.003 * rng.normal())],
+        }
+        if it == 0:
+            samples["vm-scalability.migrate_mbps"] = [500.0]
+        out.append(
+            ig.RunData(
+                job=JOB,
+                kernel=ig.KernelSpec(commit, name=name),
+                machine=ig.MachineSpec("qemu-vm", cpus=2),
+                iteration=it,
+                samples=samples,
+            )
+        )
+    return out
+
+
+@pytest.fixture
+def three(eng):
+    ig.ingest(eng, _runs(BASE, "base", 100000.0, 2.0, 1))
+    # 10% less throughput, 20% slower freeing
+    ig.ingest(eng, _runs(SLOW, "slow", 90000.0, 2.4, 2))
+    ig.ingest(eng, _runs(SAME, "same", 100000.0, 2.0, 3))
+    return eng
+
+
+def _rows(text: str) -> dict[tuple[str, str], list[str]]:
+    """(kernel name, metric) -> the row's cells, from the rendered table."""
+    rows: dict[tuple[str, str], list[str]] = {}
+    kernel = ""
+    for line in text.splitlines():
+        m = re.match(r"\s+new:\s+(\S+)", line)
+        if m:
+            kernel = m.group(1)
+        elif line.startswith("  vm-scalability."):
+            cells = re.split(r"\s{2,}", line.strip())
+            rows[(kernel, cells[0])] = cells
+    return rows
+
+
+def test_table_rows_and_outcomes(three):
+    out = render.render(three, ["base", "slow", "same"], style="stackbench")
+    lines = out.splitlines()
+    assert lines[0] == "== vm-scalability/anon-w-seq-mt  size=8T test=anon-w-seq-mt"
+    assert lines[1] == f"   base: base ({BASE[:12]})"
+    rows = _rows(out)
+    metrics = [
+        "vm-scalability.free_time",
+        "vm-scalability.migrate_mbps",
+        "vm-scalability.throughput",
+        "vm-scalability.workload",
+    ]
+    # every metric for both later kernels, by metric name within each block
+    assert [k for k in rows if k[0] == "slow"] == [("slow", m) for m in metrics]
+    assert [k for k in rows if k[0] == "same"] == [("same", m) for m in metrics]
+
+    tput = rows[("slow", "vm-scalability.throughput")]
+    assert tput[5] == "worse"
+    change = float(tput[3].rstrip("%"))
+    lo, hi = (float(x) for x in tput[4].strip("[]").split(","))
+    assert -11 < lo < change < hi < -9
+    assert tput[7] == "5/5"
+
+    # a latency: rank path; five runs cannot reach the stringent level, so it asks for 10
+    free = rows[("slow", "vm-scalability.free_time")]
+    assert free[5] == "undecided" and free[7] == "5/5>10"
+    assert 15 < float(free[3].rstrip("%")) < 25
+
+    # a count has no preferred direction; an unchanged kernel is "~"
+    assert rows[("same", "vm-scalability.throughput")][5] == "~"
+    assert rows[("same", "vm-scalability.workload")][5] == "~"
+    assert rows[("slow", "vm-scalability.workload")][5] == "~"
+
+    # one run per side: n/a, no statistics
+    na = rows[("slow", "vm-scalability.migrate_mbps")]
+    assert na[5] == "n/a" and na[3] == "-" and na[4] == "-" and na[6] == "-"
+    assert "undecided rows need 10 runs per side" in out
+    assert "Benjamini-Hochberg" in out and "across the 8 rows" in out
+
+
+def test_compare_shares_the_verdicts_and_fdr_spans_the_table(three):
+    with three.connect() as conn:
+        ds = query.load(conn, query.resolve_kernels(conn, ["base", "slow", "same"]))
+    blocks = verdict.compare(ds)
+    assert [(j.test, k.name) for j, k, _ in blocks] == [
+        ("anon-w-seq-mt", "slow"),
+        ("anon-w-seq-mt", "same"),
+    ]
+    rows = {(k.name, name): (mb, mn, v) for _, k, rs in blocks for name, mb, mn, v in rs}
+    mb, mn, v = rows[("slow", "vm-scalability.throughput")]
+    assert mb == pytest.approx(100000, rel=0.01) and mn == pytest.approx(90000, rel=0.01)
+    assert v.outcome == "changed" and v.direction == "worse" and v.test == "welch"
+    # the q-value is BH-adjusted across all 6 tested rows, so never below the row's own
+    # p-value times the planned looks
+    assert v.q_value >= min(1.0, v.p_value * 3)
+    assert rows[("slow", "vm-scalability.free_time")][2].test == "mann-whitney"
+
+
+def test_cli_compare_style_stackbench(three):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(["compare", "--style", "stackbench", "base", SLOW[:8]])
+    assert rc == 0, err.getvalue()
+    rows = _rows(out.getvalue())
+    assert rows[("slow", "vm-scalability.throughput")][5] == "worse"
+    assert ("same", "vm-scalability.throughput") not in rows
+    # 4 rows in this table: the FDR statement counts them
+    assert "across the 4 rows" in out.getvalue()
+
+
+def test_single_kernel_is_a_clear_error(three):
+    with pytest.raises(StackbenchError, match="compares kernels"):
+        render.render(three, ["base"], style="stackbench")
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        rc = main(["compare", "--style", "stackbench", "base"])
+    assert rc == 1
+    assert err.getvalue().startswith("stackbench: error: the stackbench table compares kernels")
