@@ -13,7 +13,8 @@ enough) or an mmtests run name.
 
   --style lkp        LKP's 'lkp ncompare' table (%stddev %change); rows LKP's change rule
                      selects, or every stat with --all
-  --style mmtests    compare-mmtests.pl's tables (thpscale era): --table latency|counts|locality,
+  --style mmtests    compare-mmtests.pl's tables (thpscale era): --table latency|counts|
+                     locality|significance|highalloc,
                      or a monitor block with --monitor duration|vmstat
   --style stackbench every stat with stackbench's verdict: change, 95% interval, significance
                      after false-discovery-rate control"""
@@ -25,9 +26,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--all", action="store_true", help="lkp: every stat (as 'lkp ncompare -a')")
     p.add_argument(
         "--table",
-        choices=["latency", "counts", "locality"],
+        choices=["latency", "counts", "locality", "significance", "highalloc"],
         default=None,
-        help="mmtests: which thpscale table (default latency)",
+        help="mmtests: which table (default latency); significance adds the Significant rows "
+        "(1.00 when the t-test gives p < 0.10); highalloc shows stress-highalloc passes",
     )
     p.add_argument(
         "--monitor",
