@@ -1,0 +1,225 @@
+"""The Buildbot configuration, worker matching, the worker-side commands and the embedded
+master/worker of 'stackbench up' (started for real on loopback)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from stackbench.cli import main
+from stackbench.errors import InputError
+from stackbench.jobs.buildbot import config
+
+pytest.importorskip("buildbot")
+
+
+def write(path: Path, body: str, mode: int = 0o644) -> Path:
+    path.write_text(body)
+    os.chmod(path, mode)
+    return path
+
+
+CFG = """
+workers:
+  - {name: qemu-1, kind: qemu, cpus: 8, memory_mb: 16384}
+  - {name: box, kind: baremetal, cpus: 64, memory_mb: 262144}
+admins: [alice]
+nightly: "03:30"
+secrets_file: secrets.yaml
+"""
+
+
+def test_config_reads_workers_and_secrets(tmp_path):
+    write(tmp_path / "secrets.yaml", "workers: {qemu-1: s1, box: s2}\nusers: {alice: pw}\n", 0o600)
+    cfg = config.load(write(tmp_path / "stackbench.yaml", CFG), env={})
+    assert [(w.name, w.kind, w.cpus, w.password) for w in cfg.workers] == [
+        ("qemu-1", "qemu", 8, "s1"),
+        ("box", "baremetal", 64, "s2"),
+    ]
+    assert (cfg.nightly_hour, cfg.nightly_minute) == (3, 30)
+    assert cfg.users == {"alice": "pw"}
+    assert cfg.bind == "127.0.0.1"
+    assert cfg.kinds == ["qemu", "baremetal"]
+
+
+def test_environment_overrides_file(tmp_path):
+    env = {
+        "STACKBENCH_BB_WORKERS": "a:qemu:4:8192,b:baremetal:16:65536",
+        "STACKBENCH_BB_WORKER_PASSWORD_A": "x",
+        "STACKBENCH_BB_WORKER_PASSWORD_B": "y",
+        "STACKBENCH_BB_NIGHTLY": "1:05",
+        "STACKBENCH_BB_BIND": "0.0.0.0",
+        "STACKBENCH_BB_WWW_PORT": "8011",
+    }
+    cfg = config.load(tmp_path / "absent.yaml", env=env)
+    assert [(w.name, w.kind, w.memory_mb, w.password) for w in cfg.workers] == [
+        ("a", "qemu", 8192, "x"),
+        ("b", "baremetal", 65536, "y"),
+    ]
+    assert (cfg.nightly_hour, cfg.nightly_minute, cfg.www_port) == (1, 5, 8011)
+    assert cfg.buildbot_url == "http://127.0.0.1:8011/"
+
+
+@pytest.mark.parametrize(
+    "body, secrets_mode, message",
+    [
+        (CFG, 0o644, "secrets file must be mode 600"),
+        (CFG.replace("kind: baremetal", "kind: vm"), 0o600, "kind must be one of"),
+        (CFG.replace("03:30", "25:00"), 0o600, "nightly time must be HH:MM"),
+        (CFG + "colour: blue\n", 0o600, "unknown keys: colour"),
+        (CFG.replace("cpus: 8", "cpus: many"), 0o600, "cpus must be an integer"),
+    ],
+)
+def test_bad_configuration_is_one_clear_error(tmp_path, body, secrets_mode, message):
+    write(
+        tmp_path / "secrets.yaml",
+        "workers: {qemu-1: s1, box: s2}\nusers: {alice: pw}\n",
+        secrets_mode,
+    )
+    with pytest.raises(InputError, match=message):
+        config.load(write(tmp_path / "stackbench.yaml", body), env={})
+
+
+def test_worker_without_password_is_refused(tmp_path):
+    path = write(tmp_path / "stackbench.yaml", "workers: [{name: w, kind: qemu}]\n")
+    with pytest.raises(InputError, match="STACKBENCH_BB_WORKER_PASSWORD_W"):
+        config.load(path, env={})
+
+
+def test_jobs_go_only_to_machines_of_their_kind_and_size(tmp_path):
+    from buildbot.process.properties import Properties
+
+    from stackbench.jobs.buildbot import builders, workers
+
+    def props(**kw):
+        p = Properties()
+        for k, v in kw.items():
+            p.setProperty(k, v, "test")
+        return p
+
+    small = props(machine_kind="qemu", cpus=2, memory_mb=2048)
+    big = props(machine_kind="baremetal", cpus=64, memory_mb=262144)
+    assert workers.fits(small, props())
+    assert workers.fits(big, props(min_cpus="32", min_memory_mb=100000))
+    assert not workers.fits(small, props(min_cpus="32"))
+    assert not workers.fits(small, props(min_memory_mb=4096))
+    assert not workers.fits(small, props(machine_kind="baremetal"))
+
+    env = {"STACKBENCH_BB_WORKERS": "q1:qemu:2:2048,q2:qemu:2:2048,m1:baremetal:64:262144"}
+    env.update({f"STACKBENCH_BB_WORKER_PASSWORD_{n}": "pw" for n in ("Q1", "Q2", "M1")})
+    cfg = config.load(tmp_path / "none.yaml", env=env)
+    by_name = {b.name: b for b in builders.make(cfg)}
+    assert by_name["bench-qemu"].workernames == ["q1", "q2"]
+    assert by_name["bench-baremetal"].workernames == ["m1"]
+    assert by_name["bench-qemu"].canStartBuild is workers.can_start_build
+    assert set(by_name) >= {"series", "nightly", "bisect", "build-linux-6.1-tiny-guest"}
+
+
+def test_master_cfg_passes_buildbot_checkconfig(tmp_path):
+    from stackbench import proc
+    from stackbench.jobs import services
+
+    write(tmp_path / "stackbench.yaml", CFG)
+    write(tmp_path / "secrets.yaml", "workers: {qemu-1: a, box: b}\nusers: {alice: c}\n", 0o600)
+    (tmp_path / "master.cfg").write_text(services.MASTER_CFG.read_text())
+    out = proc.run([services.tool("buildbot"), "checkconfig", str(tmp_path)], cwd=tmp_path)
+    assert "Config file is good" in out.stdout
+
+
+# -- worker commands -------------------------------------------------------------------------
+
+
+def _bench(tmp_path: Path, submission: str = "s1") -> Path:
+    work = tmp_path / "w"
+    work.mkdir(exist_ok=True)
+    os.chdir(work)
+    assert main(["worker", "build", "--commit", "f" * 40, "--dry-kernel"]) == 0
+    argv = ["worker", "bench", "--kernel", "out/kernel.tar", "--job", "dry-vm"]
+    argv += ["--submission", submission, "--machine", "m1", "--runs", "3", "--dry-kernel"]
+    assert main(argv) == 0
+    return work
+
+
+def test_upload_is_idempotent(eng, tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("STACKBENCH_URL", raising=False)
+    monkeypatch.chdir(tmp_path)
+    work = _bench(tmp_path)
+    assert sorted(p.name for p in (work / "results").iterdir()) == [
+        "run-000.json",
+        "run-001.json",
+        "run-002.json",
+    ]
+    assert main(["worker", "upload", "--results", "results"]) == 0
+    assert "uploaded 3 run(s), 0 already present" in capsys.readouterr().out
+    # a retried step on another machine produces the same keys: nothing new is stored
+    _bench(tmp_path)
+    assert main(["worker", "upload", "--results", "results"]) == 0
+    assert "uploaded 0 run(s), 3 already present" in capsys.readouterr().out
+    with eng.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM run")).scalar() == 3
+        assert conn.execute(text("SELECT count(*) FROM sample")).scalar() == 15
+
+
+def test_bad_payload_stores_nothing(eng, tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("STACKBENCH_URL", raising=False)
+    monkeypatch.chdir(tmp_path)
+    work = _bench(tmp_path)
+    bad = work / "results" / "run-001.json"
+    data = json.loads(bad.read_text())
+    del data["kernel"]
+    bad.write_text(json.dumps(data))
+    assert main(["worker", "upload", "--results", "results"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("stackbench: error:") and "run-001.json" in err and "kernel" in err
+    with eng.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM run")).scalar() == 0
+
+
+def test_bench_without_kernel_artifact_is_a_clear_error(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    argv = ["worker", "bench", "--kernel", "nope.tar", "--job", "j", "--submission", "s"]
+    assert main([*argv, "--dry-kernel"]) == 1
+    assert "nope.tar: kernel artifact not found" in capsys.readouterr().err
+
+
+# -- embedded master and worker ---------------------------------------------------------------
+
+
+def _listening(port: int) -> set[str]:
+    addrs = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            addr, hexport = local.rsplit(":", 1)
+            if int(hexport, 16) == port and state == "0A":  # LISTEN
+                addrs.add(addr)
+    return addrs
+
+
+def test_up_starts_master_and_local_worker_on_loopback(tmp_path, monkeypatch):
+    from stackbench.jobs import services
+    from stackbench.jobs.buildbot import client
+
+    monkeypatch.setenv("STACKBENCH_HOME", str(tmp_path / "home"))
+    try:
+        assert services.start().startswith("buildbot: started")
+        base = tmp_path / "home" / "buildbot"
+        cfg = client.read_yaml(base / "master" / "stackbench.yaml")
+        assert _listening(cfg["www_port"]) == {"0100007F"}  # 127.0.0.1 only
+        assert _listening(cfg["pb_port"]) == {"0100007F"}
+        for secret in (base / "master" / "secrets.yaml", base / "worker-local" / "buildbot.tac"):
+            assert stat.S_IMODE(secret.stat().st_mode) == 0o600
+        master = client.default_master()
+        workers = master.get("workers")["workers"]
+        assert [w["name"] for w in workers] == ["local"]
+        assert services.start().endswith("worker local)")  # idempotent
+    finally:
+        assert services.stop() == "buildbot: stopped"
+    assert not services.running(base / "master")
+    assert not services.running(base / "worker-local")
+    assert services.stop() == "buildbot: not running"
