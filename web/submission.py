@@ -33,7 +33,7 @@ class Request:
     tree: str
     base: str = ""
     jobs: list[str] = field(default_factory=list)
-    runs: int = DEFAULT_RUNS
+    runs: int | str = DEFAULT_RUNS  # validated by submit()
     source: str = "web"
     filename: str = "mbox"
 
@@ -79,8 +79,11 @@ def submit(s: Session, user: AppUser, req: Request) -> Series:
         errors["jobs"] = "pick at least one job"
     elif choices and (bad := [j for j in req.jobs if j not in choices]):
         errors["jobs"] = "unknown job(s): " + ", ".join(bad[:5])
-    if not 1 <= req.runs <= MAX_RUNS:
-        errors["runs"] = f"must be between 1 and {MAX_RUNS}"
+    runs = DEFAULT_RUNS
+    try:
+        runs = clean_runs(req.runs)
+    except InputError as exc:
+        errors["runs"] = exc.what
     parsed = None
     if not req.mbox.strip():
         errors["mbox"] = "upload an mbox file or paste one"
@@ -110,7 +113,7 @@ def submit(s: Session, user: AppUser, req: Request) -> Series:
             source=req.source,
             owner_id=user.id,
             jobs=list(req.jobs),
-            runs=req.runs,
+            runs=runs,
         )
     except InputError as exc:
         raise FieldErrors({"mbox": exc.what}) from exc

@@ -143,17 +143,13 @@ def series_create():
         jobs = fields.getlist("jobs") if hasattr(fields, "getlist") else []
     if not isinstance(jobs, list) or not all(isinstance(j, str) for j in jobs):
         abort(400, "jobs must be a list of job names")
-    try:
-        runs = submission.clean_runs(fields.get("runs", submission.DEFAULT_RUNS))
-    except InputError as exc:
-        return {"error": f"runs: {exc.what}", "fields": {"runs": exc.what}, "status": 400}, 400
     s = dbsession.get()
     req = submission.Request(
         mbox=data,
         tree=str(fields.get("tree") or ""),
         base=str(fields.get("base") or ""),
         jobs=jobs,
-        runs=runs,
+        runs=fields.get("runs", submission.DEFAULT_RUNS),
         source="api",
         filename="api upload",
     )

@@ -49,30 +49,21 @@ def post():
     filename = upload.filename if upload and upload.filename else "pasted mbox"
     if not data:
         data = values["mbox_text"].replace("\r\n", "\n").encode()
-    errors: dict[str, str] = {}
-    try:
-        runs = submission.clean_runs(values["runs"])
-    except submission.InputError as exc:
-        errors["runs"] = exc.what
-        runs = submission.DEFAULT_RUNS
     s = dbsession.get()
     req = submission.Request(
         mbox=data,
         tree=values["tree"],
         base=values["base"],
         jobs=values["jobs"],
-        runs=runs,
+        runs=values["runs"],
         source="web",
         filename=filename,
     )
     try:
-        if errors:
-            raise submission.FieldErrors(errors)
         series = submission.submit(s, g.user, req)
     except submission.FieldErrors as exc:
         s.rollback()
-        merged = {**exc.errors, **errors}
-        status = 429 if "rate limit" in merged.get("submit", "") else 400
-        return _render(merged, values, status)
+        status = 429 if "submit" in exc.errors else 400
+        return _render(exc.errors, values, status)
     s.commit()
     return redirect(url_for("series.show", series_id=series.id), code=303)
