@@ -8,7 +8,7 @@ import re
 
 import pytest
 from sqlalchemy import func, select
-from test_web_support import DATA, add_tree, add_user, csrf_of, db, login
+from test_web_support import DATA, add_token, add_tree, add_user, csrf_of, db, login, run_data
 
 pytest_plugins = ["test_web_support"]
 
@@ -192,8 +192,6 @@ def test_oversized_uploads_are_refused(eng, app, signed_in):
     r = submit_form(signed_in, big)
     assert r.status_code == 413
     add_user(eng, "w1", worker=True)
-    from test_web_support import add_token
-
     tok = add_token(eng, "w1")
     r = signed_in.post(
         "/api/runs",
@@ -215,7 +213,6 @@ def test_submission_rate_limit(eng, app, signed_in):
 
 def test_logs_are_served_as_plain_text(eng, client):
     from stackbench.resultsdb import ingest
-    from test_web_support import run_data
 
     d = run_data("f" * 40, 0, {"vm-scalability.throughput": 1.0})
     d.logs = {"console": b"<script>alert(1)</script>"}
