@@ -34,6 +34,9 @@ PROGRAMS: dict[str, tuple[str, ...]] = {
 }
 RUNNERS = ("run-vm-scalability.sh", "run-thpscale.sh", "run-stress-highalloc.sh")
 MODULE_NAME = "stackbench_highalloc.ko"
+# the first line /init prints on the console: the guest reached its userspace (qemu.boot's
+# ``expect``)
+READY_BANNER = "stackbench: guest up"
 _ENV_VALUE_OK = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 ._%+-")
 
 
