@@ -107,3 +107,30 @@ def test_tiny_plan_runs_in_the_guest_and_collects(monkeypatch, tmp_path):
         assert 0 <= ha.samples[f"stress-highalloc.pass{k}"][0] <= 100
     # at rest with most memory free, a fifth of memory in huge pages must be allocatable
     assert ha.samples["stress-highalloc.pass3"][0] > 50
+
+
+def test_module_build_needs_a_configured_kernel_with_modules(tmp_path):
+    from stackbench.errors import InputError
+    from stackbench.jobs.highalloc import build_module
+
+    obj = tmp_path / "obj"
+    obj.mkdir()
+    with pytest.raises(InputError, match=r"obj/.config: kernel object dir has no .config"):
+        build_module(tmp_path, obj, tmp_path / "out")
+    (obj / ".config").write_text("CONFIG_64BIT=y\n# CONFIG_MODULES is not set\n")
+    with pytest.raises(InputError, match="CONFIG_MODULES is not set"):
+        build_module(tmp_path, obj, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_module_build_failure_is_one_clear_error(tmp_path):
+    from stackbench.errors import StackbenchError
+    from stackbench.jobs.highalloc import build_module
+
+    obj = tmp_path / "obj"
+    obj.mkdir()
+    (obj / ".config").write_text("CONFIG_MODULES=y\n")
+    (obj / "Makefile").write_text("modules:\n\t@echo no kernel here; exit 2\n")
+    with pytest.raises(StackbenchError, match=r"(?s)highalloc module build against .* failed"):
+        build_module(tmp_path, obj, tmp_path / "out")
+    assert not (tmp_path / "out" / "stackbench_highalloc.ko").exists()
