@@ -66,8 +66,9 @@ NOISES = (
 
 def sequential(
     base: np.ndarray, new: np.ndarray, start: int, kind: str, policy: verdict.Policy
-) -> tuple[np.ndarray, np.ndarray]:
-    """Outcome codes and runs per side used when the pipeline follows ``runs_wanted``."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Signed calls (-1/+1 changed, 0 not), runs per side used and final outcome codes when
+    the pipeline follows ``runs_wanted``."""
     trials = base.shape[0]
     outcome = np.full(trials, verdict.UNDECIDED)
     sign = np.zeros(trials)
@@ -85,7 +86,7 @@ def sequential(
         n = n_next
         used[active] = n
     # a call in the wrong direction is not a detection (and under A/A it is a false call)
-    return np.where(outcome == verdict.CHANGED, sign, 0.0), used
+    return np.where(outcome == verdict.CHANGED, sign, 0.0), used, outcome
 
 
 def once(base: np.ndarray, new: np.ndarray, rule: Callable[[list, list], bool]) -> np.ndarray:
@@ -114,7 +115,8 @@ def cell(
     base = noise.draw(rng, trials, cap, cov)
     new = noise.draw(rng, trials, cap, cov) * (1 - shift)
     out: dict[str, float] = {}
-    sign, used = sequential(base, new, start, "throughput", policy.starting_at(start))
+    sign, used, outcome = sequential(base, new, start, "throughput", policy.starting_at(start))
+    out["unchanged"] = (outcome == verdict.UNCHANGED).mean()
     hit = sign < 0 if shift else sign != 0
     out["stackbench"] = hit.mean()
     out["runs_mean"] = used.mean()
@@ -164,7 +166,9 @@ def print_tables(results: dict, trials: int) -> None:
 def floors(results: dict, policy: verdict.Policy) -> bool:
     normal = NOISES[0]
     ref = results[normal, 0.02, 5, 0.0], results[normal, 0.02, 5, 0.05]
-    worst = max((v["stackbench"], k) for k, v in results.items() if k[3] == 0.0)
+    worst = max(
+        ((v["stackbench"], k) for k, v in results.items() if k[3] == 0.0), key=lambda x: x[0]
+    )
     fpr, power = ref[0]["stackbench"], ref[1]["stackbench"]
     runs_mean = (ref[0]["runs_mean"], ref[1]["runs_mean"])
     runs_max = max(ref[0]["runs_max"], ref[1]["runs_max"])
@@ -180,6 +184,11 @@ def floors(results: dict, policy: verdict.Policy) -> bool:
     print(
         f"runs per side used       mean {runs_mean[0]:.1f} (A/A), {runs_mean[1]:.1f} (5%), "
         f"max {runs_max:.0f}"
+    )
+    print(
+        f"A/A final outcomes       {pct(ref[0]['unchanged'])}% unchanged, "
+        f"{pct(1 - ref[0]['unchanged'] - fpr)}% still undecided at the cap (never reported as "
+        "a change)"
     )
     wn, wc, ws, _ = worst[1]
     print(
@@ -206,7 +215,7 @@ def latency_table(trials: int, seed: int, policy: verdict.Policy) -> None:
                 rng = np.random.default_rng([seed, 99, int(cov * 1000), int(shift * 1000)])
                 base = noise.draw(rng, trials, policy.max_runs, cov) / 1000
                 new = noise.draw(rng, trials, policy.max_runs, cov) / 1000 * (1 + shift)
-                sign, used = sequential(base, new, 5, "latency", policy)
+                sign, used, _ = sequential(base, new, 5, "latency", policy)
                 hit = sign > 0 if shift else sign != 0
                 line += " " + pct(hit.mean())
                 used_all.append(used)
