@@ -6,6 +6,7 @@ the real models and the real ingest, as workers and importers write it.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 
@@ -168,7 +169,7 @@ def attach_builds(eng, series_id: int) -> list[int]:
         base.series_id = x.id
         ids.append(base)
         for p in s.scalars(select(Patch).where(Patch.series_id == x.id).order_by(Patch.idx)):
-            p.commit_sha = p.commit_sha or f"{p.idx:x}" * 40
+            p.commit_sha = p.commit_sha or hashlib.sha1(f"{x.id}-{p.idx}".encode()).hexdigest()
             p.state = "applied"
             b = s.scalar(select(KernelBuild).where(KernelBuild.commit == p.commit_sha[:40]))
             if b is None:

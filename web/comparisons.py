@@ -138,7 +138,8 @@ def _render_tables(ds: query.Dataset, opts: Options) -> tuple[dict[str, Any], di
             if out.strip() and all(out != t["text"] for t in tables["mmtests"]):
                 tables["mmtests"].append({"name": f"{kind} {name}", "text": out})
         if not tables["mmtests"] and msgs:
-            errors["mmtests"] = "; ".join(msgs)
+            # every view says the same thing when the suites are missing: say it once
+            errors["mmtests"] = msgs[0].split(": ", 1)[-1]
     try:
         from stackbench.resultsdb.tables import verdict
 

@@ -6,7 +6,7 @@ Every text that reaches the SVG (kernel names, metric names) goes through ``esca
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from markupsafe import Markup, escape
 
@@ -38,13 +38,15 @@ def _interval(vals: Sequence[float]) -> tuple[float, float, float] | None:
     return mean, mean - half, mean + half
 
 
-def _frame(title: str, lo: float, hi: float) -> tuple[list[str], callable]:
+def _frame(
+    title: str, lo: float, hi: float, zero_based: bool = False
+) -> tuple[list[str], Callable[[float], float]]:
     if hi == lo:
         pad = abs(hi) * 0.05 or 1.0
-        lo, hi = lo - pad, hi + pad
     else:
         pad = (hi - lo) * 0.08
-        lo, hi = lo - pad, hi + pad
+    # bars start at zero: no padding below a zero baseline
+    lo, hi = (lo if zero_based and lo == 0 else lo - pad), hi + pad
     ph = H - TOP - BOTTOM
 
     def y(v: float) -> float:
@@ -123,7 +125,7 @@ def bar_chart(title: str, labels: Sequence[str], per_kernel: Sequence[Sequence[f
     flat = [v for vals in per_kernel for v in vals]
     if not flat:
         return Markup("")
-    parts, y = _frame(title, min(0.0, *flat), max(0.0, *flat))
+    parts, y = _frame(title, min(0.0, *flat), max(0.0, *flat), zero_based=True)
     xs = _xs(len(labels))
     bw = max(6.0, (W - LEFT - RIGHT) / len(labels) * 0.5)
     zero = y(0.0)

@@ -12,8 +12,15 @@ from pathlib import Path
 from stackbench import config, proc
 from stackbench.services import SERVICES
 
-HOST = os.environ.get("STACKBENCH_WEB_HOST", "127.0.0.1")
-PORT = int(os.environ.get("STACKBENCH_WEB_PORT", "8080"))
+
+
+def address() -> tuple[str, int]:
+    """Where ``stackbench up`` serves: $STACKBENCH_WEB_HOST:$STACKBENCH_WEB_PORT, default
+    127.0.0.1:8080."""
+    return (
+        os.environ.get("STACKBENCH_WEB_HOST", "127.0.0.1"),
+        int(os.environ.get("STACKBENCH_WEB_PORT", "8080")),
+    )
 
 
 def pidfile() -> Path:
@@ -54,9 +61,10 @@ def running_pid() -> int | None:
 
 
 def start() -> str:
+    host, port = address()
     pid = running_pid()
     if pid:
-        return f"web: already running (pid {pid}) on http://{HOST}:{PORT}/"
+        return f"web: already running (pid {pid}) on http://{host}:{port}/"
     # the database is up (stackbench up starts it first) and migrated before workers fork
     from stackbench.resultsdb import db
 
@@ -64,11 +72,11 @@ def start() -> str:
     env = {}
     if not config.database_url():
         env["STACKBENCH_DATABASE_URL"] = db.resolve_url(start=False)
-    proc.run(gunicorn_argv(HOST, PORT, daemon=True), env=env, timeout=60)
-    for _ in range(50):
+    proc.run(gunicorn_argv(host, port, daemon=True), env=env, timeout=60)
+    for _ in range(100):
         pid = running_pid()
         if pid:
-            return f"web: started on http://{HOST}:{PORT}/ (pid {pid}, log {logfile()})"
+            return f"web: started on http://{host}:{port}/ (pid {pid}, log {logfile()})"
         time.sleep(0.1)
     return f"web: gunicorn did not start; see {logfile()}"
 

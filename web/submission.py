@@ -42,7 +42,7 @@ def job_choices(s: Session) -> list[str]:
     """Benchmark names a series may ask for: the job definitions shipped with stackbench, or
     (before they are installed) the suites that have results."""
     try:
-        from stackbench.jobs import definitions  # type: ignore[attr-defined]
+        from stackbench.jobs import definitions
 
         names = sorted(definitions.names())
         if names:

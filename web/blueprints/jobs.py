@@ -12,30 +12,31 @@ bp = Blueprint("jobs", __name__)
 
 
 def shipped_definitions() -> list[dict]:
-    """The YAML job definitions installed with stackbench.jobs, if that component has them."""
+    """The YAML job definitions installed with stackbench.jobs: what each benchmark runs, its
+    parameters (list values expand into sub-jobs) and the suite version it would record."""
     try:
-        from stackbench.jobs import definitions  # type: ignore[attr-defined]
-
-        return [
-            d if isinstance(d, dict) else getattr(d, "__dict__", {"name": str(d)})
-            for d in definitions.load_all()
-        ]
-    except (ImportError, AttributeError):
-        pass
-    from importlib import resources
-
-    import yaml
-
+        from stackbench.jobs import definitions
+    except ImportError:
+        return []
     out = []
-    try:
-        root = resources.files("stackbench.jobs") / "defs"
-        for f in sorted(root.iterdir(), key=lambda p: p.name):
-            if f.name.endswith((".yaml", ".yml")):
-                doc = yaml.safe_load(f.read_text()) or {}
-                if isinstance(doc, dict):
-                    out.append({"name": f.name.rsplit(".", 1)[0], "file": f.name, **doc})
-    except (ModuleNotFoundError, FileNotFoundError, NotADirectoryError):
-        pass
+    for d in definitions.load_all():
+        try:
+            version = definitions.suite_version(d.suite)
+        except Exception:  # a suite whose sources are not installed still gets listed
+            version = ""
+        out.append(
+            {
+                "name": d.name,
+                "suite": d.suite,
+                "description": d.description,
+                "runs": d.runs,
+                "runner": d.runner,
+                "timeout_s": d.timeout_s,
+                "params": d.params,
+                "suite_version": version,
+                "file": d.path.name if d.path else "",
+            }
+        )
     return out
 
 

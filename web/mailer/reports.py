@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 import textwrap
 from dataclasses import dataclass, field
@@ -127,6 +128,9 @@ def _direction_words(change_pct: float | None, higher_is_better: bool | None) ->
 
 
 def regression_report(eng: Engine, regression_id: int, cfg: MailConfig | None = None) -> Mail:
+    """The 0-day-robot-shaped report of one regression: the culprit (or the bisect's
+    candidates when it could not decide), the test and machine, culprit vs parent, the other
+    metrics the same commit made worse, and how to reproduce it with stackbench."""
     cfg = cfg or from_env()
     from sqlalchemy.orm import Session
 
@@ -150,54 +154,94 @@ def regression_report(eng: Engine, regression_id: int, cfg: MailConfig | None = 
         machine = s.scalars(
             select(Machine).join(Run, Run.machine_id == Machine.id).where(Run.build_id == bad.id)
         ).first()
+        also = []
+        for rid in (reg.meta or {}).get("also", []):
+            other = s.get(Regression, rid)
+            if other is not None:
+                om = s.get(Metric, other.metric_id)
+                also.append((om.name, other.change_pct, om.higher_is_better))
         s.expunge_all()
     subject_line = (
         (patch.subject if patch else "") or culprit.meta.get("subject", "") or culprit.name
     )
+    found = bis is None or bis.state == "found"
     parent_sha = (bis.meta.get("parent") if bis else None) or good.commit
     change = f"{reg.change_pct:+.1f}%" if reg.change_pct is not None else "?"
-    worse_word = "regression"
     tree_label = f"{tree.name if tree else 'local'}:{reg.branch or 'series'}"
     subject = (
         f"[{tree_label}] [{area_of(subject_line)}] {culprit_sha[:10]}: "
-        f"{metric.name} {change} {worse_word}"
+        f"{metric.name} {change} regression"
     )
     params = "\n".join(f"\t{k}: {v}" for k, v in sorted((job.params or {}).items()))
     words = _direction_words(reg.change_pct, metric.higher_is_better)
     conf = f" (confidence {reg.confidence:.0%})" if reg.confidence is not None else ""
+    what = "commit" if found else "bad commit (bisect inconclusive)"
+    mach = (
+        f"{machine.name} ({machine.kind}, {machine.cpus or '?'} CPUs, "
+        f"{machine.memory_mb or '?'} MB)"
+        if machine
+        else "-"
+    )
     body = f"""\
 Hello,
 
 stackbench noticed {words} of {metric.name}{conf} on:
 
-commit: {culprit_sha} ("{subject_line}")
+{what}: {culprit_sha} ("{subject_line}")
 tree:   {tree.name if tree else "-"} {reg.branch}
+good:   {good.commit} (the branch's last good baseline)
+bad:    {bad.commit}
 
 testcase: {job.suite}
 test:     {job.test}
-machine:  {machine.name if machine else "-"} ({machine.kind if machine else "-"}, {machine.cpus if machine else "?"} CPUs, {machine.memory_mb if machine else "?"} MB)
+machine:  {mach}
 parameters:
 
 {params}
-
-The table compares the culprit with its parent ({parent_sha[:12]}).
+"""
+    if also:
+        body += "\nThe same commit also made these metrics of the test worse:\n\n"
+        for name, pct, hib in also:
+            body += f"  {name}: {_direction_words(pct, hib)}\n"
+    if found:
+        body += f"""
+The tables compare the culprit with its parent ({parent_sha[:12]}).
 
 {_table(eng, [parent_sha, culprit_sha], style="lkp", all_rows=True)}
 
 {_table(eng, [parent_sha, culprit_sha], style="stackbench")}
 """
+    else:
+        cands = (bis.meta or {}).get("candidates") or []
+        body += "\nThe bisect could not name one commit"
+        msg = (bis.meta or {}).get("message") if bis else ""
+        body += f" ({msg})" if msg else ""
+        body += ". Candidates:\n\n" + "".join(f"  {c[:12]}\n" for c in cands)
+        body += f"""
+The tables compare the good and bad kernels.
+
+{_table(eng, [good.commit, bad.commit], style="lkp", all_rows=True)}
+"""
     if bis is not None:
-        body += f"\nBisect: {bis.state}, {bis.kernels_built} kernels built"
+        body += f"\nBisect: {bis.state}, {bis.kernels_built} kernel(s) built"
         if bis.confidence is not None:
-            body += f", culprit confidence {bis.confidence:.0%}"
+            body += f", culprit confirmed against its parent with confidence {bis.confidence:.1%}"
         body += "\n"
         for step in bis.steps or []:
-            body += f"  {step.get('commit', '')[:12]} {step.get('verdict', '')}\n"
+            pct = step.get("change_pct")
+            pct_s = f" {pct:+.1f}%" if isinstance(pct, int | float) else ""
+            why = f" ({step['reason']})" if step.get("reason") else ""
+            body += (
+                f"  {str(step.get('commit', ''))[:12]} {step.get('verdict', '')}{pct_s}"
+                f", {step.get('runs', 0)} runs{why}\n"
+            )
+    tree_opt = f" --tree {tree.name}" if tree else ""
+    spec = _job_spec(job)
     body += textwrap.dedent(f"""
         To reproduce:
 
-          stackbench bisect --good {parent_sha[:12]} --bad {culprit_sha[:12]} \\
-              --job {job.test or job.suite} --metric '{metric.name}'
+          stackbench bisect{tree_opt} --good {parent_sha[:12]} --bad {culprit_sha[:12]} \\
+              --job '{spec}' --metric '{metric.name}'
 
         Details: {cfg.public_url}/regressions/{reg.id}
         """)
@@ -216,29 +260,84 @@ The table compares the culprit with its parent ({parent_sha[:12]}).
     )
 
 
+def _job_spec(job: Job) -> str:
+    params = job.params or {}
+    if not params:
+        return job.suite
+
+    def value(v: object) -> str:
+        return ("true" if v else "false") if isinstance(v, bool) else str(v)
+
+    inner = ",".join(f"{k}={value(v)}" for k, v in sorted(params.items()))
+    return f"{job.suite}[{inner}]"
+
+
 def nightly_summary(eng: Engine, summary: dict, cfg: MailConfig | None = None) -> Mail:
-    """``summary``: date, branches [{tree, branch, head, state, regressions: [ids],
-    bisects: [ids]}] as produced by the nightly job."""
+    """``summary``: date, branches [{tree, branch, head, baseline, state, message, jobs,
+    regressions: [ids], known: [ids], bisects: [{regression, state, culprit, ...}]}] as
+    produced by stackbench.jobs.nightly."""
     cfg = cfg or from_env()
+    from sqlalchemy.orm import Session
+
+    branches = summary.get("branches", [])
     lines = [f"stackbench nightly, {summary['date']}", ""]
     total_regs = 0
-    for b in summary.get("branches", []):
-        regs = b.get("regressions", [])
-        total_regs += len(regs)
-        lines.append(
-            f"{b['tree']}:{b['branch']} at {str(b.get('head', ''))[:12]}: {b.get('state', '?')}"
-            f", {len(regs)} regression(s), {len(b.get('bisects', []))} bisect(s)"
-        )
-        for rid in regs:
-            lines.append(f"    {cfg.public_url}/regressions/{rid}")
-    lines.append("")
+    fingerprint = []
+    with Session(eng) as s:
+        for b in branches:
+            regs = list(b.get("regressions", []))
+            total_regs += len(regs)
+            fingerprint.append(f"{b['tree']}:{b['branch']}@{b.get('head', '')}={b.get('state')}")
+            head = str(b.get("head", ""))[:12]
+            base = str(b.get("baseline", ""))[:12]
+            lines.append(f"{b['tree']}:{b['branch']}  head {head or '-'}  baseline {base or '-'}")
+            lines.append(f"  {b.get('state', '?')}: {b.get('message', '')}".rstrip(": "))
+            for j in b.get("jobs", []):
+                verdicts = ", ".join(f"{n} {k}" for k, n in sorted(j.get("verdicts", {}).items()))
+                runs = f"{j.get('runs_base', '-')}/{j.get('runs_head', '-')} runs"
+                lines.append(f"  ran {j['job']}: {runs}" + (f"; {verdicts}" if verdicts else ""))
+            for rid in regs:
+                lines.append("  regressed: " + _regression_line(s, rid))
+                lines.append(f"    {cfg.public_url}/regressions/{rid}")
+            for rid in b.get("known", []):
+                lines.append("  still open: " + _regression_line(s, rid))
+            for bi in b.get("bisects", []):
+                lines.append("  bisected: " + _bisect_line(bi))
+            lines.append("")
+    digest = hashlib.sha256("\n".join(fingerprint).encode()).hexdigest()[:12]
     return Mail(
         kind="nightly",
-        key=f"nightly:{summary['date']}",
+        key=f"nightly:{summary['date']}:{digest}",
         to=[cfg.list_addr] if cfg.list_addr else [],
-        subject=f"[stackbench nightly] {summary['date']}: {total_regs} regression(s)",
+        subject=f"[stackbench nightly] {summary['date']}: {total_regs} new regression(s)",
         body="\n".join(lines) + SIGNATURE,
     )
+
+
+def _regression_line(s, rid: int) -> str:
+    reg = s.get(Regression, rid)
+    if reg is None:
+        return f"regression {rid} (gone)"
+    metric = s.get(Metric, reg.metric_id)
+    job = s.get(Job, reg.job_id)
+    words = _direction_words(reg.change_pct, metric.higher_is_better)
+    return f"{metric.name} ({job.suite} {job.test}): {words} [{reg.state}]"
+
+
+def _bisect_line(b: dict) -> str:
+    state = b.get("state", "?")
+    out = f"regression {b.get('regression')}: {state}"
+    if b.get("culprit"):
+        out += f", culprit {str(b['culprit'])[:12]}"
+        if b.get("confidence") is not None:
+            out += f" (confidence {b['confidence']:.1%})"
+    elif b.get("candidates"):
+        out += ", candidates " + " ".join(str(c)[:12] for c in b["candidates"])
+    if b.get("message"):
+        out += f": {b['message']}"
+    if "kernels_built" in b:
+        out += f"; {b['kernels_built']} kernel(s) built"
+    return out
 
 
 def queue(eng: Engine, mail: Mail) -> int:
