@@ -13,7 +13,6 @@ from stackbench import config, proc
 from stackbench.services import SERVICES
 
 
-
 def address() -> tuple[str, int]:
     """Where ``stackbench up`` serves: $STACKBENCH_WEB_HOST:$STACKBENCH_WEB_PORT, default
     127.0.0.1:8080."""
