@@ -13,7 +13,7 @@ pipeline builds, boots and runs the job, reusing stored builds and runs) and in 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -81,6 +81,9 @@ def _judge_until_decided(
         v = judge(ref, values, higher_is_better=higher_is_better, kind=kind, policy=policy)
         if v.outcome != "undecided" or not v.runs_wanted or v.runs_wanted <= len(values):
             return v, len(values)
+        if v.runs_wanted <= runs:
+            # the measurer gave fewer runs than asked and asking again would not help
+            return v, len(values)
         runs = v.runs_wanted
 
 
@@ -113,9 +116,10 @@ def bisect(
     higher_is_better: bool | None,
     kind: str = "",
     policy: Policy = DEFAULT,
+    on_step: Callable[[Step], None] | None = None,
 ) -> BisectResult:
     """Find the first bad commit in ``commits`` (oldest first, the last one known bad) after
-    the known-good ``good``."""
+    the known-good ``good``. ``on_step`` sees each step as soon as it is classified."""
     if not commits:
         return BisectResult("failed", None, None, None, message="no commits between good and bad")
     if m.measure(good, policy.start_runs) is None:
@@ -142,6 +146,8 @@ def bisect(
             policy=policy,
         )
         steps.append(step)
+        if on_step is not None:
+            on_step(step)
         if step.verdict == "bad":
             hi = idx
         elif step.verdict == "good":

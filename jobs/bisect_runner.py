@@ -1,0 +1,575 @@
+"""Bisect on real kernels: the Measurer that builds, boots and runs, and the stored records.
+
+Where kernels and runs come from is a :class:`Lab`: :class:`KernelLab` builds with
+stackbench.kernels (one object dir per tree and config, so neighbouring commits rebuild
+incrementally), boots each kernel under QEMU with the job through the pipeline's
+``run_kernel`` and ingests the runs. Everything measured is stored, and every step first
+looks at what is stored: a kernel built earlier (artifact store) is not built again, a commit
+that failed to build is not tried again, and runs already in the database count toward the
+number a verdict asks for. Tests that are not about kernels plug in a lab that ingests
+synthetic runs; the reading side (this module's queries) is the same for both.
+
+Records: one ``bisect`` row per bisection (steps as they happen, culprit, confidence, kernels
+built) and, when it bisects a regression, the regression's state and culprit.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from sqlalchemy import Engine, select, text
+from sqlalchemy.orm import Session
+
+from stackbench import config as sbconfig
+from stackbench import proc
+from stackbench.errors import InputError, NotFoundError, StackbenchError
+from stackbench.jobs import bisect as logic
+from stackbench.jobs.bisect import BisectResult, Step
+from stackbench.resultsdb import ingest as ig
+from stackbench.resultsdb import metrics as metric_rules
+from stackbench.resultsdb.models import Bisect, Job, KernelBuild, Metric, Regression
+from stackbench.resultsdb.verdict import DEFAULT, Policy
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str], None]
+
+
+# ---- the seam -------------------------------------------------------------------------------
+
+
+class Lab(Protocol):
+    """Where commits, kernels and runs come from."""
+
+    def resolve(self, tree: str, ref: str) -> str:
+        """The full sha of ``ref`` in the tree's repository (NotFoundError when unknown)."""
+
+    def commits(self, tree: str, good: str, bad: str) -> list[str]:
+        """The commits after ``good`` up to ``bad`` (included), oldest first."""
+
+    def subject(self, tree: str, commit: str) -> str:
+        """The commit's subject line."""
+
+    def build(self, eng: Engine, tree: str, commit: str) -> int | None:
+        """The kernel_build id of ``commit``, built or reused; None when it does not build."""
+
+    def run(self, eng: Engine, tree: str, build_id: int, job: str, runs: int) -> None:
+        """Boot the kernel once and store ``runs`` more runs of the job spec ``job``."""
+
+    @property
+    def built(self) -> int:
+        """Kernels actually built (or attempted) by this lab so far; reuses do not count."""
+
+
+# ---- stored data ----------------------------------------------------------------------------
+
+
+def record_build(
+    eng: Engine, tree: str, commit: str, *, status: str, name: str = "", **fields: Any
+) -> int:
+    """Create or update the kernel_build row of ``commit`` (identity: commit, config hash,
+    compiler) and return its id."""
+    spec = ig.KernelSpec(
+        commit=commit,
+        name=name or commit[:12],
+        config_name=fields.pop("config_name", ""),
+        config_hash=fields.pop("config_hash", ""),
+        compiler=fields.pop("compiler", ""),
+        tree=tree,
+        status=status,
+    )
+    with eng.begin() as conn:
+        bid = ig.kernel_id(conn, spec)
+    with Session(eng) as s, s.begin():
+        row = s.get(KernelBuild, bid)
+        row.status = status
+        if name and (not row.name or row.name == commit):
+            row.name = name
+        meta = fields.pop("meta", None)
+        if meta:
+            row.meta = {**(row.meta or {}), **meta}
+        for k, v in fields.items():
+            setattr(row, k, v)
+    return bid
+
+
+def failed_build(eng: Engine, commit: str, config: str) -> KernelBuild | None:
+    """A stored build failure of ``commit`` with ``config`` (so it is not built again)."""
+    with Session(eng, expire_on_commit=False) as s:
+        return s.scalars(
+            select(KernelBuild)
+            .where(
+                KernelBuild.commit == commit,
+                KernelBuild.config_name == config,
+                KernelBuild.status == "build-failed",
+            )
+            .order_by(KernelBuild.id.desc())
+        ).first()
+
+
+def job_spec_strings(job: str) -> list[tuple[str, ig.JobSpec]]:
+    """Sub-jobs of a job spec (``vm-scalability[test=anon-w-seq]``): (name, identity)."""
+    from stackbench.jobs import pipeline
+
+    plan = pipeline.plan_for(pipeline.resolve_jobs([job], 1), pipeline.Settings())
+    return [(sj.name, sj.job_spec()) for sj in plan]
+
+
+def job_ids(eng: Engine, job: str) -> list[int]:
+    """The job rows of a job spec's sub-jobs (created when missing: no run stored yet)."""
+    with eng.begin() as conn:
+        return [ig.job_id(conn, spec) for _name, spec in job_spec_strings(job)]
+
+
+def spec_of(job: Job) -> str:
+    """The job spec that reproduces a stored job: ``suite[k=v,...]``."""
+    return spec_for(job.suite, job.params or {})
+
+
+def spec_for(suite: str, params: dict[str, Any]) -> str:
+    if not params:
+        return suite
+    inner = ",".join(f"{k}={_spec_value(v)}" for k, v in sorted(params.items()))
+    return f"{suite}[{inner}]"
+
+
+def _spec_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+def metric_row(eng: Engine, name: str) -> Metric:
+    """The metric by name, created from the naming rules when no sample has it yet."""
+    with Session(eng, expire_on_commit=False) as s, s.begin():
+        row = s.scalars(select(Metric).where(Metric.name == name)).one_or_none()
+        if row is None:
+            mi = metric_rules.info(name)
+            row = Metric(
+                name=name, unit=mi.unit, higher_is_better=mi.higher_is_better, kind=mi.kind
+            )
+            s.add(row)
+            s.flush()
+        return row
+
+
+def done_runs(eng: Engine, build_id: int, job_id: int) -> int:
+    with eng.connect() as conn:
+        return conn.execute(
+            text(
+                "SELECT count(*) FROM run WHERE build_id = :b AND job_id = :j AND status = 'done'"
+            ),
+            {"b": build_id, "j": job_id},
+        ).scalar_one()
+
+
+def failed_runs(eng: Engine, build_id: int, job_id: int) -> int:
+    with eng.connect() as conn:
+        return conn.execute(
+            text(
+                "SELECT count(*) FROM run WHERE build_id = :b AND job_id = :j AND status <> 'done'"
+            ),
+            {"b": build_id, "j": job_id},
+        ).scalar_one()
+
+
+def per_run_values(eng: Engine, build_id: int, job_id: int, metric_id: int) -> list[float]:
+    """One value per finished run (the mean of its samples of the metric), oldest run first."""
+    with eng.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT r.id, avg(s.value) FROM run r JOIN sample s ON s.run_id = r.id "
+                "WHERE r.build_id = :b AND r.job_id = :j AND r.status = 'done' "
+                "AND s.metric_id = :m GROUP BY r.id ORDER BY r.id"
+            ),
+            {"b": build_id, "j": job_id, "m": metric_id},
+        ).all()
+    return [float(v) for _rid, v in rows if v is not None]
+
+
+def metrics_of(eng: Engine, build_ids: list[int], job_id: int) -> list[Metric]:
+    """Metrics with samples in done runs of the job on every one of the builds."""
+    with Session(eng, expire_on_commit=False) as s:
+        rows = s.execute(
+            text(
+                "SELECT s.metric_id FROM sample s JOIN run r ON r.id = s.run_id "
+                "WHERE r.job_id = :j AND r.status = 'done' AND r.build_id = ANY(:b) "
+                "GROUP BY s.metric_id HAVING count(DISTINCT r.build_id) = :n"
+            ),
+            {"j": job_id, "b": build_ids, "n": len(set(build_ids))},
+        ).all()
+        ids = [r[0] for r in rows]
+        return list(s.scalars(select(Metric).where(Metric.id.in_(ids)).order_by(Metric.name)))
+
+
+# ---- the measurer ---------------------------------------------------------------------------
+
+
+class StoredMeasurer:
+    """bisect.Measurer over a lab: values of one metric of one sub-job, per run.
+
+    ``measure(commit, runs)`` builds the commit (or reuses it), tops its stored runs up to
+    ``runs`` with one boot, and returns the per-run values; None when the commit does not
+    build, or its runs keep failing (boot failure, crash): a skip, never a bad commit."""
+
+    def __init__(
+        self,
+        eng: Engine,
+        lab: Lab,
+        *,
+        tree: str,
+        job: str,
+        job_id: int,
+        metric_id: int,
+        progress: Progress | None = None,
+    ) -> None:
+        self.eng, self.lab, self.tree = eng, lab, tree
+        self.job, self.job_id, self.metric_id = job, job_id, metric_id
+        self.progress = progress
+        self.builds: dict[str, int | None] = {}
+        self.boots = 0
+        # kernels built by this bisection only (the lab may have built the ends before)
+        self._built_before = lab.built
+
+    def build_id(self, commit: str) -> int | None:
+        if commit not in self.builds:
+            self._say(f"build {commit[:12]}")
+            self.builds[commit] = self.lab.build(self.eng, self.tree, commit)
+        return self.builds[commit]
+
+    def measure(self, commit: str, runs: int) -> list[float] | None:
+        bid = self.build_id(commit)
+        if bid is None:
+            return None
+        for _attempt in range(2):  # one retry when some runs were lost or failed
+            values = per_run_values(self.eng, bid, self.job_id, self.metric_id)
+            if len(values) >= runs:
+                return values
+            want = runs - len(values)
+            self._say(f"run {commit[:12]}: {want} more run(s) of {self.job}")
+            self.lab.run(self.eng, self.tree, bid, self.job, want)
+            self.boots += 1
+        values = per_run_values(self.eng, bid, self.job_id, self.metric_id)
+        if len(values) >= runs:
+            return values
+        # the kernel boots but the job does not finish on it: it cannot be judged
+        return None
+
+    def built(self) -> int:
+        return self.lab.built - self._built_before
+
+    def _say(self, msg: str) -> None:
+        if self.progress:
+            self.progress(msg)
+
+
+# ---- the real lab ---------------------------------------------------------------------------
+
+
+@dataclass
+class KernelLab:
+    """Real kernels: stackbench.kernels builds, QEMU boots through the pipeline."""
+
+    settings: Any = None  # stackbench.jobs.pipeline.Settings
+    config: str = "tiny-guest"
+    progress: Progress | None = None
+    _built: set[str] = field(default_factory=set)
+    seconds: dict[str, float] = field(default_factory=lambda: {"build": 0.0, "run": 0.0})
+
+    def __post_init__(self) -> None:
+        from stackbench.jobs import pipeline
+
+        if self.settings is None:
+            self.settings = pipeline.Settings(config=self.config)
+        self.config = self.settings.config
+
+    @property
+    def built(self) -> int:
+        return len(self._built)
+
+    def repo(self, tree: str) -> Path:
+        from stackbench.kernels import trees
+
+        return trees.ensure_repo(trees.load_tree(tree))
+
+    def resolve(self, tree: str, ref: str) -> str:
+        from stackbench.kernels import trees
+
+        return trees.resolve(self.repo(tree), ref)
+
+    def commits(self, tree: str, good: str, bad: str) -> list[str]:
+        return rev_list(self.repo(tree), good, bad)
+
+    def subject(self, tree: str, commit: str) -> str:
+        return commit_subject(self.repo(tree), commit)
+
+    def build(self, eng: Engine, tree: str, commit: str) -> int | None:
+        from stackbench.kernels import build as kbuild
+
+        repo = self.repo(tree)
+        commit = self.resolve(tree, commit)
+        if failed_build(eng, commit, self.config) is not None:
+            return None
+        subject = commit_subject(repo, commit)
+        started = time.monotonic()
+        try:
+            res = kbuild.build(
+                repo, commit, config=self.config, tree=tree, module_builder=None,
+                jobs=self.settings.make_jobs,
+            )  # fmt: skip
+        except (StackbenchError, OSError) as exc:
+            self._built.add(commit)
+            record_build(
+                eng, tree, commit, status="build-failed", config_name=self.config,
+                log=str(exc)[-8000:], meta={"subject": subject},
+            )  # fmt: skip
+            return None
+        finally:
+            self.seconds["build"] += time.monotonic() - started
+        if not res.reused:
+            self._built.add(commit)
+        if not res.ok:
+            record_build(
+                eng, tree, commit, status="build-failed", config_name=self.config,
+                config_hash=res.config_hash, compiler=res.compiler, log=res.log_tail,
+                duration_s=res.duration_s, meta={"subject": subject},
+            )  # fmt: skip
+            return None
+        return record_build(
+            eng, tree, commit, status="built", name=commit[:12],
+            config_name=res.config_name, config_hash=res.config_hash, compiler=res.compiler,
+            artifact_path=str(res.artifact_dir), log="",
+            meta={"subject": subject, "artifact": res.key, "kernel_release": res.kernel_release},
+        )  # fmt: skip
+
+    def run(self, eng: Engine, tree: str, build_id: int, job: str, runs: int) -> None:
+        from stackbench.jobs import pipeline
+
+        with Session(eng) as s:
+            row = s.get(KernelBuild, build_id)
+            if row is None or not row.artifact_path:
+                raise NotFoundError(f"kernel build {build_id} has no artifact")
+            kernel = ig.KernelSpec(
+                commit=row.commit, name=row.name, config_name=row.config_name,
+                config_hash=row.config_hash, compiler=row.compiler, tree=tree, status="built",
+            )  # fmt: skip
+            art = Path(row.artifact_path)
+        modules = {p.stem: p for p in sorted((art / "modules").glob("*.ko"))}
+        plan = pipeline.plan_for(pipeline.resolve_jobs([job], runs), self.settings)
+        boot_id = f"bisect-{row.commit[:12]}-{time.time_ns()}"
+        workdir = sbconfig.home() / "work" / "nightly" / boot_id
+        started = time.monotonic()
+        try:
+            _res, data = pipeline.run_kernel(
+                art / "bzImage", modules, plan, kernel=kernel, settings=self.settings,
+                workdir=workdir, boot_id=boot_id,
+            )  # fmt: skip
+            for r in data:
+                r.source = "nightly"
+            ig.ingest(eng, data)
+        finally:
+            self.seconds["run"] += time.monotonic() - started
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def rev_list(repo: Path, good: str, bad: str) -> list[str]:
+    """First-parent commits after ``good`` up to ``bad``, oldest first."""
+    anc = proc.run(["git", "-C", repo, "merge-base", "--is-ancestor", good, bad], check=False)
+    if anc.returncode != 0:
+        raise InputError(f"{repo.name}", f"{good[:12]} is not an ancestor of {bad[:12]}")
+    out = proc.run(
+        ["git", "-C", repo, "rev-list", "--reverse", "--first-parent", f"{good}..{bad}"]
+    ).stdout
+    return out.split()
+
+
+def commit_subject(repo: Path, commit: str) -> str:
+    res = proc.run(["git", "-C", repo, "log", "-1", "--format=%s", commit], check=False)
+    return res.stdout.strip()
+
+
+# ---- one bisection, recorded -----------------------------------------------------------------
+
+
+@dataclass
+class BisectRun:
+    bisect_id: int
+    result: BisectResult
+    commits: list[str]
+
+
+def run_bisect(
+    eng: Engine,
+    lab: Lab,
+    *,
+    tree: str,
+    good: str,
+    bad: str,
+    job: str,
+    metric: str,
+    policy: Policy = DEFAULT,
+    regression_id: int | None = None,
+    progress: Progress | None = None,
+) -> BisectRun:
+    """Bisect the ``metric`` of ``job`` between ``good`` and ``bad`` and record it.
+
+    ``job`` must expand to one sub-job (the one the metric comes from)."""
+    good, bad = lab.resolve(tree, good), lab.resolve(tree, bad)
+    subjobs = job_spec_strings(job)
+    if len(subjobs) != 1:
+        names = ", ".join(n for n, _ in subjobs)
+        raise InputError(f"job {job!r}", f"expands to {len(subjobs)} sub-jobs ({names}); pick one")
+    (jid,) = job_ids(eng, job)
+    met = metric_row(eng, metric)
+    if met.higher_is_better is None:
+        raise InputError(
+            f"metric {metric!r}", "has no better direction, so no commit can make it worse"
+        )
+    commits = lab.commits(tree, good, bad)
+    tree_id = _tree_id(eng, tree)
+    with Session(eng) as s, s.begin():
+        row = Bisect(
+            regression_id=regression_id, tree_id=tree_id, good=good, bad=bad, job_id=jid,
+            metric_id=met.id, state="running", steps=[],
+            meta={"job": job, "metric": metric, "commits": commits, "policy": _policy_meta(policy)},
+        )  # fmt: skip
+        s.add(row)
+        s.flush()
+        bid = row.id
+        if regression_id is not None:
+            reg = s.get(Regression, regression_id)
+            if reg is not None:
+                reg.state = "bisecting"
+    m = _RecordingMeasurer(
+        eng, lab, bid, tree=tree, job=job, job_id=jid, metric_id=met.id, progress=progress
+    )
+    started = time.monotonic()
+    try:
+        res = logic.bisect(
+            m, commits, good, higher_is_better=met.higher_is_better, kind=met.kind, policy=policy,
+            on_step=m.on_step,
+        )  # fmt: skip
+    except BaseException as exc:
+        _finish(eng, bid, regression_id, None, f"bisect stopped: {exc}", time.monotonic() - started)
+        raise
+    _finish(eng, bid, regression_id, res, res.message, time.monotonic() - started, m)
+    return BisectRun(bid, res, commits)
+
+
+class _RecordingMeasurer(StoredMeasurer):
+    """Writes each step into the bisect row as soon as it is decided (the web shows progress)."""
+
+    def __init__(self, eng: Engine, lab: Lab, bisect_id: int, **kw: Any) -> None:
+        super().__init__(eng, lab, **kw)
+        self.bisect_id = bisect_id
+
+    def on_step(self, step: Step) -> None:
+        with Session(self.eng) as s, s.begin():
+            row = s.get(Bisect, self.bisect_id)
+            row.steps = [*(row.steps or []), _step_dict(self.eng, step, self.builds)]
+            row.kernels_built = self.built()
+        if self.progress:
+            pct = f" {step.change_pct:+.1f}%" if step.change_pct is not None else ""
+            why = f" ({step.reason})" if step.reason else ""
+            self.progress(f"step {step.commit[:12]}: {step.verdict}{pct}{why}, {step.runs} runs")
+
+
+def _step_dict(eng: Engine, step: Step, builds: dict[str, int | None]) -> dict[str, Any]:
+    d = step.as_dict()
+    d["build_id"] = builds.get(step.commit)
+    return d
+
+
+def _policy_meta(p: Policy) -> dict[str, Any]:
+    return {"start_runs": p.start_runs, "max_runs": p.max_runs, "looks": list(p.looks)}
+
+
+def _tree_id(eng: Engine, tree: str) -> int | None:
+    with eng.begin() as conn:
+        return ig.tree_id(conn, tree)
+
+
+def _finish(
+    eng: Engine,
+    bisect_id: int,
+    regression_id: int | None,
+    res: BisectResult | None,
+    message: str,
+    seconds: float,
+    m: StoredMeasurer | None = None,
+) -> None:
+    with Session(eng) as s, s.begin():
+        row = s.get(Bisect, bisect_id)
+        row.finished_at = datetime.now(UTC)
+        meta = {**(row.meta or {}), "message": message, "seconds": round(seconds, 1)}
+        if res is None:
+            row.state = "failed"
+        else:
+            row.state = res.state
+            row.culprit = res.culprit
+            row.confidence = res.confidence
+            row.kernels_built = res.kernels_built
+            row.steps = [_step_dict(eng, st, m.builds if m else {}) for st in res.steps]
+            meta.update(parent=res.parent, candidates=res.candidates)
+            if m is not None:
+                meta["boots"] = m.boots
+        row.meta = meta
+        if regression_id is None:
+            return
+        reg = s.get(Regression, regression_id)
+        if reg is None:
+            return
+        if res is not None and res.state == "found":
+            reg.state, reg.culprit = "bisected", res.culprit
+            reg.meta = {
+                **(reg.meta or {}),
+                "bisect_id": bisect_id,
+                "culprit_confidence": res.confidence,
+            }
+        else:
+            reg.state = "inconclusive"
+            reg.meta = {
+                **(reg.meta or {}),
+                "bisect_id": bisect_id,
+                "candidates": res.candidates if res else [],
+            }
+
+
+def bisect_regression(
+    eng: Engine,
+    lab: Lab,
+    regression_id: int,
+    *,
+    policy: Policy = DEFAULT,
+    progress: Progress | None = None,
+) -> BisectRun:
+    """Bisect a stored regression between its good and bad kernels."""
+    with Session(eng) as s:
+        reg = s.get(Regression, regression_id)
+        if reg is None:
+            raise NotFoundError(f"no regression {regression_id}")
+        good = s.get(KernelBuild, reg.good_build_id).commit
+        bad = s.get(KernelBuild, reg.bad_build_id).commit
+        job = spec_of(s.get(Job, reg.job_id))
+        metric = s.get(Metric, reg.metric_id).name
+        tree = reg.meta.get("tree") or _tree_name(s, reg.tree_id)
+    return run_bisect(
+        eng, lab, tree=tree, good=good, bad=bad, job=job, metric=metric, policy=policy,
+        regression_id=regression_id, progress=progress,
+    )  # fmt: skip
+
+
+def _tree_name(s: Session, tree_id: int | None) -> str:
+    from stackbench.resultsdb.models import Tree
+
+    row = s.get(Tree, tree_id) if tree_id else None
+    if row is None:
+        raise NotFoundError("the regression has no tree to bisect in")
+    return row.name

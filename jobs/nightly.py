@@ -1,0 +1,643 @@
+"""The nightly run of tracked branches: build the head, run the tracked jobs, compare with the
+branch's last good baseline, open a regression for every metric judged worse, bisect each new
+one, and mail the reports and a summary.
+
+Tracked branches come from two places: ``jobs/tracked/*.yaml`` (and ``$STACKBENCH_TRACKED``
+folders), synced into the ``tracked_branch`` table at the start of every nightly run, and rows
+added from the web admin. A YAML file::
+
+    tree: linux-6.1            # a kernels/trees definition
+    branch: master             # a branch (or any ref) of the tree's repository
+    jobs:                      # job specs, as `stackbench submit --jobs` takes them
+      - vm-scalability[test=anon-w-seq,runtime=30s]
+    runs: 5                    # runs per kernel to start with (more when undecided)
+    max_runs: 20               # the cap per kernel
+    enabled: true
+
+Per branch and night:
+
+1. resolve the head; build it (a stored build or a stored build failure is reused);
+2. no baseline yet: measure the head and make it the baseline (``state: baseline``);
+3. otherwise measure the baseline and the head (runs already stored count), judge every
+   metric with a direction with :func:`verdict.judge_many`, and while some metric is
+   undecided add runs to both sides at the policy's next look, up to the cap;
+4. every metric judged changed for the worse opens a regression (one row per job, metric,
+   good and bad kernel: a second run of the same night finds it and opens nothing);
+5. nothing regressed: the head becomes the new baseline; otherwise the baseline stays, so
+   the next night still compares with the last good kernel;
+6. each new regression is bisected between the baseline and the head; regressions that name
+   the same culprit for the same job share one report mail; then the summary mail is queued.
+
+``now=False`` is what a scheduler may call repeatedly: a branch whose head was already judged
+within the last 20 hours is left alone. ``now=True`` runs every branch again (stored builds
+and runs are still reused, so only what is missing is measured).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session
+
+from stackbench.errors import InputError, NotFoundError, StackbenchError
+from stackbench.jobs import bisect_runner as br
+from stackbench.resultsdb.models import KernelBuild, Metric, Regression, TrackedBranch, Tree
+from stackbench.resultsdb.verdict import DEFAULT, Policy, Verdict, judge_many
+
+log = logging.getLogger(__name__)
+
+TRACKED_DIR = Path(__file__).resolve().parent / "tracked"
+RECENT = timedelta(hours=20)
+# when one culprit regresses several metrics of a job, the mail leads with the first kind here
+KIND_ORDER = ("throughput", "latency", "percent", "duration", "count", "variability", "")
+
+Progress = Callable[[str], None]
+
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["tree", "branch", "jobs"],
+    "properties": {
+        "tree": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]*$"},
+        "branch": {"type": "string", "minLength": 1, "pattern": "^[^\\s]+$"},
+        "jobs": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
+        "runs": {"type": "integer", "minimum": 2, "maximum": 100},
+        "max_runs": {"type": "integer", "minimum": 2, "maximum": 200},
+        "enabled": {"type": "boolean"},
+        "bisect": {"type": "boolean"},
+        "description": {"type": "string"},
+    },
+}
+
+
+# ---- tracked branches -----------------------------------------------------------------------
+
+
+@dataclass
+class Tracked:
+    tree: str
+    branch: str
+    jobs: list[str]
+    runs: int | None = None
+    max_runs: int | None = None
+    enabled: bool = True
+    bisect: bool = True
+    path: Path | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.tree}:{self.branch}"
+
+
+def clean_tracked(data: Any, origin: Path) -> Tracked:
+    """A validated tracked-branch document (InputError naming the file and the field)."""
+    try:
+        jsonschema.validate(data, SCHEMA)
+    except jsonschema.ValidationError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path) or "top level"
+        raise InputError(origin, f"invalid tracked branch at {where}: {exc.message}") from None
+    from stackbench.jobs import pipeline
+
+    for spec in data["jobs"]:
+        try:
+            pipeline.parse_job_spec(spec)
+        except (InputError, NotFoundError) as exc:
+            raise InputError(origin, f"jobs: {spec!r}: {_one_line(exc)}") from None
+    runs, cap = data.get("runs"), data.get("max_runs")
+    if runs and cap and cap < runs:
+        raise InputError(origin, f"max_runs ({cap}) is below runs ({runs})")
+    return Tracked(
+        tree=data["tree"],
+        branch=data["branch"],
+        jobs=list(data["jobs"]),
+        runs=runs,
+        max_runs=cap,
+        enabled=data.get("enabled", True),
+        bisect=data.get("bisect", True),
+        path=origin,
+    )
+
+
+def _one_line(exc: Exception) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+def parse_tracked_file(path: Path) -> Tracked:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise InputError(path, f"not valid YAML: {_one_line(exc)}") from None
+    except OSError as exc:
+        raise InputError(path, f"cannot read: {exc.strerror}") from None
+    return clean_tracked(data, path)
+
+
+def tracked_dirs() -> list[Path]:
+    extra = os.environ.get("STACKBENCH_TRACKED")
+    if extra is not None:
+        return [Path(p) for p in extra.split(os.pathsep) if p]
+    return [TRACKED_DIR]
+
+
+def load_tracked(dirs: Iterable[Path] | None = None) -> list[Tracked]:
+    """Every tracked-branch file; all are validated before any is used."""
+    out: dict[str, Tracked] = {}
+    for d in tracked_dirs() if dirs is None else dirs:
+        for f in sorted(Path(d).glob("*.yaml")):
+            t = parse_tracked_file(f)
+            if t.label in out:
+                raise InputError(f, f"{t.label} is already tracked by {out[t.label].path}")
+            out[t.label] = t
+    return list(out.values())
+
+
+def sync_tracked(eng: Engine, tracked: Iterable[Tracked]) -> list[int]:
+    """Create or update the tracked_branch rows of YAML definitions (the YAML wins for jobs,
+    runs and enabled; the baseline and history stay). Returns their ids."""
+    from stackbench.jobs import pipeline
+    from stackbench.kernels import trees
+
+    ids = []
+    items = list(tracked)
+    tree_defs = {t.tree: trees.load_tree(t.tree) for t in items}  # unknown trees fail first
+    with Session(eng) as s, s.begin():
+        for t in items:
+            tree = pipeline.register_tree(s, tree_defs[t.tree])
+            row = s.scalars(
+                select(TrackedBranch).where(
+                    TrackedBranch.tree_id == tree.id, TrackedBranch.branch == t.branch
+                )
+            ).one_or_none()
+            if row is None:
+                row = TrackedBranch(tree_id=tree.id, branch=t.branch, meta={})
+                s.add(row)
+            row.jobs = list(t.jobs)
+            row.enabled = t.enabled
+            meta = dict(row.meta or {})
+            meta.update(
+                source=str(t.path) if t.path else "api",
+                runs=t.runs,
+                max_runs=t.max_runs,
+                bisect=t.bisect,
+            )
+            row.meta = meta
+            s.flush()
+            ids.append(row.id)
+    return ids
+
+
+def track(
+    eng: Engine,
+    tree: str,
+    branch: str,
+    jobs: list[str],
+    *,
+    runs: int | None = None,
+    max_runs: int | None = None,
+    bisect: bool = True,
+) -> int:
+    """Track a branch from code or the web admin (validated like a YAML file)."""
+    data: dict[str, Any] = {"tree": tree, "branch": branch, "jobs": jobs, "bisect": bisect}
+    if runs is not None:
+        data["runs"] = runs
+    if max_runs is not None:
+        data["max_runs"] = max_runs
+    t = clean_tracked(data, Path(f"tracked branch {tree}:{branch}"))
+    t.path = None
+    return sync_tracked(eng, [t])[0]
+
+
+# ---- one branch -----------------------------------------------------------------------------
+
+
+@dataclass
+class JobOutcome:
+    job: str  # the sub-job's spec
+    job_id: int
+    runs_base: int = 0
+    runs_head: int = 0
+    verdicts: dict[str, Verdict] = field(default_factory=dict)
+    worse: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        counts: dict[str, int] = {}
+        for v in self.verdicts.values():
+            key = v.label if v.outcome == "changed" else v.outcome
+            counts[key] = counts.get(key, 0) + 1
+        return {
+            "job": self.job,
+            "runs_base": self.runs_base,
+            "runs_head": self.runs_head,
+            "verdicts": counts,
+            "worse": self.worse,
+        }
+
+
+def _policy_for(row: TrackedBranch, policy: Policy | None) -> Policy:
+    if policy is not None:
+        return policy
+    meta = row.meta or {}
+    p = DEFAULT
+    if meta.get("max_runs"):
+        p = replace(p, max_runs=int(meta["max_runs"]))
+    if meta.get("runs"):
+        p = p.starting_at(int(meta["runs"]))
+    return p
+
+
+def _subjobs(jobs: list[str]) -> list[str]:
+    """The tracked job specs split into one spec per sub-job (a list parameter expands)."""
+    from stackbench.jobs import pipeline
+
+    out = []
+    for spec in jobs:
+        for sj in pipeline.plan_for(pipeline.resolve_jobs([spec], 1), pipeline.Settings()):
+            out.append(br.spec_for(sj.suite, sj.params))
+    return out
+
+
+def _measure(eng: Engine, lab: br.Lab, tree: str, bid: int, job: str, jid: int, runs: int) -> int:
+    """Top the stored runs of the job on a kernel up to ``runs``; the count of done runs."""
+    have = br.done_runs(eng, bid, jid)
+    if have < runs:
+        lab.run(eng, tree, bid, job, runs - have)
+        have = br.done_runs(eng, bid, jid)
+    return have
+
+
+def judge_job(
+    eng: Engine,
+    lab: br.Lab,
+    tree: str,
+    base_id: int,
+    head_id: int,
+    job: str,
+    policy: Policy,
+    progress: Progress | None = None,
+) -> JobOutcome:
+    """Measure both kernels as the verdict needs and judge every metric with a direction."""
+    (jid,) = br.job_ids(eng, job)
+    out = JobOutcome(job, jid)
+    runs = policy.start_runs
+    while True:
+        if progress:
+            progress(f"{job}: {runs} runs per kernel")
+        out.runs_base = _measure(eng, lab, tree, base_id, job, jid, runs)
+        out.runs_head = _measure(eng, lab, tree, head_id, job, jid, runs)
+        metrics = [
+            m for m in br.metrics_of(eng, [base_id, head_id], jid) if m.higher_is_better is not None
+        ]
+        pairs = {
+            m.name: (
+                br.per_run_values(eng, base_id, jid, m.id),
+                br.per_run_values(eng, head_id, jid, m.id),
+                m.higher_is_better,
+                m.kind,
+            )
+            for m in metrics
+        }
+        out.verdicts = judge_many(pairs, policy) if pairs else {}
+        wanted = max(
+            (v.runs_wanted for v in out.verdicts.values() if v.outcome == "undecided"), default=0
+        )
+        have = min(out.runs_base, out.runs_head)
+        if not wanted or wanted <= have or wanted <= runs or have < runs:
+            break
+        runs = min(wanted, policy.max_runs)
+    out.worse = sorted(
+        n for n, v in out.verdicts.items() if v.outcome == "changed" and v.direction == "worse"
+    )
+    return out
+
+
+def _open_regression(
+    s: Session,
+    *,
+    tree_id: int,
+    tree: str,
+    branch: str,
+    job_id: int,
+    metric: Metric,
+    good_id: int,
+    bad_id: int,
+    v: Verdict,
+) -> tuple[Regression, bool]:
+    row = s.scalars(
+        select(Regression).where(
+            Regression.job_id == job_id,
+            Regression.metric_id == metric.id,
+            Regression.good_build_id == good_id,
+            Regression.bad_build_id == bad_id,
+        )
+    ).one_or_none()
+    if row is not None:
+        return row, False
+    row = Regression(
+        tree_id=tree_id,
+        branch=branch,
+        job_id=job_id,
+        metric_id=metric.id,
+        good_build_id=good_id,
+        bad_build_id=bad_id,
+        change_pct=v.change_pct,
+        ci_low=v.ci_low_pct,
+        ci_high=v.ci_high_pct,
+        confidence=1.0 - v.q_value if v.q_value is not None else None,
+        verdict="worse",
+        state="open",
+        meta={
+            "tree": tree,
+            "p_value": v.p_value,
+            "q_value": v.q_value,
+            "test": v.test,
+            "n_base": v.n_base,
+            "n_new": v.n_new,
+            "source": "nightly",
+        },
+    )
+    s.add(row)
+    s.flush()
+    return row, True
+
+
+@dataclass
+class BranchReport:
+    tree: str
+    branch: str
+    head: str = ""
+    baseline: str = ""
+    state: str = ""  # baseline | unchanged | regressed | build-failed | skipped | error
+    message: str = ""
+    jobs: list[dict[str, Any]] = field(default_factory=list)
+    regressions: list[int] = field(default_factory=list)  # new ones
+    known: list[int] = field(default_factory=list)  # already open from an earlier night
+    bisects: list[dict[str, Any]] = field(default_factory=list)
+    mails: list[int] = field(default_factory=list)
+    kernels_built: int = 0
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def run_branch(
+    eng: Engine,
+    lab: br.Lab,
+    tracked_id: int,
+    *,
+    now: bool = True,
+    policy: Policy | None = None,
+    progress: Progress | None = None,
+) -> BranchReport:
+    started = time.monotonic()
+    built_before = lab.built
+    with Session(eng, expire_on_commit=False) as s:
+        row = s.get(TrackedBranch, tracked_id)
+        if row is None:
+            raise NotFoundError(f"no tracked branch {tracked_id}")
+        tree = s.get(Tree, row.tree_id)
+        tree_name, tree_id = tree.name, tree.id
+        jobs = list(row.jobs or [])
+        baseline_id = row.baseline_build_id
+        baseline = s.get(KernelBuild, baseline_id).commit if baseline_id else ""
+        meta = dict(row.meta or {})
+        pol = _policy_for(row, policy)
+    rep = BranchReport(tree=tree_name, branch=row.branch, baseline=baseline)
+
+    def say(msg: str) -> None:
+        if progress:
+            progress(f"{tree_name}:{row.branch}: {msg}")
+
+    def done(state: str, message: str = "") -> BranchReport:
+        rep.state, rep.message = state, message
+        rep.kernels_built = lab.built - built_before
+        rep.seconds = round(time.monotonic() - started, 1)
+        _remember(eng, tracked_id, rep)
+        say(f"{state}{': ' + message if message else ''}")
+        return rep
+
+    rep.head = lab.resolve(tree_name, row.branch)
+    last = meta.get("last_run") or {}
+    if not now and last.get("head") == rep.head and _recent(last.get("at")):
+        rep.state, rep.message = "skipped", f"head {rep.head[:12]} already judged"
+        return rep
+    if not jobs:
+        return done("error", "no jobs tracked")
+    specs = _subjobs(jobs)
+    say(f"head {rep.head[:12]}, baseline {baseline[:12] or 'none'}")
+    head_id = lab.build(eng, tree_name, rep.head)
+    if head_id is None:
+        return done("build-failed", f"head {rep.head[:12]} does not build")
+    if baseline_id is None or baseline == rep.head:
+        for job in specs:
+            (jid,) = br.job_ids(eng, job)
+            n = _measure(eng, lab, tree_name, head_id, job, jid, pol.start_runs)
+            rep.jobs.append({"job": job, "runs_head": n})
+        if baseline_id is None:
+            _set_baseline(eng, tracked_id, head_id)
+            rep.baseline = rep.head
+            return done("baseline", f"first night: {rep.head[:12]} is the baseline")
+        return done("unchanged", "the head is the baseline")
+    new: list[int] = []
+    for job in specs:
+        out = judge_job(eng, lab, tree_name, baseline_id, head_id, job, pol, say)
+        rep.jobs.append(out.as_dict())
+        with Session(eng) as s, s.begin():
+            for name in out.worse:
+                metric = s.scalars(select(Metric).where(Metric.name == name)).one()
+                reg, is_new = _open_regression(
+                    s, tree_id=tree_id, tree=tree_name, branch=row.branch, job_id=out.job_id,
+                    metric=metric, good_id=baseline_id, bad_id=head_id, v=out.verdicts[name],
+                )  # fmt: skip
+                (new if is_new else rep.known).append(reg.id)
+    rep.regressions = new
+    if not new and not rep.known:
+        _set_baseline(eng, tracked_id, head_id)
+        return done("unchanged", f"nothing regressed: {rep.head[:12]} is the new baseline")
+    if meta.get("bisect", True):
+        for rid in _bisect_order(eng, new):
+            say(f"bisecting regression {rid}")
+            try:
+                run = br.bisect_regression(eng, lab, rid, policy=pol, progress=say)
+            except StackbenchError as exc:
+                rep.bisects.append({"regression": rid, "state": "failed", "message": str(exc)})
+                continue
+            res = run.result
+            rep.bisects.append(
+                {
+                    "regression": rid,
+                    "bisect": run.bisect_id,
+                    "state": res.state,
+                    "culprit": res.culprit,
+                    "confidence": res.confidence,
+                    "candidates": res.candidates,
+                    "kernels_built": res.kernels_built,
+                    "steps": len(res.steps),
+                }
+            )
+    rep.mails = queue_regression_mails(eng, new)
+    return done("regressed", f"{len(new)} new regression(s), {len(rep.known)} known")
+
+
+def _bisect_order(eng: Engine, ids: list[int]) -> list[int]:
+    """The most telling metric first, so later bisects of the same job reuse its kernels
+    and runs."""
+    with Session(eng) as s:
+        rows = []
+        for rid in ids:
+            reg = s.get(Regression, rid)
+            metric = s.get(Metric, reg.metric_id)
+            rows.append((reg.job_id, _kind_rank(metric.kind), -abs(reg.change_pct or 0.0), rid))
+    return [r[-1] for r in sorted(rows)]
+
+
+def _kind_rank(kind: str) -> int:
+    return KIND_ORDER.index(kind) if kind in KIND_ORDER else len(KIND_ORDER)
+
+
+def _recent(at: str | None) -> bool:
+    if not at:
+        return False
+    try:
+        when = datetime.fromisoformat(at)
+    except ValueError:
+        return False
+    return datetime.now(UTC) - when < RECENT
+
+
+def _set_baseline(eng: Engine, tracked_id: int, build_id: int) -> None:
+    with Session(eng) as s, s.begin():
+        row = s.get(TrackedBranch, tracked_id)
+        row.baseline_build_id = build_id
+
+
+def _remember(eng: Engine, tracked_id: int, rep: BranchReport) -> None:
+    with Session(eng) as s, s.begin():
+        row = s.get(TrackedBranch, tracked_id)
+        meta = dict(row.meta or {})
+        meta["last_run"] = {
+            "at": datetime.now(UTC).isoformat(),
+            "head": rep.head,
+            "state": rep.state,
+            "message": rep.message,
+            "regressions": rep.regressions + rep.known,
+        }
+        row.meta = meta
+
+
+# ---- mails ----------------------------------------------------------------------------------
+
+
+def queue_regression_mails(eng: Engine, regression_ids: list[int]) -> list[int]:
+    """One report per (job, culprit): the lead metric's mail lists the others. Returns the
+    outbox ids (none when no recipient is configured: the web still shows the regressions)."""
+    from stackbench.web.mailer import reports
+
+    groups: dict[tuple[int, str], list[tuple[int, float, int]]] = {}
+    with Session(eng) as s:
+        for rid in regression_ids:
+            reg = s.get(Regression, rid)
+            metric = s.get(Metric, reg.metric_id)
+            key = (reg.job_id, reg.culprit or f"bad:{reg.bad_build_id}")
+            groups.setdefault(key, []).append(
+                (_kind_rank(metric.kind), -abs(reg.change_pct or 0.0), rid)
+            )
+    out = []
+    for members in groups.values():
+        lead = sorted(members)[0][2]
+        others = [m[2] for m in sorted(members)[1:]]
+        with Session(eng) as s, s.begin():
+            for rid in others:
+                reg = s.get(Regression, rid)
+                reg.meta = {**(reg.meta or {}), "reported_with": lead}
+            reg = s.get(Regression, lead)
+            reg.meta = {**(reg.meta or {}), "also": others}
+        mail = reports.regression_report(eng, lead)
+        if not mail.to:
+            log.warning("regression %s: no mail recipient (set STACKBENCH_MAIL_LIST)", lead)
+            continue
+        out.append(reports.queue(eng, mail))
+    return out
+
+
+# ---- the night ------------------------------------------------------------------------------
+
+
+def run_nightly(
+    eng: Engine,
+    *,
+    now: bool = True,
+    branches: list[str] | None = None,
+    progress: Progress | None = None,
+    lab: br.Lab | None = None,
+    policy: Policy | None = None,
+    tracked: list[Tracked] | None = None,
+) -> dict[str, Any]:
+    """Run every enabled tracked branch (or only ``branches``, given as ``TREE:BRANCH``) and
+    return the summary that the nightly mail is made of.
+
+    ``tracked``: definitions to sync first (default: the YAML folders); ``lab``: where kernels
+    and runs come from (default: real kernels under QEMU); ``policy``: the verdict rule
+    (default: each branch's runs and max_runs over stackbench's default rule)."""
+    started = time.monotonic()
+    sync_tracked(eng, load_tracked() if tracked is None else tracked)
+    lab = lab or br.KernelLab()
+    with Session(eng) as s:
+        rows = s.execute(
+            select(TrackedBranch.id, Tree.name, TrackedBranch.branch, TrackedBranch.enabled)
+            .join(Tree, Tree.id == TrackedBranch.tree_id)
+            .order_by(Tree.name, TrackedBranch.branch)
+        ).all()
+    wanted = set(branches or [])
+    known = {f"{t}:{b}" for _id, t, b, _en in rows}
+    missing = sorted(wanted - known)
+    if missing:
+        raise NotFoundError(
+            f"not tracked: {', '.join(missing)} (tracked: {', '.join(sorted(known)) or 'none'})"
+        )
+    summary: dict[str, Any] = {
+        "date": datetime.now(UTC).strftime("%Y-%m-%d"),
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "branches": [],
+    }
+    for tid, tree, branch, enabled in rows:
+        label = f"{tree}:{branch}"
+        if wanted and label not in wanted:
+            continue
+        if not enabled and label not in wanted:
+            continue
+        try:
+            rep = run_branch(eng, lab, tid, now=now, policy=policy, progress=progress)
+        except StackbenchError as exc:
+            rep = BranchReport(tree=tree, branch=branch, state="error", message=_one_line(exc))
+            _remember(eng, tid, rep)
+            if progress:
+                progress(f"{label}: error: {rep.message}")
+        summary["branches"].append(rep.as_dict())
+    summary["seconds"] = round(time.monotonic() - started, 1)
+    summary["kernels_built"] = sum(b["kernels_built"] for b in summary["branches"])
+    summary["mail"] = queue_summary(eng, summary)
+    return summary
+
+
+def queue_summary(eng: Engine, summary: dict[str, Any]) -> int | None:
+    from stackbench.web.mailer import reports
+
+    ran = [b for b in summary["branches"] if b["state"] != "skipped"]
+    if not ran:
+        return None
+    mail = reports.nightly_summary(eng, summary)
+    if not mail.to:
+        log.warning("nightly summary: no mail recipient (set STACKBENCH_MAIL_LIST)")
+        return None
+    return reports.queue(eng, mail)

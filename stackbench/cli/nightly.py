@@ -1,0 +1,94 @@
+"""stackbench nightly: re-run the tracked branches (what the Buildbot Nightly scheduler does)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+NAME = "nightly"
+ORDER = 40
+HELP = "run the tracked branches: build heads, compare with baselines, bisect regressions"
+DESCRIPTION = """\
+For every enabled tracked branch (jobs/tracked/*.yaml, $STACKBENCH_TRACKED, and branches
+added from the web admin): build the head, run the tracked jobs (runs already stored count),
+compare with the branch's last good baseline, open a regression for every metric judged
+worse, bisect each new regression, queue the report mails and the nightly summary.
+
+The first night of a branch only records its baseline. A branch whose head was already
+judged in the last 20 hours is skipped unless --now is given (Buildbot may retry a night
+without measuring twice; --now measures whatever is missing and judges again).
+
+  --branch TREE:BRANCH   only this branch (repeatable)
+  --no-bisect            open regressions but do not bisect them
+  --json                 print the summary as JSON
+
+Exit status: 0 when every branch ran (regressions found or not), 1 when one failed."""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--now", action="store_true", help="run every branch again, even if judged")
+    p.add_argument("--branch", action="append", default=[], metavar="TREE:BRANCH")
+    p.add_argument("--no-bisect", action="store_true", help="do not bisect new regressions")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--cpus", type=int, default=2, help="guest CPUs (default 2)")
+    p.add_argument("--mem-mb", type=int, default=1024, help="guest memory (default 1024)")
+    p.add_argument("--accel", choices=["auto", "kvm", "tcg"], default="auto")
+
+
+def run(args: argparse.Namespace) -> int:
+    from stackbench.errors import InputError
+    from stackbench.jobs import bisect_runner, nightly, pipeline
+    from stackbench.resultsdb import db
+
+    for b in args.branch:
+        if ":" not in b:
+            raise InputError(f"--branch {b}", "expected TREE:BRANCH")
+    eng = db.engine()
+    settings = pipeline.Settings(cpus=args.cpus, mem_mb=args.mem_mb, accel=args.accel)
+    lab = bisect_runner.KernelLab(settings=settings)
+    tracked = nightly.load_tracked()
+    if args.no_bisect:
+        for t in tracked:
+            t.bisect = False
+
+    def progress(msg: str) -> None:
+        print(f"nightly: {msg}", file=sys.stderr, flush=True)
+
+    summary = nightly.run_nightly(
+        eng,
+        now=args.now,
+        branches=args.branch or None,
+        progress=progress,
+        lab=lab,
+        tracked=tracked,
+    )
+    if args.json:
+        print(json.dumps(summary, indent=1, default=str))
+    else:
+        print_summary(summary)
+    return 1 if any(b["state"] in ("error", "build-failed") for b in summary["branches"]) else 0
+
+
+def print_summary(summary: dict, out=sys.stdout) -> None:
+    if not summary["branches"]:
+        print("no tracked branches", file=out)
+    for b in summary["branches"]:
+        head = (b.get("head") or "")[:12] or "-"
+        print(
+            f"{b['tree']}:{b['branch']} at {head}: {b['state']}  {b.get('message', '')}", file=out
+        )
+        for bi in b.get("bisects", []):
+            who = (bi.get("culprit") or "")[:12] or ", ".join(
+                c[:12] for c in bi.get("candidates", [])
+            )
+            print(
+                f"  bisect of regression {bi['regression']}: {bi['state']} {who}"
+                f" ({bi.get('kernels_built', 0)} kernels built)",
+                file=out,
+            )
+    print(
+        f"{summary.get('kernels_built', 0)} kernel(s) built in {summary.get('seconds', 0)}s; "
+        f"summary mail: {summary.get('mail') or 'not queued'}",
+        file=out,
+    )

@@ -1,0 +1,372 @@
+"""Nightly logic on a real database: baselines, regression records, bisects, mails.
+
+Kernels are not the point here: a fake lab stands in for building and booting and ingests
+synthetic runs (throughput 1000 with 1% noise; commits from ``bad_from`` on lose 30%) through
+the real ingest path, and everything after that (stored-run reuse, verdicts, regression rows,
+bisect records, the outbox) is the real code. The real-kernel path is tests/test_bisect_e2e.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from stackbench.errors import InputError, NotFoundError
+from stackbench.jobs import bisect_runner as br
+from stackbench.jobs import nightly
+from stackbench.resultsdb import ingest as ig
+from stackbench.resultsdb.models import (
+    Bisect,
+    KernelBuild,
+    MailOutbox,
+    Metric,
+    Regression,
+    Run,
+    TrackedBranch,
+)
+
+TREE, BRANCH = "linux-6.1", "sbtest"
+JOB = "vm-scalability[test=anon-w-seq,runtime=5s]"
+METRIC = "vm-scalability.throughput"
+
+
+def sha(i: int) -> str:
+    return hashlib.sha1(f"commit {i}".encode()).hexdigest()
+
+
+class FakeLab:
+    """A branch history of ``n`` commits after c0; the branch head moves with ``head``."""
+
+    def __init__(self, n=6, bad_from=None, broken=(), drop=0.3, seed=7, noise=10.0):
+        self.history = [sha(i) for i in range(n + 1)]
+        self.head = 0
+        self.bad_from = bad_from
+        self.broken = set(broken)
+        self.drop = drop
+        self.noise = noise
+        self.rng = np.random.default_rng(seed)
+        self.attempted: set[str] = set()
+        self.boots = 0
+        self.subjects = {c: f"mm/rmap: change {i}" for i, c in enumerate(self.history)}
+        self.subjects[self.history[0]] = "Linux 6.1"
+
+    @property
+    def built(self) -> int:
+        return len(self.attempted)
+
+    def resolve(self, tree, ref):
+        if ref == BRANCH:
+            return self.history[self.head]
+        for c in self.history:
+            if c.startswith(ref):
+                return c
+        raise NotFoundError(f"unknown ref {ref}")
+
+    def commits(self, tree, good, bad):
+        return self.history[self.history.index(good) + 1 : self.history.index(bad) + 1]
+
+    def subject(self, tree, commit):
+        return self.subjects[commit]
+
+    def build(self, eng, tree, commit):
+        idx = self.history.index(commit)
+        if br.failed_build(eng, commit, "fake") is not None:
+            return None
+        with Session(eng) as s:
+            row = s.scalars(select(KernelBuild).where(KernelBuild.commit == commit)).first()
+        if row is None:
+            self.attempted.add(commit)
+        status = "build-failed" if idx in self.broken else "built"
+        bid = br.record_build(
+            eng, tree, commit, status=status, config_name="fake", config_hash="fake",
+            compiler="fake", meta={"subject": self.subjects[commit]},
+        )  # fmt: skip
+        return None if status != "built" else bid
+
+    def run(self, eng, tree, build_id, job, runs):
+        self.boots += 1
+        with Session(eng) as s:
+            kb = s.get(KernelBuild, build_id)
+            commit = kb.commit
+            have = s.scalar(select(func.count()).select_from(Run).where(Run.build_id == build_id))
+        idx = self.history.index(commit)
+        mean = (
+            1000.0 * (1 - self.drop)
+            if self.bad_from is not None and idx >= self.bad_from
+            else 1000.0
+        )
+        ((_name, spec),) = br.job_spec_strings(job)
+        data = []
+        for i in range(runs):
+            it = have + i
+            data.append(
+                ig.RunData(
+                    job=spec,
+                    kernel=ig.KernelSpec(
+                        commit, config_name="fake", config_hash="fake", compiler="fake", tree=tree
+                    ),
+                    machine=ig.MachineSpec("fake-qemu", kind="qemu", cpus=2, memory_mb=1024),
+                    iteration=it,
+                    samples={
+                        METRIC: [float(self.rng.normal(mean, self.noise))],
+                        "vm-scalability.workload": [float(self.rng.normal(5000, 500))],
+                    },
+                    source="fake",
+                    idempotency_key=f"fake-{commit}-{job}-{it}",
+                )
+            )
+        ig.ingest(eng, data)
+
+
+@pytest.fixture
+def mail_env(monkeypatch):
+    monkeypatch.setenv("STACKBENCH_MAIL_LIST", "linux-mm@kvack.example")
+    monkeypatch.setenv("STACKBENCH_PUBLIC_URL", "https://stackbench.example")
+
+
+def tracked(**kw) -> list[nightly.Tracked]:
+    return [nightly.Tracked(tree=TREE, branch=BRANCH, jobs=[JOB], **kw)]
+
+
+def night(eng, lab, **kw):
+    kw.setdefault("tracked", tracked())
+    return nightly.run_nightly(eng, lab=lab, **kw)
+
+
+def branch_row(eng) -> TrackedBranch:
+    with Session(eng, expire_on_commit=False) as s:
+        return s.scalars(select(TrackedBranch)).one()
+
+
+def baseline_commit(eng) -> str | None:
+    row = branch_row(eng)
+    if row.baseline_build_id is None:
+        return None
+    with Session(eng) as s:
+        return s.get(KernelBuild, row.baseline_build_id).commit
+
+
+def outbox(eng, kind=None) -> list[MailOutbox]:
+    with Session(eng, expire_on_commit=False) as s:
+        q = select(MailOutbox).order_by(MailOutbox.id)
+        if kind:
+            q = q.where(MailOutbox.kind == kind)
+        return list(s.scalars(q))
+
+
+def test_first_night_sets_the_baseline_and_a_quiet_night_advances_it(eng, mail_env):
+    lab = FakeLab(n=3)
+    summary = night(eng, lab)
+    (b,) = summary["branches"]
+    assert b["state"] == "baseline" and b["head"] == lab.history[0]
+    assert baseline_commit(eng) == lab.history[0]
+    with Session(eng) as s:
+        assert s.scalar(select(func.count()).select_from(Run)) == 5  # the policy's first look
+        assert s.scalar(select(func.count()).select_from(Regression)) == 0
+    lab.head = 2
+    summary = night(eng, lab)
+    (b,) = summary["branches"]
+    assert b["state"] == "unchanged", b
+    assert baseline_commit(eng) == lab.history[2]
+    assert b["regressions"] == [] and b["bisects"] == []
+    # decided at the first look, and the baseline's stored runs were reused: one more boot
+    assert (b["jobs"][0]["runs_base"], b["jobs"][0]["runs_head"]) == (5, 5)
+    assert lab.boots == 2
+    mails = outbox(eng, "nightly")
+    assert len(mails) == 2
+    assert "0 new regression(s)" in mails[-1].subject
+    assert "ran vm-scalability" in mails[-1].body
+
+
+def test_regression_is_recorded_bisected_to_the_planted_commit_and_mailed_once(eng, mail_env):
+    lab = FakeLab(n=6, bad_from=5, broken={3})
+    night(eng, lab)
+    lab.head = 6
+    summary = night(eng, lab)
+    (b,) = summary["branches"]
+    assert b["state"] == "regressed", b
+    assert baseline_commit(eng) == lab.history[0]  # the last good kernel stays the baseline
+    with Session(eng) as s:
+        regs = list(s.scalars(select(Regression)))
+        assert len(regs) == 1
+        reg = regs[0]
+        assert s.get(Metric, reg.metric_id).name == METRIC
+        assert reg.state == "bisected" and reg.culprit == lab.history[5]
+        assert reg.change_pct < -20
+        bis = s.scalars(select(Bisect)).one()
+        assert bis.state == "found" and bis.culprit == lab.history[5]
+        assert bis.confidence > 0.99
+        verdicts = {st["commit"]: st["verdict"] for st in bis.steps}
+        assert verdicts[lab.history[3]] == "skip"  # does not build: skipped, never bad
+        assert bis.meta["parent"] == lab.history[4]
+    # c0 and c6 came from the nightly; the steps build at most ceil(log2(n)) + 2 more
+    assert b["bisects"][0]["kernels_built"] <= math.ceil(math.log2(6)) + 2
+    (mail,) = outbox(eng, "regression")
+    assert mail.subject.startswith(
+        f"[{TREE}:{BRANCH}] [mm/rmap] {lab.history[5][:10]}: {METRIC} -"
+    ), mail.subject
+    assert mail.subject.endswith("% regression")
+    assert "drop (worse: higher is better for this metric)" in mail.body
+    assert f"commit: {lab.history[5]}" in mail.body
+    assert "stackbench bisect --tree linux-6.1" in mail.body
+    assert "--metric 'vm-scalability.throughput'" in mail.body
+    assert "https://stackbench.example/regressions/" in mail.body
+    assert "fake-qemu" in mail.body
+    nightly_mail = outbox(eng, "nightly")[-1]
+    assert "1 new regression(s)" in nightly_mail.subject
+    assert "bisected: regression" in nightly_mail.body and lab.history[5][:12] in nightly_mail.body
+
+    # the same night again: nothing new is opened, bisected or mailed
+    again = night(eng, lab)
+    (b2,) = again["branches"]
+    assert b2["state"] == "regressed" and b2["regressions"] == [] and b2["known"] == [reg.id]
+    with Session(eng) as s:
+        assert s.scalar(select(func.count()).select_from(Regression)) == 1
+        assert s.scalar(select(func.count()).select_from(Bisect)) == 1
+    assert len(outbox(eng, "regression")) == 1
+    # a scheduler retry without --now leaves a branch judged at this head alone
+    retry = night(eng, lab, now=False)
+    assert retry["branches"][0]["state"] == "skipped"
+
+
+def test_skips_that_hide_the_culprit_make_an_inconclusive_bisect_and_mail(eng, mail_env):
+    lab = FakeLab(n=5, bad_from=4, broken={3})
+    night(eng, lab)
+    lab.head = 5
+    summary = night(eng, lab)
+    (bi,) = summary["branches"][0]["bisects"]
+    assert bi["state"] == "inconclusive"
+    assert bi["candidates"] == [lab.history[3], lab.history[4]]
+    with Session(eng) as s:
+        reg = s.scalars(select(Regression)).one()
+        assert reg.state == "inconclusive" and reg.culprit is None
+    (mail,) = outbox(eng, "regression")
+    assert "bisect inconclusive" in mail.body
+    assert lab.history[3][:12] in mail.body and lab.history[4][:12] in mail.body
+
+
+def test_head_that_does_not_build_keeps_the_baseline(eng, mail_env):
+    lab = FakeLab(n=2, broken={2})
+    night(eng, lab)
+    lab.head = 2
+    summary = night(eng, lab)
+    assert summary["branches"][0]["state"] == "build-failed"
+    assert baseline_commit(eng) == lab.history[0]
+    with Session(eng) as s:
+        assert s.scalar(select(func.count()).select_from(Regression)) == 0
+
+
+def test_no_recipient_still_records_everything(eng, monkeypatch):
+    monkeypatch.delenv("STACKBENCH_MAIL_LIST", raising=False)
+    lab = FakeLab(n=2, bad_from=2)
+    night(eng, lab)
+    lab.head = 2
+    summary = night(eng, lab)
+    assert summary["mail"] is None and summary["branches"][0]["mails"] == []
+    with Session(eng) as s:
+        assert s.scalars(select(Regression)).one().culprit == lab.history[2]
+    assert outbox(eng) == []
+
+
+def test_bisect_by_hand_records_steps(eng):
+    lab = FakeLab(n=4, bad_from=2)
+    done = br.run_bisect(
+        eng, lab, tree=TREE, good=lab.history[0][:10], bad=lab.history[4], job=JOB, metric=METRIC
+    )
+    assert done.result.state == "found" and done.result.culprit == lab.history[2]
+    with Session(eng) as s:
+        row = s.get(Bisect, done.bisect_id)
+        assert row.state == "found" and row.finished_at is not None
+        assert row.good == lab.history[0] and row.regression_id is None
+        assert [st["verdict"] for st in row.steps] == [st.verdict for st in done.result.steps]
+
+
+def test_bisect_refuses_a_metric_without_direction_and_a_multi_job(eng):
+    lab = FakeLab(n=2, bad_from=2)
+    with pytest.raises(InputError, match="no better direction"):
+        br.run_bisect(
+            eng, lab, tree=TREE, good=lab.history[0], bad=lab.history[2], job=JOB,
+            metric="vm-scalability.workload",
+        )  # fmt: skip
+    with pytest.raises(InputError, match="sub-jobs"):
+        br.run_bisect(
+            eng, lab, tree=TREE, good=lab.history[0], bad=lab.history[2],
+            job="vm-scalability[test=anon-w-seq|anon-w-rand]", metric=METRIC,
+        )  # fmt: skip
+    with Session(eng) as s:
+        assert s.scalar(select(func.count()).select_from(Bisect)) == 0
+
+
+def test_job_spec_of_a_stored_job_round_trips():
+    ((_n, spec),) = br.job_spec_strings(JOB)
+    from stackbench.resultsdb.models import Job
+
+    again = br.spec_of(Job(suite=spec.suite, params=spec.params))
+    ((_n2, spec2),) = br.job_spec_strings(again)
+    assert spec2.params_key == spec.params_key and spec2.suite_version == spec.suite_version
+
+
+# ---- tracked-branch definitions -------------------------------------------------------------
+
+
+def write(d: Path, name: str, text: str) -> Path:
+    p = d / name
+    p.write_text(text)
+    return p
+
+
+GOOD = f"tree: {TREE}\nbranch: {BRANCH}\njobs: ['{JOB}']\nruns: 3\nmax_runs: 6\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("tree: linux-6.1\nbranch: x\n", "jobs"),
+        (f"tree: {TREE}\nbranch: x\njobs: ['nosuchjob']\n", "nosuchjob"),
+        (f"tree: {TREE}\nbranch: x\njobs: ['vm-scalability[bogus=1]']\n", "bogus"),
+        (f"tree: {TREE}\nbranch: x\njobs: ['{JOB}']\nruns: 8\nmax_runs: 4\n", "max_runs"),
+        (f"tree: {TREE}\nbranch: 'a b'\njobs: ['{JOB}']\n", "branch"),
+        ("tree: [unclosed\n", "not valid YAML"),
+    ],
+)
+def test_bad_tracked_file_is_named_and_nothing_is_synced(eng, tmp_path, text, message):
+    write(tmp_path, "a-good.yaml", GOOD)
+    bad = write(tmp_path, "b-bad.yaml", text)
+    with pytest.raises(InputError) as exc:
+        nightly.run_nightly(eng, lab=FakeLab(), tracked=nightly.load_tracked([tmp_path]))
+    assert str(bad) in str(exc.value) and message in str(exc.value)
+    with Session(eng) as s:
+        assert s.scalar(select(func.count()).select_from(TrackedBranch)) == 0
+
+
+def test_the_same_branch_twice_is_refused(tmp_path):
+    write(tmp_path, "a.yaml", GOOD)
+    write(tmp_path, "b.yaml", GOOD)
+    with pytest.raises(InputError, match="already tracked"):
+        nightly.load_tracked([tmp_path])
+
+
+def test_yaml_sync_and_the_shipped_example(eng, tmp_path, monkeypatch):
+    write(tmp_path, "a.yaml", GOOD)
+    monkeypatch.setenv("STACKBENCH_TRACKED", str(tmp_path))
+    (t,) = nightly.load_tracked()
+    assert (t.runs, t.max_runs) == (3, 6)
+    ids = nightly.sync_tracked(eng, [t])
+    assert nightly.sync_tracked(eng, [t]) == ids  # idempotent
+    row = branch_row(eng)
+    assert row.jobs == [JOB] and row.meta["runs"] == 3
+    assert nightly._policy_for(row, None).start_runs == 3
+    assert nightly._policy_for(row, None).max_runs == 6
+    shipped = nightly.load_tracked([nightly.TRACKED_DIR])
+    assert shipped and all(s.jobs for s in shipped)
+
+
+def test_unknown_branch_is_an_error(eng):
+    with pytest.raises(NotFoundError, match="not tracked: linux-6.1:nope"):
+        night(eng, FakeLab(), branches=["linux-6.1:nope"])
