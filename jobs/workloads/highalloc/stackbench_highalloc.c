@@ -18,10 +18,9 @@
  */
 #include <linux/delay.h>
 #include <linux/gfp.h>
-#include <linux/huge_mm.h>
 #include <linux/kernel.h>
 #include <linux/ktime.h>
-#include <linux/mm.h>
+#include <linux/mm.h>		/* brings huge_mm.h (HPAGE_PMD_ORDER) in the right order */
 #include <linux/module.h>
 #include <linux/mutex.h>
 #include <linux/proc_fs.h>
