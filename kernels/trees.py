@@ -248,3 +248,8 @@ def resolve(repo: Path, ref: str) -> str:
     if res.returncode != 0:
         raise NotFoundError(f"{repo.name}: unknown base ref {ref!r}")
     return res.stdout.strip()
+
+
+def has_commit(repo: Path, sha: str) -> bool:
+    res = proc.run(["git", "-C", repo, "cat-file", "-e", f"{sha}^{{commit}}"], check=False)
+    return res.returncode == 0
