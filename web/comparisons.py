@@ -12,11 +12,12 @@ import json
 import logging
 import math
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, select, text
+from sqlalchemy import Engine, select, text, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
@@ -167,6 +168,7 @@ def is_counter(name: str) -> bool:
 
 
 def compute(eng: Engine, build_ids: list[int], opts: Options) -> dict[str, Any]:
+    """Tables, verdicts and per-run values of the kernels, as stored in comparison.result."""
     with eng.connect() as conn:
         fp = fingerprint(conn, build_ids)
         kernels = kernels_of(conn, build_ids)
@@ -188,7 +190,6 @@ def compute(eng: Engine, build_ids: list[int], opts: Options) -> dict[str, Any]:
     for (job_id, metric_id), _ in sorted(ds.values.items()):
         job = ds.jobs[job_id]
         met = ds.metrics[metric_id]
-        vals = _per_run(ds, job_id, metric_id)
         rows.append(
             {
                 "job": f"{job.suite}/{job.test}" if job.test else job.suite,
@@ -199,26 +200,75 @@ def compute(eng: Engine, build_ids: list[int], opts: Options) -> dict[str, Any]:
                 "higher_is_better": met.higher_is_better,
                 "kind": met.kind,
                 "counter": is_counter(met.name),
-                "values": vals,
+                "values": _per_run(ds, job_id, metric_id),
                 "verdicts": [],
             }
         )
-    verdicts.judge_rows(rows)
+    verdicts.judge_rows(ds, rows)
     result["metrics"] = rows
     return result
 
 
-def ensure_result(eng: Engine, s: Session, comp: Comparison) -> dict[str, Any]:
-    """The comparison's stored result, recomputed (and saved) when its runs changed."""
-    opts = Options(**{k: v for k, v in (comp.params or {}).items() if k in ("all_rows", "suite")})
+@dataclass
+class Found:
+    id: int
+    key: str
+    build_ids: list[int]
+    params: dict[str, Any]
+    fingerprint: str
+    result: dict[str, Any]
+
+
+_LOOKUP = text(
+    "SELECT c.id, c.build_ids, c.params, c.result->>'fingerprint', "
+    "(SELECT count(*) || ':' || coalesce(max(r.id), 0) FROM run r WHERE r.build_id = ANY("
+    "ARRAY(SELECT jsonb_array_elements_text(c.build_ids)::int))) "
+    "FROM comparison c WHERE c.key = :key"
+)
+
+
+def lookup(eng: Engine, key: str) -> Found:
+    """The comparison ``key`` with a result that matches its runs (as of FRESH_S ago).
+
+    No database work when this process checked the key within FRESH_S seconds; one round
+    trip when it has the result cached; otherwise the stored result is read, or recomputed
+    under an advisory lock (so concurrent first views compute once) and saved for every
+    other process."""
+    now = time.monotonic()
+    recent = _RECENT.get(key)
+    if recent is not None and recent[0] > now:
+        return recent[1]
+    found = _lookup(eng, key)
+    _RECENT.put(key, (now + FRESH_S, found))
+    return found
+
+
+def _lookup(eng: Engine, key: str) -> Found:
     with eng.connect() as conn:
-        fp = fingerprint(conn, comp.build_ids)
-    if comp.result and comp.result.get("fingerprint") == fp:
-        return comp.result
-    result = compute(eng, comp.build_ids, opts)
-    comp.result = _finite(result)
-    s.commit()
-    return comp.result
+        row = conn.execute(_LOOKUP, {"key": key}).first()
+    if row is None:
+        raise NotFoundError(f"no comparison '{key}'")
+    cid, build_ids, params, stored_fp, live_fp = row
+    cached = RESULTS.get((key, live_fp))
+    if cached is None:
+        with eng.begin() as conn:
+            conn.execute(text("SELECT pg_advisory_xact_lock(:a, :b)"), {"a": _LOCK, "b": cid})
+            stored_fp, stored = conn.execute(
+                text("SELECT result->>'fingerprint', result FROM comparison WHERE id = :i"),
+                {"i": cid},
+            ).one()
+            live_fp = fingerprint(conn, build_ids)
+            if stored_fp == live_fp:
+                cached = stored
+            else:
+                opts = Options(
+                    **{k: v for k, v in (params or {}).items() if k in ("all_rows", "suite")}
+                )
+                cached = _finite(compute(eng, build_ids, opts))
+                live_fp = cached["fingerprint"]
+                conn.execute(update(Comparison).where(Comparison.id == cid).values(result=cached))
+        RESULTS.put((key, live_fp), cached)
+    return Found(cid, key, build_ids, params or {}, live_fp, cached)
 
 
 def _finite(obj: Any) -> Any:
@@ -238,17 +288,17 @@ class RenderCache:
 
     def __init__(self, size: int = 64) -> None:
         self.size = size
-        self._d: OrderedDict[tuple[str, str, str], str] = OrderedDict()
+        self._d: OrderedDict[tuple, Any] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: tuple[str, str, str]) -> str | None:
+    def get(self, key: tuple) -> Any:
         with self._lock:
             v = self._d.get(key)
             if v is not None:
                 self._d.move_to_end(key)
             return v
 
-    def put(self, key: tuple[str, str, str], value: str) -> None:
+    def put(self, key: tuple, value: Any) -> None:
         with self._lock:
             self._d[key] = value
             self._d.move_to_end(key)
@@ -256,4 +306,11 @@ class RenderCache:
                 self._d.popitem(last=False)
 
 
-CACHE = RenderCache()
+# per process: results (parsed JSONB) and rendered fragments, keyed by (key, fingerprint)
+RESULTS = RenderCache(32)
+CACHE = RenderCache(64)
+_LOCK = 0x5B5B0002  # advisory lock class for computing a comparison
+# a popular comparison is re-checked against its runs at most this often per process: runs
+# arrive minutes apart, page views under load many times a second
+FRESH_S = 2.0
+_RECENT = RenderCache(256)

@@ -1,12 +1,13 @@
 """Verdicts for the comparison page, from :mod:`stackbench.resultsdb.verdict` so the page
-highlights exactly what the stackbench table says: each later kernel against the base, one
-value per run, false-discovery control across the metrics of the comparison."""
+highlights exactly what the stackbench table says (:func:`stackbench.resultsdb.tables.verdict.
+compare`): each later kernel against the base, one value per run, false-discovery control
+across every row of the comparison."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from stackbench.resultsdb import verdict
+from stackbench.resultsdb import query, verdict
 
 HIGHLIGHT = {"better", "worse", "changed"}
 
@@ -25,25 +26,21 @@ def _as_dict(v: verdict.Verdict) -> dict[str, Any]:
     }
 
 
-def judge_rows(rows: list[dict[str, Any]]) -> None:
-    """Fill ``row["verdicts"]`` (one per kernel after the base) for every metric row; rows
-    carry ``values`` (per kernel, one value per run), ``higher_is_better`` and ``kind``."""
-    if not rows:
-        return
-    nk = max(len(r["values"]) for r in rows)
+def judge_rows(ds: query.Dataset, rows: list[dict[str, Any]]) -> None:
+    """Fill ``row["verdicts"]`` (one per kernel after the base) and ``row["cls"]`` for every
+    (job, metric) row, from the same :func:`compare` as the stackbench table."""
+    from stackbench.resultsdb.tables import verdict as table
+
+    found: dict[tuple[int, int, str], verdict.Verdict] = {}
+    if len(ds.kernels) > 1:
+        for job, kernel, judged in table.compare(ds):
+            for name, _base_mean, _new_mean, v in judged:
+                found[(job.id, kernel.id, name)] = v
     for r in rows:
         r["verdicts"] = []
-    for k in range(1, nk):
-        pairs = {
-            str(i): (r["values"][0], r["values"][k], r["higher_is_better"], r.get("kind", ""))
-            for i, r in enumerate(rows)
-            if len(r["values"]) > k
-        }
-        judged = verdict.judge_many(pairs)
-        for i, r in enumerate(rows):
-            v = judged.get(str(i))
+        for k in ds.kernels[1:]:
+            v = found.get((r["job_id"], k.id, r["metric"]))
             r["verdicts"].append(_as_dict(v) if v else {"verdict": "n/a", "change_pct": None})
-    for r in rows:
         r["cls"] = css_class(r)
 
 

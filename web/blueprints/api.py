@@ -7,12 +7,13 @@ Errors are JSON objects ``{"error": "...", "status": N}``; the OpenAPI document 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from flask import Blueprint, Response, abort, g, request, url_for
 from sqlalchemy import func, select
 
-from stackbench.errors import InputError, StackbenchError
+from stackbench.errors import InputError, NotFoundError, StackbenchError
 from stackbench.resultsdb import ingest
 from stackbench.resultsdb.models import (
     Bisect,
@@ -366,29 +367,36 @@ def comparison_links(key: str) -> dict[str, Any]:
     }
 
 
-def _load_comparison(key: str):
-    from stackbench.resultsdb.models import Comparison
-
-    s = dbsession.get()
-    comp = s.scalars(select(Comparison).where(Comparison.key == key)).one_or_none()
-    if comp is None:
-        abort(404, f"no comparison '{key}'")
-    return comp, comparisons.ensure_result(dbsession.engine(), s, comp)
+def _load_comparison(key: str) -> tuple[comparisons.Found, dict]:
+    try:
+        found = comparisons.lookup(dbsession.engine(), key)
+    except NotFoundError as exc:
+        abort(404, str(exc))
+    return found, found.result
 
 
 @bp.route("/comparisons/<key>")
 def comparison_get(key: str):
     comp, result = _load_comparison(key)
-    return {
-        **comparison_links(key),
-        "options": comp.params,
-        "kernels": result.get("kernels", []),
-        "errors": result.get("errors", {}),
-        "metrics": [
-            {k: m[k] for k in ("job", "metric", "unit", "higher_is_better", "values", "verdicts")}
-            for m in result.get("metrics", [])
-        ],
-    }
+    ck = (key, comp.fingerprint, "api", request.host_url)
+    body = comparisons.CACHE.get(ck)
+    if body is None:
+        doc = {
+            **comparison_links(key),
+            "options": comp.params,
+            "kernels": result.get("kernels", []),
+            "errors": result.get("errors", {}),
+            "metrics": [
+                {
+                    k: m[k]
+                    for k in ("job", "metric", "unit", "higher_is_better", "values", "verdicts")
+                }
+                for m in result.get("metrics", [])
+            ],
+        }
+        body = json.dumps(doc, separators=(",", ":")).encode()
+        comparisons.CACHE.put(ck, body)
+    return Response(body, mimetype="application/json")
 
 
 @bp.route("/comparisons/<key>/tables/<style>")

@@ -7,12 +7,13 @@ from flask import Blueprint, Response, abort, redirect, render_template, request
 from markupsafe import Markup
 from sqlalchemy import select
 
-from stackbench.errors import StackbenchError
-from stackbench.resultsdb.models import Comparison, KernelBuild
+from stackbench.errors import NotFoundError, StackbenchError
+from stackbench.resultsdb.models import KernelBuild
 from stackbench.web import comparisons, dbsession, plots
 
 bp = Blueprint("compare", __name__)
-INLINE_PLOTS = 24
+INLINE_PLOTS = 12
+SHOWN_UNFLAGGED = 20
 
 
 @bp.route("/compare")
@@ -46,12 +47,12 @@ def create():
     return redirect(url_for("compare.show", key=comp.key), code=303)
 
 
-def load(key: str) -> tuple[Comparison, dict]:
-    s = dbsession.get()
-    comp = s.scalars(select(Comparison).where(Comparison.key == key)).one_or_none()
-    if comp is None:
-        abort(404, f"no comparison '{key}'")
-    return comp, comparisons.ensure_result(dbsession.engine(), s, comp)
+def load(key: str) -> tuple[comparisons.Found, dict]:
+    try:
+        found = comparisons.lookup(dbsession.engine(), key)
+    except NotFoundError as exc:
+        abort(404, str(exc))
+    return found, found.result
 
 
 def _sig_key(row: dict) -> tuple:
@@ -60,7 +61,7 @@ def _sig_key(row: dict) -> tuple:
     return (order, best_p, row["metric"])
 
 
-def _fragment(comp: Comparison, result: dict) -> str:
+def _fragment(comp: comparisons.Found, result: dict) -> str:
     labels = [k["label"] for k in result["kernels"]]
     metrics = result.get("metrics", [])
     flagged = [m for m in metrics if m.get("cls")]
@@ -76,6 +77,8 @@ def _fragment(comp: Comparison, result: dict) -> str:
         else:
             lazy.append(m)
     charts = [{"m": m, "svg": plots.bar_chart(m["metric"], labels, m["values"])} for m in counters]
+    # the page shows what changed; a comparison where nothing did still shows its top rows
+    shown = flagged or ordered[:SHOWN_UNFLAGGED]
     return render_template(
         "_compare_body.html",
         comp=comp,
@@ -83,6 +86,7 @@ def _fragment(comp: Comparison, result: dict) -> str:
         labels=labels,
         flagged=flagged,
         ordered=ordered,
+        shown=shown,
         inline=inline,
         lazy=lazy,
         charts=charts,
@@ -92,12 +96,25 @@ def _fragment(comp: Comparison, result: dict) -> str:
 @bp.route("/compare/<key>")
 def show(key: str):
     comp, result = load(key)
-    ck = (comp.key, result.get("fingerprint", ""), "page")
+    ck = (comp.key, comp.fingerprint, "page")
     body = comparisons.CACHE.get(ck)
     if body is None:
         body = _fragment(comp, result)
         comparisons.CACHE.put(ck, body)
     return render_template("compare.html", comp=comp, result=result, body=Markup(body))
+
+
+@bp.route("/compare/<key>/metrics")
+def metrics(key: str):
+    """Every metric's verdicts, and every plot (loaded lazily as images)."""
+    comp, result = load(key)
+    return render_template(
+        "compare_metrics.html",
+        comp=comp,
+        labels=[k["label"] for k in result["kernels"]],
+        tables=result.get("tables", {}),
+        ordered=sorted(result.get("metrics", []), key=_sig_key),
+    )
 
 
 @bp.route("/compare/<key>/<style>.txt")
