@@ -1,0 +1,155 @@
+"""Ingest throughput: 1,000,000 samples through results-db's bulk ingest.
+
+Shape: many runs x many stats with one sample each (LKP stats.json style: 2,000 runs x 300
+stats) plus latency-style runs with many samples per metric (40 runs x 10 metrics x 1,000
+samples). Uses a fresh embedded PostgreSQL cluster in a temporary STACKBENCH_HOME, or
+STACKBENCH_DATABASE_URL if set (its rows are deleted again afterwards).
+
+    .venv/bin/python bench/ingest_bench.py [--samples N] [--with-proposals]
+
+--with-proposals measures two changes proposed for ingest.py (not applied there): a
+process-wide metric-id cache with one executemany insert for unknown names (metric_ids
+today compiles a fresh multi-VALUES INSERT of every stat for every run), and
+``SET LOCAL synchronous_commit TO OFF`` for ingest transactions (a crash can lose the last
+few commits, never corrupt; re-running an import restores them since ingest is idempotent).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+FLOOR = 200_000  # samples per second
+SUITE = "bench-ingest"
+
+
+def make_runs(total: int):
+    from stackbench.resultsdb.ingest import JobSpec, KernelSpec, MachineSpec, RunData
+
+    rnd = random.Random(1)
+    machine = MachineSpec("bench-vm", cpus=8)
+    kernels = [KernelSpec(f"{i:040x}", name=f"bench-k{i}", compiler="gcc-13") for i in range(10)]
+    stats_job = JobSpec(SUITE, "anon-w-seq-mt", {"test": "anon-w-seq-mt", "size": "8T"})
+    lat_job = JobSpec(SUITE, "thpscale", {"test": "thpscale"})
+    stat_names = [f"{SUITE}.throughput"] + [f"proc-vmstat.bench_{i}" for i in range(299)]
+    lat_names = [f"{SUITE}.fault-huge-{t}" for t in range(10)]
+
+    runs = []
+    n_stats_runs = int(total * 0.6) // len(stat_names)
+    for i in range(n_stats_runs):
+        samples = {name: [rnd.uniform(1e3, 1e7)] for name in stat_names}
+        runs.append(RunData(stats_job, kernels[i % 10], machine, i // 10, samples, source="bench"))
+    per_lat_run = len(lat_names) * 1000
+    n_lat_runs = (total - n_stats_runs * len(stat_names)) // per_lat_run
+    for i in range(n_lat_runs):
+        samples = {name: [rnd.expovariate(1 / 50.0) for _ in range(1000)] for name in lat_names}
+        runs.append(RunData(lat_job, kernels[i % 10], machine, i // 10, samples, source="bench"))
+    return runs
+
+
+def apply_proposals(eng) -> None:
+    from sqlalchemy import event, select
+    from sqlalchemy.dialects.postgresql import insert
+
+    from stackbench.resultsdb import ingest
+    from stackbench.resultsdb import metrics as rules
+    from stackbench.resultsdb.models import Metric
+
+    cache: dict[str, int] = {}
+
+    def metric_ids(conn, names):
+        names = set(names)
+        missing = sorted(n for n in names if n not in cache)
+        if missing:
+            rows = []
+            for n in missing:
+                mi = rules.info(n)
+                rows.append(
+                    {
+                        "name": n,
+                        "unit": mi.unit,
+                        "higher_is_better": mi.higher_is_better,
+                        "kind": mi.kind,
+                    }
+                )
+            conn.execute(insert(Metric).on_conflict_do_nothing(index_elements=["name"]), rows)
+            stmt = select(Metric.name, Metric.id).where(Metric.name.in_(missing))
+            cache.update(dict(conn.execute(stmt).all()))
+        return {n: cache[n] for n in names}
+
+    ingest.metric_ids = metric_ids
+
+    @event.listens_for(eng, "begin")
+    def _async_commit(conn):
+        conn.exec_driver_sql("SET LOCAL synchronous_commit TO OFF")
+
+
+def timed_ingest(eng, runs) -> tuple[int, float, list[int]]:
+    from stackbench.resultsdb import ingest
+
+    n = sum(len(v) for r in runs for v in r.samples.values())
+    t0 = time.perf_counter()
+    res = ingest.ingest(eng, runs)
+    took = time.perf_counter() - t0
+    assert res.samples == n and not res.skipped
+    return n, took, res.inserted
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--samples", type=int, default=1_000_000)
+    ap.add_argument("--with-proposals", action="store_true", help="see the module docstring")
+    args = ap.parse_args()
+
+    home = None
+    if not os.environ.get("STACKBENCH_DATABASE_URL"):
+        home = Path(tempfile.mkdtemp(prefix="stackbench-bench-"))
+        os.environ["STACKBENCH_HOME"] = str(home)
+    from stackbench.resultsdb import db, ingest
+
+    try:
+        t0 = time.perf_counter()
+        eng = db.engine()
+        setup = time.perf_counter() - t0
+        if args.with_proposals:
+            apply_proposals(eng)
+        runs = make_runs(args.samples)
+        where = "temporary embedded cluster" if home else "STACKBENCH_DATABASE_URL"
+        extra = ", with the proposed ingest changes" if args.with_proposals else ""
+        print(f"database: {where} (ready in {setup:.1f} s){extra}")
+        total_n, total_t, inserted = 0, 0.0, []
+        for label, part in (
+            ("stats-style (1 sample/metric)", [r for r in runs if len(r.samples) > 10]),
+            ("latency-style (1000 samples/metric)", [r for r in runs if len(r.samples) <= 10]),
+        ):
+            n, took, ids = timed_ingest(eng, part)
+            total_n, total_t = total_n + n, total_t + took
+            inserted += ids
+            print(
+                f"  {label}: {n:,} samples in {len(part):,} runs, {took:.2f} s, "
+                f"{n / took:,.0f} samples/s"
+            )
+        rate = total_n / total_t
+        print(f"ingested {total_n:,} samples in {len(runs):,} runs: {total_t:.2f} s")
+        print(f"{rate:,.0f} samples/s; ratio to the {FLOOR:,}/s floor: {rate / FLOOR:.2f}")
+        if not home:
+            with eng.begin() as conn:
+                ingest.delete_runs(conn, inserted)
+        return 0
+    finally:
+        if home:
+            from stackbench.resultsdb.embedded import Cluster, destroy
+
+            db.reset()
+            destroy(Cluster(home))
+            shutil.rmtree(home, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
