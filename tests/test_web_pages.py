@@ -85,3 +85,53 @@ def test_static_pages_render(eng, client):
     login(client, "root", "pw-alice-1")
     assert client.get("/admin/").status_code == 200
     assert client.get("/account").status_code == 200
+
+
+def test_compare_pick_form_every_metric_text_and_plots(eng, client):
+    add_tree(eng)
+    sid = make_series(eng)
+    build_ids = populate_results(eng, sid, runs=3)
+    from test_web_support import db
+
+    from stackbench.resultsdb.models import KernelBuild
+
+    with db(eng) as s:
+        commits = [s.get(KernelBuild, b).commit for b in build_ids]
+    picked = client.get("/compare/new", query_string={"k": f"{commits[0][:10]} {commits[2]}"})
+    assert picked.status_code == 303
+    key = picked.headers["Location"].rsplit("/", 1)[1]
+    page = client.get(f"/compare/{key}").get_data(as_text=True)
+    assert "patch2" in page and "patch1" not in page.split("LKP table")[0]
+    bad = client.get("/compare/new", query_string={"k": "0123456789abcdef"})
+    assert bad.status_code == 400 and 'id="error-k"' in bad.get_data(as_text=True)
+    assert client.get("/compare/new", query_string={"k": ""}).status_code == 400
+    every = client.get(f"/compare/{key}/metrics").get_data(as_text=True)
+    assert every.count("<tr class=") == 3 and 'id="table-stackbench"' in every
+    text = client.get(f"/compare/{key}/lkp.txt")
+    assert text.mimetype == "text/plain" and "vm-scalability.throughput" in text.get_data(True)
+    assert client.get(f"/compare/{key}/nope.txt").status_code == 404
+    import re
+
+    src = re.search(r'src="(/compare/[^"]+\.svg)"', every).group(1)
+    svg = client.get(src)
+    assert svg.mimetype == "image/svg+xml" and svg.get_data(as_text=True).startswith("<svg")
+    assert client.get(f"/compare/{key}/plot/999/999.svg").status_code == 404
+
+
+def test_run_links_to_buildbot_and_logs(eng, app, client):
+    from test_web_support import run_data
+
+    from stackbench.resultsdb import ingest
+
+    app.config["BUILDBOT_URL"] = "http://buildbot.example:8010/"
+    d = run_data("9" * 40, 0, {"vm-scalability.throughput": 1.0})
+    d.meta = {"buildbot_build": "42"}
+    d.logs = {"console": b"Linux version 6.1\n"}
+    rid = ingest.ingest(eng, [d]).inserted[0]
+    html = client.get(f"/runs/{rid}").get_data(as_text=True)
+    assert 'href="http://buildbot.example:8010/#/builds/42"' in html
+    assert f'href="/runs/{rid}/logs/console"' in html
+    d2 = run_data("8" * 40, 0, {"vm-scalability.throughput": 1.0})
+    d2.meta = {"buildbot_url": "javascript:alert(1)"}
+    rid2 = ingest.ingest(eng, [d2]).inserted[0]
+    assert "javascript:" not in client.get(f"/runs/{rid2}").get_data(as_text=True)

@@ -25,6 +25,8 @@ DEFAULTS: dict[str, Any] = {
     "SUBMIT_RATE_WINDOW": 3600,
     "SESSION_COOKIE_HTTPONLY": True,
     "SESSION_COOKIE_SAMESITE": "Lax",
+    # behind HTTPS (production): send the session cookie only over TLS
+    "SESSION_COOKIE_SECURE": os.environ.get("STACKBENCH_COOKIE_SECURE") == "1",
     "PAGE_SIZE": 50,
     "BUILDBOT_URL": os.environ.get("STACKBENCH_BUILDBOT_URL", ""),
 }

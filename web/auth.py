@@ -100,13 +100,11 @@ def user_for_token(s: Session, token: str) -> AppUser | None:
 
 
 def token_from_request() -> str | None:
-    hdr = request.headers.get("Authorization", "")
-    scheme, _, value = hdr.partition(" ")
+    """``Authorization: Bearer <token>`` (or ``Token <token>``). Basic credentials are only
+    for git over HTTP, which checks them itself (:func:`basic_auth_user`)."""
+    scheme, _, value = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() in ("bearer", "token") and value.strip():
         return value.strip()
-    if scheme.lower() == "basic" and request.authorization is not None:
-        # git over HTTP: user name and a token (or the password) in Basic auth
-        return None
     return None
 
 

@@ -45,5 +45,35 @@ def httpurl(url: object) -> str:
     return s if s.startswith(("http://", "https://")) else ""
 
 
+def buildbot_link(meta: dict | None) -> str:
+    """The Buildbot UI page of a build or run: a stored URL, or the build id the worker
+    recorded (``buildbot_build``) under the configured Buildbot URL."""
+    meta = meta or {}
+    url = httpurl(meta.get("buildbot_url"))
+    if url:
+        return url
+    build = str(meta.get("buildbot_build") or "")
+    base = _buildbot_base()
+    if build.isdigit() and base:
+        return f"{base.rstrip('/')}/#/builds/{build}"
+    return ""
+
+
+def _buildbot_base() -> str:
+    from flask import current_app
+
+    base = current_app.config.get("BUILDBOT_URL")
+    if base is None or base == "":
+        try:
+            from stackbench.jobs.buildbot.client import buildbot_url
+
+            base = buildbot_url() or ""
+        except Exception:  # no Buildbot installed or configured: no links
+            base = ""
+        current_app.config["BUILDBOT_URL"] = base or False
+    return httpurl(base) if base else ""
+
+
 def init_app(app: Flask) -> None:
+    app.jinja_env.globals["buildbot_link"] = buildbot_link
     app.jinja_env.filters.update(shortsha=shortsha, ago=ago, pct=pct, num=num, httpurl=httpurl)

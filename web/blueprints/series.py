@@ -16,7 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import selectinload
 
 from stackbench.resultsdb.models import Event, KernelBuild, Run, RunLog, Series, Tree
-from stackbench.web import dbsession, progress
+from stackbench.web import dbsession, filters, progress
 
 bp = Blueprint("series", __name__)
 
@@ -96,7 +96,7 @@ def show(series_id: int):
         events=events,
         pending=progress.is_pending(x),
         state_key=state_key(x, commits),
-        buildbot_url=current_app.config.get("BUILDBOT_URL") or "",
+        buildbot_url=filters.httpurl(current_app.config.get("BUILDBOT_URL") or ""),
     )
 
 
