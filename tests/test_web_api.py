@@ -304,3 +304,20 @@ def test_cli_api_client_against_running_server(eng, server, monkeypatch):
         c.compare(["feedfacefeed"])
     monkeypatch.delenv("STACKBENCH_URL")
     assert apiclient.client() is None
+
+
+def test_base_falls_back_to_tree_default_else_field_error(eng, client):
+    from stackbench.resultsdb.models import Tree
+
+    add_user(eng, "alice")
+    add_tree(eng, "mm")  # default base v6.1
+    with db(eng) as s:
+        s.add(Tree(name="bare", url="", default_base=""))
+        s.commit()
+    tok = add_token(eng, "alice")
+    mbox = (DATA / "hostile.mbox").read_text()  # no base-commit: line
+    body = {"mbox": mbox, "jobs": ["vm-scalability"], "runs": 2}
+    r = client.post("/api/series", json={**body, "tree": "bare"}, headers=bearer(tok))
+    assert r.status_code == 400 and "base" in r.get_json()["fields"]
+    r = client.post("/api/series", json={**body, "tree": "mm"}, headers=bearer(tok))
+    assert r.status_code == 201 and r.get_json()["base_ref"] == "v6.1"

@@ -97,9 +97,9 @@ def submit(s: Session, user: AppUser, req: Request) -> Series:
         except ImportError:
             errors["mbox"] = "the patch parser is not installed on this server"
     if parsed is not None and not base:
-        base = getattr(parsed, "base_commit", None) or ""
-        if not base:
-            errors["base"] = "the series has no base-commit: line; give a base"
+        base = getattr(parsed, "base_commit", None) or (tree.default_base if tree else "") or ""
+        if not base and tree is not None:
+            errors["base"] = "the series has no base-commit: line and the tree no default base"
     if errors:
         raise FieldErrors(errors)
     from stackbench.patches.store import create_series
