@@ -5,13 +5,7 @@ stats) plus latency-style runs with many samples per metric (40 runs x 10 metric
 samples). Uses a fresh embedded PostgreSQL cluster in a temporary STACKBENCH_HOME, or
 STACKBENCH_DATABASE_URL if set (its rows are deleted again afterwards).
 
-    .venv/bin/python bench/ingest_bench.py [--samples N] [--with-proposals]
-
---with-proposals measures two changes proposed for ingest.py (not applied there): a
-process-wide metric-id cache with one executemany insert for unknown names (metric_ids
-today compiles a fresh multi-VALUES INSERT of every stat for every run), and
-``SET LOCAL synchronous_commit TO OFF`` for ingest transactions (a crash can lose the last
-few commits, never corrupt; re-running an import restores them since ingest is idempotent).
+    .venv/bin/python bench/ingest_bench.py [--samples N]
 """
 
 from __future__ import annotations
@@ -53,43 +47,6 @@ def make_runs(total: int):
     return runs
 
 
-def apply_proposals(eng) -> None:
-    from sqlalchemy import event, select
-    from sqlalchemy.dialects.postgresql import insert
-
-    from stackbench.resultsdb import ingest
-    from stackbench.resultsdb import metrics as rules
-    from stackbench.resultsdb.models import Metric
-
-    cache: dict[str, int] = {}
-
-    def metric_ids(conn, names):
-        names = set(names)
-        missing = sorted(n for n in names if n not in cache)
-        if missing:
-            rows = []
-            for n in missing:
-                mi = rules.info(n)
-                rows.append(
-                    {
-                        "name": n,
-                        "unit": mi.unit,
-                        "higher_is_better": mi.higher_is_better,
-                        "kind": mi.kind,
-                    }
-                )
-            conn.execute(insert(Metric).on_conflict_do_nothing(index_elements=["name"]), rows)
-            stmt = select(Metric.name, Metric.id).where(Metric.name.in_(missing))
-            cache.update(dict(conn.execute(stmt).all()))
-        return {n: cache[n] for n in names}
-
-    ingest.metric_ids = metric_ids
-
-    @event.listens_for(eng, "begin")
-    def _async_commit(conn):
-        conn.exec_driver_sql("SET LOCAL synchronous_commit TO OFF")
-
-
 def timed_ingest(eng, runs) -> tuple[int, float, list[int]]:
     from stackbench.resultsdb import ingest
 
@@ -104,7 +61,6 @@ def timed_ingest(eng, runs) -> tuple[int, float, list[int]]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--samples", type=int, default=1_000_000)
-    ap.add_argument("--with-proposals", action="store_true", help="see the module docstring")
     args = ap.parse_args()
 
     home = None
@@ -117,12 +73,9 @@ def main() -> int:
         t0 = time.perf_counter()
         eng = db.engine()
         setup = time.perf_counter() - t0
-        if args.with_proposals:
-            apply_proposals(eng)
         runs = make_runs(args.samples)
         where = "temporary embedded cluster" if home else "STACKBENCH_DATABASE_URL"
-        extra = ", with the proposed ingest changes" if args.with_proposals else ""
-        print(f"database: {where} (ready in {setup:.1f} s){extra}")
+        print(f"database: {where} (ready in {setup:.1f} s)")
         total_n, total_t, inserted = 0, 0.0, []
         for label, part in (
             ("stats-style (1 sample/metric)", [r for r in runs if len(r.samples) > 10]),

@@ -15,8 +15,9 @@ from typing import Any
 
 from sqlalchemy import Engine, select, text
 from sqlalchemy.dialects.postgresql import insert
+
 from stackbench.resultsdb import metrics as metric_rules
-from stackbench.resultsdb.models import Job, KernelBuild, Machine, Metric, Run, RunLog, Tree
+from stackbench.resultsdb.models import Job, KernelBuild, Machine, RunLog, Tree
 
 
 @dataclass
@@ -151,19 +152,37 @@ def job_id(conn, j: JobSpec) -> int:
     return _upsert_id(conn, Job, values, ["suite", "params_key", "suite_version", "runner"])
 
 
+# Metric ids never change once a name exists, so they are cached per database for the
+# process. Entries are added only after the transaction that created them committed.
+_metric_cache: dict[str, dict[str, int]] = {}
+
+
 def metric_ids(conn, names: Iterable[str]) -> dict[str, int]:
-    names = sorted(set(names))
-    if not names:
-        return {}
-    rows = []
-    for n in names:
-        mi = metric_rules.info(n)
-        rows.append(
-            {"name": n, "unit": mi.unit, "higher_is_better": mi.higher_is_better, "kind": mi.kind}
+    """Ids of the named metrics, creating unknown ones (with unit and direction rules)."""
+    cache = _metric_cache.get(str(conn.engine.url), {})
+    wanted = set(names)
+    found = {n: cache[n] for n in wanted if n in cache}
+    missing = sorted(wanted - found.keys())
+    if not missing:
+        return found
+    raw = conn.connection.driver_connection
+    with raw.cursor() as cur:
+        rows = []
+        for n in missing:
+            mi = metric_rules.info(n)
+            rows.append((n, mi.unit, mi.higher_is_better, mi.kind))
+        cur.executemany(
+            "INSERT INTO metric (name, unit, higher_is_better, kind) VALUES (%s, %s, %s, %s) "
+            "ON CONFLICT (name) DO NOTHING",
+            rows,
         )
-    conn.execute(insert(Metric).values(rows).on_conflict_do_nothing(index_elements=["name"]))
-    found = conn.execute(select(Metric.name, Metric.id).where(Metric.name.in_(names)))
-    return {name: mid for name, mid in found}
+        cur.execute("SELECT name, id FROM metric WHERE name = ANY(%s)", (missing,))
+        found.update(dict(cur.fetchall()))
+    return found
+
+
+def _remember_metrics(eng: Engine, ids: dict[str, int]) -> None:
+    _metric_cache.setdefault(str(eng.url), {}).update(ids)
 
 
 def _copy_samples(
@@ -176,10 +195,10 @@ def _copy_samples(
         cur.copy("COPY sample (run_id, metric_id, seq, value) FROM STDIN") as cp,
     ):
         buf: list[str] = []
+        prefix = f"{run_id}\t"
         for name, values in samples.items():
-            mid = ids[name]
-            for seq, v in enumerate(values):
-                buf.append(f"{run_id}\t{mid}\t{seq}\t{float(v)!r}\n")
+            head = f"{prefix}{ids[name]}\t"
+            buf.extend(f"{head}{seq}\t{float(v)!r}\n" for seq, v in enumerate(values))
             n += len(values)
             if len(buf) > 50000:
                 cp.write("".join(buf))
@@ -189,52 +208,137 @@ def _copy_samples(
     return n
 
 
-def ingest_run(eng: Engine, data: RunData) -> int | None:
-    """Store one run and its samples in one transaction; None when its key already exists."""
-    with eng.begin() as conn:
-        values = {
-            "job_id": job_id(conn, data.job),
-            "build_id": kernel_id(conn, data.kernel),
-            "machine_id": machine_id(conn, data.machine),
-            "iteration": data.iteration,
-            "status": data.status,
-            "source": data.source,
-            "error": data.error,
-            "sysstate": data.sysstate,
-            "meta": data.meta,
-            "started_at": data.started_at,
-            "finished_at": data.finished_at,
-            "duration_s": data.duration_s,
-            "idempotency_key": data.key(),
-        }
-        stmt = (
-            insert(Run)
-            .values(**values)
-            .on_conflict_do_nothing(index_elements=["idempotency_key"])
-            .returning(Run.id)
-        )
-        run_id = conn.execute(stmt).scalar()
-        if run_id is None:
-            return None
-        ids = metric_ids(conn, data.samples.keys())
-        _copy_samples(conn, run_id, ids, data.samples)
-        if data.logs:
-            conn.execute(
-                insert(RunLog),
-                [{"run_id": run_id, "name": k, "content": v} for k, v in data.logs.items()],
+class _Ids:
+    """Ids of jobs, kernels and machines resolved once per ingest() call."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[tuple, int] = {}
+        self.kernels: dict[tuple, int] = {}
+        self.machines: dict[str, int] = {}
+
+    def resolve(self, conn, data: RunData) -> tuple[int, int, int]:
+        j = data.job
+        jk = (j.suite, j.params_key, j.suite_version, j.runner)
+        if jk not in self.jobs:
+            self.jobs[jk] = job_id(conn, j)
+        k = data.kernel
+        kk = (k.commit, k.config_hash, k.compiler)
+        if kk not in self.kernels:
+            self.kernels[kk] = kernel_id(conn, k)
+        if data.machine.name not in self.machines:
+            self.machines[data.machine.name] = machine_id(conn, data.machine)
+        return self.jobs[jk], self.kernels[kk], self.machines[data.machine.name]
+
+
+_RUN_COLUMNS = (
+    "job_id, build_id, machine_id, iteration, status, source, error, sysstate, meta, "
+    "started_at, finished_at, duration_s, idempotency_key"
+)
+_RUN_VALUES = "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s"
+_INSERT_RUN = (
+    f"INSERT INTO run ({_RUN_COLUMNS}) VALUES ({_RUN_VALUES}) "
+    "ON CONFLICT (idempotency_key) DO NOTHING RETURNING id"
+)
+# Small runs (LKP stats.json: a few hundred scalars) go in with the run row in ONE statement:
+# per-run round trips, not row counts, limit their rate. Large runs use COPY.
+_INSERT_RUN_WITH_SAMPLES = (
+    f"WITH r AS (INSERT INTO run ({_RUN_COLUMNS}) VALUES ({_RUN_VALUES}) "
+    "ON CONFLICT (idempotency_key) DO NOTHING RETURNING id), "
+    "s AS (INSERT INTO sample (run_id, metric_id, seq, value) "
+    "SELECT r.id, t.m, t.q, t.v FROM r, unnest(%s::int[], %s::int[], %s::float8[]) "
+    "AS t(m, q, v)) SELECT id FROM r"
+)
+COPY_THRESHOLD = 2000
+
+
+def _run_params(data: RunData, job: int, build: int, machine: int) -> tuple:
+    from psycopg.types.json import Jsonb
+
+    return (
+        job,
+        build,
+        machine,
+        data.iteration,
+        data.status,
+        data.source,
+        data.error,
+        Jsonb(data.sysstate),
+        Jsonb(data.meta),
+        data.started_at,
+        data.finished_at,
+        data.duration_s,
+        data.key(),
+    )
+
+
+def _ingest_in(conn, data: RunData, ids: _Ids) -> tuple[int | None, dict[str, int]]:
+    job, build, machine = ids.resolve(conn, data)
+    metric = metric_ids(conn, data.samples.keys())
+    n = sum(len(v) for v in data.samples.values())
+    raw = conn.connection.driver_connection
+    with raw.cursor() as cur:
+        if n < COPY_THRESHOLD:
+            m_ids, seqs, values = [], [], []
+            for name, vals in data.samples.items():
+                mid = str(metric[name])
+                for seq, v in enumerate(vals):
+                    m_ids.append(mid)
+                    seqs.append(str(seq))
+                    values.append(repr(float(v)))
+            # array literals built here: psycopg's generic list dumper cost more than the
+            # round trips this statement saves
+            cur.execute(
+                _INSERT_RUN_WITH_SAMPLES,
+                (
+                    *_run_params(data, job, build, machine),
+                    "{" + ",".join(m_ids) + "}",
+                    "{" + ",".join(seqs) + "}",
+                    "{" + ",".join(values) + "}",
+                ),
             )
-        return run_id
+            row = cur.fetchone()
+            if row is None:
+                return None, metric
+            run_id = row[0]
+        else:
+            cur.execute(_INSERT_RUN, _run_params(data, job, build, machine))
+            row = cur.fetchone()
+            if row is None:
+                return None, metric
+            run_id = row[0]
+            _copy_samples(conn, run_id, metric, data.samples)
+    if data.logs:
+        conn.execute(
+            insert(RunLog),
+            [{"run_id": run_id, "name": k, "content": v} for k, v in data.logs.items()],
+        )
+    return run_id, metric
+
+
+def ingest_run(eng: Engine, data: RunData, _ids: _Ids | None = None, _conn=None) -> int | None:
+    """Store one run and its samples in one transaction; None when its key already exists."""
+    ids = _ids or _Ids()
+    if _conn is None:
+        with eng.connect() as conn:
+            return ingest_run(eng, data, ids, conn)
+    with _conn.begin():
+        run_id, metric = _ingest_in(_conn, data, ids)
+    _remember_metrics(eng, metric)
+    return run_id
 
 
 def ingest(eng: Engine, runs: Iterable[RunData]) -> IngestResult:
+    """Store runs, each in its own transaction, over one connection."""
     res = IngestResult()
-    for data in runs:
-        rid = ingest_run(eng, data)
-        if rid is None:
-            res.skipped += 1
-        else:
-            res.inserted.append(rid)
-            res.samples += sum(len(v) for v in data.samples.values())
+    ids = _Ids()
+    with eng.connect() as conn:
+        for data in runs:
+            rid = ingest_run(eng, data, ids, conn)
+            if rid is None:
+                res.skipped += 1
+            else:
+                res.inserted.append(rid)
+                res.samples += sum(len(v) for v in data.samples.values())
     return res
 
 

@@ -178,7 +178,10 @@ class Run(Base):
     idempotency_key: Mapped[str] = mapped_column(String(128), unique=True)
     meta: Mapped[dict[str, Any]] = _meta()
     created_at: Mapped[datetime] = _now()
-    __table_args__ = (Index("ix_run_job_build", "job_id", "build_id"),)
+    __table_args__ = (
+        Index("ix_run_job_build", "job_id", "build_id"),
+        Index("ix_run_build", "build_id"),
+    )
 
 
 class RunLog(Base):
