@@ -4,7 +4,6 @@ OpenAPI document, and the CLI's API client against a running server."""
 from __future__ import annotations
 
 import base64
-import threading
 
 import pytest
 from sqlalchemy import func, select
@@ -260,17 +259,6 @@ def test_openapi_documents_every_api_route(app, client):
             for m in rule.methods - {"HEAD", "OPTIONS"}:
                 served.add((path, m))
     assert served == documented
-
-
-@pytest.fixture
-def server(app):
-    from werkzeug.serving import make_server
-
-    srv = make_server("127.0.0.1", 0, app, threaded=True)
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
-    t.start()
-    yield f"http://127.0.0.1:{srv.server_port}"
-    srv.shutdown()
 
 
 def test_cli_api_client_against_running_server(eng, server, monkeypatch):

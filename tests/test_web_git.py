@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import threading
 import urllib.request
 
 import pytest
@@ -13,17 +12,6 @@ from sqlalchemy import select
 from test_web_support import add_token, add_tree, add_user, db
 
 pytest_plugins = ["test_web_support"]
-
-
-@pytest.fixture
-def server(app):
-    from werkzeug.serving import make_server
-
-    srv = make_server("127.0.0.1", 0, app, threaded=True)
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
-    t.start()
-    yield f"http://127.0.0.1:{srv.server_port}"
-    srv.shutdown()
 
 
 def git(cwd, *args, check=True):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import threading
 from pathlib import Path
 
 import pytest
@@ -202,3 +203,14 @@ def populate_results(eng, series_id: int, runs: int = 3, stats: int = 3):
             data.append(run_data(b.commit, it, vals, name=b.name))
     ingest.ingest(eng, data)
     return build_ids
+
+
+@pytest.fixture
+def server(app):
+    from werkzeug.serving import make_server
+
+    srv = make_server("127.0.0.1", 0, app, threaded=True)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    yield f"http://127.0.0.1:{srv.server_port}"
+    srv.shutdown()

@@ -41,17 +41,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from stackbench.resultsdb import db
-    from stackbench.resultsdb.tables import render
+    from stackbench import apiclient
 
-    out = render.render(
-        db.engine(),
-        args.kernels,
-        style=args.style,
-        all_rows=args.all,
-        table=args.table,
-        monitor=args.monitor,
-        suite=args.suite,
-    )
+    client = apiclient.client()
+    if client is not None:
+        if args.table or args.monitor:
+            from stackbench.errors import StackbenchError
+
+            raise StackbenchError(
+                "--table/--monitor are not available through STACKBENCH_URL; open the "
+                "comparison page, or unset STACKBENCH_URL to read the database"
+            )
+        out = client.compare(args.kernels, style=args.style, all_rows=args.all, suite=args.suite)
+    else:
+        from stackbench.resultsdb import db
+        from stackbench.resultsdb.tables import render
+
+        out = render.render(
+            db.engine(),
+            args.kernels,
+            style=args.style,
+            all_rows=args.all,
+            table=args.table,
+            monitor=args.monitor,
+            suite=args.suite,
+        )
     print(out, end="" if out.endswith("\n") else "\n")
     return 0

@@ -26,7 +26,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     mm.add_argument("--name", help="kernel name to store (default: RUNNAME)")
 
 
+def _parse(args: argparse.Namespace) -> list:
+    if args.kind == "lkp":
+        from stackbench.resultsdb.importers import lkp
+
+        files = lkp.find_result_files(args.paths)
+        return lkp.to_run_data(lkp.collect_runs(*files))
+    from stackbench.resultsdb.importers import mmtests
+
+    return mmtests.parse_run(args.path, name=args.name)
+
+
 def run(args: argparse.Namespace) -> int:
+    from stackbench import apiclient
+
+    client = apiclient.client()
+    if client is not None:
+        # parse (and validate) here, upload through the server's idempotent run API
+        runs = _parse(args)
+        answers = client.upload_runs(runs)
+        new = sum(1 for a in answers if a.get("created"))
+        print(f"uploaded {new} runs to {client.base_url}, {len(answers) - new} already present")
+        return 0
     from stackbench.resultsdb import db
 
     if args.kind == "lkp":
