@@ -2,6 +2,7 @@
 
 from alembic import context
 from sqlalchemy import create_engine
+
 from stackbench.resultsdb.models import Base
 
 cfg = context.config

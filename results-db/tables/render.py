@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from sqlalchemy import Engine
-from stackbench.resultsdb import query
 
 from stackbench.errors import StackbenchError
+from stackbench.resultsdb import query
 
 
 def render(
