@@ -192,8 +192,14 @@ def collect_run(
         data.finished_at = _when(status.get("end_epoch"))
         data.duration_s = round(status["end_uptime"] - status["start_uptime"], 3)
         rc = int(status["rc"])
-        if rc == KILLED_RC:
+        if rc == KILLED_RC and data.duration_s >= sj.timeout_s * 0.95:
             raise RunFailed("timeout", f"{sj.suite} killed after the {sj.timeout_s}s timeout")
+        if rc == KILLED_RC:
+            raise RunFailed(
+                "failed",
+                f"{sj.suite} killed by SIGKILL after {data.duration_s:g}s, before its "
+                f"{sj.timeout_s}s timeout (out of memory? see the dmesg log)",
+            )
         if rc != 0:
             tail = data.logs.get("stderr", b"").decode(errors="replace").strip()
             tail = tail.splitlines()[-1] if tail else "no stderr"
@@ -203,10 +209,15 @@ def collect_run(
             raise RunFailed("failed", "no /proc/vmstat snapshot before and after the run")
         vm_start = mmtests_logs.parse_vmstat(start["/proc/vmstat"], "vmstat.before")
         vm_end = mmtests_logs.parse_vmstat(end["/proc/vmstat"], "vmstat.after")
-    except RunFailed as exc:
-        return replace(data, status=exc.status, error=exc.error)
-    except InputError as exc:
-        return replace(data, status="failed", error=str(exc))
+    except (RunFailed, InputError) as exc:
+        status, error = (
+            (exc.status, exc.error) if isinstance(exc, RunFailed) else ("failed", str(exc))
+        )
+        dmesg = root / "dmesg"
+        if dmesg.is_file():
+            # the kernel's side of a failure (OOM kills, warnings) for the post-mortem
+            data.logs["dmesg"] = dmesg.read_bytes()[-MAX_LOG_BYTES:]
+        return replace(data, status=status, error=error)
     data.sysstate["vmstat_start"] = vm_start
     data.sysstate["vmstat_end"] = vm_end
     for key, value in mmtests_logs.vmstat_delta(vm_start, vm_end).items():

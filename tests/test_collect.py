@@ -22,6 +22,9 @@ VMS_OUTPUT = """\
 """
 
 
+STATUS_KILLED_AT = "rc 137\nstart_uptime 10\nend_uptime %s\n"
+
+
 def thp_log(threads: int) -> str:
     lines = ["Running with 1 thread", ""]
     lines += [f"anoninit {t} 100" for t in range(threads)]
@@ -175,6 +178,7 @@ def test_missing_results_dir_is_an_input_error(tmp_path, plan):
 
 def collect_one(tmp_path, plan, index, files, rc=0):
     sj = plan[index]
+    (tmp_path / "dmesg").write_text("[    1.0] Out of memory: Killed process 83 (usemem)\n")
     write_run(tmp_path, sj, 0, files, rc=rc)
     return c.collect_run(tmp_path, sj, 0, kernel=KERNEL, machine=MACHINE)
 
@@ -206,7 +210,20 @@ def test_runs_the_guest_never_reached_are_lost(tmp_path, plan):
             "failed",
             "vm-scalability exited with 1: usemem: mmap 1 bytes: nope",
         ),
-        (0, {"output": VMS_OUTPUT}, 137, "timeout", "killed after the 600s timeout"),
+        (
+            0,
+            {"output": VMS_OUTPUT, "status": STATUS_KILLED_AT % 600.5},
+            0,
+            "timeout",
+            "killed after the 600s timeout",
+        ),
+        (
+            0,
+            {"output": VMS_OUTPUT},
+            137,
+            "failed",
+            "killed by SIGKILL after 12.25s, before its 600s timeout (out of memory?",
+        ),
         (0, {"output": VMS_OUTPUT, "status": "rc 0\n"}, 0, "failed", "status: no start_uptime"),
         (0, {"output": VMS_OUTPUT, "status": None}, 0, "failed", "no status file"),
         (0, {"output": VMS_OUTPUT, "status": "rc zero\n"}, 0, "failed", "status: malformed line"),
@@ -256,6 +273,7 @@ def test_bad_runs_are_marked_not_raised(tmp_path, plan, index, files, rc, status
     assert "\n" not in run.error
     assert run.samples == {}
     assert run.job.suite == plan[index].suite
-    # what the guest did leave is kept for the post-mortem
+    # what the guest did leave is kept for the post-mortem, with the kernel's log
     if files.get("status", "") is not None:
         assert "status" in run.logs
+    assert run.logs["dmesg"] == b"[    1.0] Out of memory: Killed process 83 (usemem)\n"

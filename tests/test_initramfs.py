@@ -101,7 +101,7 @@ def test_env_files_source_to_the_resolved_params(tmp_path, bin_cache):
     root = unpack(out, tmp_path / "root")
     env = root / "stackbench/jobs" / f"{sj.name}.env"
     res = proc.run([BUSYBOX, "sh", "-c", '. "$1"; echo "$TEST $NR_TASK $MEM_PERMILLE"', "sh", env])
-    assert res.stdout.strip() == "anon-w-seq-mt 2 250"
+    assert res.stdout.strip() == "anon-w-seq-mt 2 125"
     assert "stackbench/modules/stackbench_highalloc.ko" not in cpio_list(out)
 
 

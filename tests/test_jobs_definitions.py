@@ -26,7 +26,7 @@ def test_shipped_definitions_load_and_expand():
         # params are the declared values (machine independent), resolved the guest's numbers
         assert sj.params["nr_task"] == "100%"
         assert sj.resolved["NR_TASK"] == 2
-        assert sj.resolved["MEM_PERMILLE"] == 250
+        assert sj.resolved["MEM_PERMILLE"] == 125
         assert sj.resolved["TEST"] == sj.test == sj.params["test"]
 
 
@@ -67,7 +67,7 @@ def test_job_spec_carries_suite_version_and_runner():
     assert spec.suite == "thpscale" and spec.test == "thpscale"
     assert re.fullmatch(r"builtin-\d+\+[0-9a-f]{12}", spec.suite_version)
     assert spec.runner == "stackbench-guest"
-    assert spec.params == {"max_threads": 4, "mapsize_fraction": 0.3, "madvise": True}
+    assert spec.params == {"max_threads": 4, "mapsize_fraction": 0.15, "madvise": True}
 
 
 @pytest.mark.parametrize(

@@ -21,13 +21,27 @@ load_bytes=$((memtotal_kb * 1024 / 1000 * LOAD_PERMILLE))
 echo "highalloc: $attempts attempts per pass, gfp $GFP, pace ${PACE_MS}ms, load $load_bytes bytes"
 
 stop=$SB_WORK/highalloc-stop
+# The guest has no swap and no disk: the load's memory cannot be reclaimed, so when the pass
+# holds nearly everything an allocation of the load meets the OOM killer. It must kill the
+# load, never this runner (it would lose the pass): the runner is exempt, the load first.
+echo -1000 > /proc/self/oom_score_adj
+reserve=$((memtotal_kb * 1024 / 16))
+
 # Churn: anonymous memory written and freed by LOAD_TASKS processes, and page cache
-# rewritten through four rotating files, half of the load each.
+# rewritten through four rotating tmpfs files, half of the load each. A cycle starts only
+# while MemAvailable leaves room for it, so the load fragments memory early in a pass and
+# then yields to the allocations instead of being killed over and over.
 load() {
+	echo 1000 > /proc/self/oom_score_adj
 	anon=$((load_bytes / 2 / LOAD_TASKS))
 	blocks=$((load_bytes / 2 / 4 / 65536))
 	i=0
 	while [ ! -e "$stop" ]; do
+		avail_kb=$(awk '$1 == "MemAvailable:" { print $2 }' /proc/meminfo)
+		if [ $((avail_kb * 1024)) -lt $((load_bytes + reserve)) ]; then
+			sleep 0.2
+			continue
+		fi
 		[ "$anon" -ge 4096 ] && "$SB_BIN/usemem" -n "$LOAD_TASKS" "$anon" > /dev/null
 		[ "$blocks" -ge 1 ] && dd if=/dev/zero of="$SB_WORK/load-$((i % 4))" bs=65536 \
 			count="$blocks" 2> /dev/null
@@ -53,7 +67,7 @@ pass 1 || rc=1
 pass 2 || rc=1
 if [ "$load_bytes" -gt 0 ]; then
 	touch "$stop"
-	wait "$load_pid"
+	wait "$load_pid" || echo "highalloc: the load ended with $? (killed for memory?)"
 	rm -f "$SB_WORK"/load-* "$stop"
 fi
 pass 3 || rc=1
