@@ -58,7 +58,9 @@ log = logging.getLogger(__name__)
 
 TRACKED_DIR = Path(__file__).resolve().parent / "tracked"
 RECENT = timedelta(hours=20)
-# when one culprit regresses several metrics of a job, the mail leads with the first kind here
+# when one culprit regresses several metrics of a job, the mail leads with a suite's headline
+# metric, else with the first kind here
+HEADLINES = ("vm-scalability.throughput", "thpscale.fault-both", "stress-highalloc.pass")
 KIND_ORDER = ("throughput", "latency", "percent", "duration", "count", "variability", "")
 
 Progress = Callable[[str], None]
@@ -497,12 +499,14 @@ def _bisect_order(eng: Engine, ids: list[int]) -> list[int]:
         for rid in ids:
             reg = s.get(Regression, rid)
             metric = s.get(Metric, reg.metric_id)
-            rows.append((reg.job_id, _kind_rank(metric.kind), -abs(reg.change_pct or 0.0), rid))
+            rows.append((reg.job_id, _rank(metric), -abs(reg.change_pct or 0.0), rid))
     return [r[-1] for r in sorted(rows)]
 
 
-def _kind_rank(kind: str) -> int:
-    return KIND_ORDER.index(kind) if kind in KIND_ORDER else len(KIND_ORDER)
+def _rank(metric: Metric) -> tuple[int, int]:
+    headline = 0 if metric.name.startswith(HEADLINES) else 1
+    kind = KIND_ORDER.index(metric.kind) if metric.kind in KIND_ORDER else len(KIND_ORDER)
+    return headline, kind
 
 
 def _recent(at: str | None) -> bool:
@@ -549,9 +553,7 @@ def queue_regression_mails(eng: Engine, regression_ids: list[int]) -> list[int]:
             reg = s.get(Regression, rid)
             metric = s.get(Metric, reg.metric_id)
             key = (reg.job_id, reg.culprit or f"bad:{reg.bad_build_id}")
-            groups.setdefault(key, []).append(
-                (_kind_rank(metric.kind), -abs(reg.change_pct or 0.0), rid)
-            )
+            groups.setdefault(key, []).append((_rank(metric), -abs(reg.change_pct or 0.0), rid))
     out = []
     for members in groups.values():
         lead = sorted(members)[0][2]
