@@ -160,6 +160,12 @@ def metric_row(eng: Engine, name: str) -> Metric:
         return row
 
 
+def _direction(eng: Engine, name: str) -> bool | None:
+    with Session(eng) as s:
+        row = s.scalars(select(Metric).where(Metric.name == name)).one_or_none()
+    return row.higher_is_better if row is not None else metric_rules.info(name).higher_is_better
+
+
 def done_runs(eng: Engine, build_id: int, job_id: int) -> int:
     with eng.connect() as conn:
         return conn.execute(
@@ -426,13 +432,13 @@ def run_bisect(
     if len(subjobs) != 1:
         names = ", ".join(n for n, _ in subjobs)
         raise InputError(f"job {job!r}", f"expands to {len(subjobs)} sub-jobs ({names}); pick one")
-    (jid,) = job_ids(eng, job)
-    met = metric_row(eng, metric)
-    if met.higher_is_better is None:
+    if _direction(eng, metric) is None:
         raise InputError(
             f"metric {metric!r}", "has no better direction, so no commit can make it worse"
         )
     commits = lab.commits(tree, good, bad)
+    (jid,) = job_ids(eng, job)
+    met = metric_row(eng, metric)
     tree_id = _tree_id(eng, tree)
     with Session(eng) as s, s.begin():
         row = Bisect(

@@ -220,6 +220,8 @@ def test_nightly_detects_and_bisect_names_the_planted_commit(
         mails = list(s.scalars(select(MailOutbox).where(MailOutbox.kind == "regression")))
     assert all(o.kernels_built == 0 for o in others), [(o.id, o.kernels_built) for o in others]
     subjects = [m.subject for m in mails]
+    # one culprit, one test: one mail (the other metrics are listed in it)
+    assert len(mails) == 1, subjects
     want = f"[{TREE}:{branch}] [mm/rmap] {planted[:10]}: {METRIC} -"
     assert any(sub.startswith(want) and sub.endswith("% regression") for sub in subjects), subjects
     body = next(m.body for m in mails if m.subject.startswith(want))

@@ -301,6 +301,7 @@ def test_bisect_refuses_a_metric_without_direction_and_a_multi_job(eng):
         )  # fmt: skip
     with Session(eng) as s:
         assert s.scalar(select(func.count()).select_from(Bisect)) == 0
+        assert s.scalar(select(func.count()).select_from(Metric)) == 0
 
 
 def test_job_spec_of_a_stored_job_round_trips():
@@ -370,3 +371,37 @@ def test_yaml_sync_and_the_shipped_example(eng, tmp_path, monkeypatch):
 def test_unknown_branch_is_an_error(eng):
     with pytest.raises(NotFoundError, match="not tracked: linux-6.1:nope"):
         night(eng, FakeLab(), branches=["linux-6.1:nope"])
+
+
+# ---- the commands ---------------------------------------------------------------------------
+
+
+def test_nightly_command_refuses_a_branch_without_tree(capsys):
+    from stackbench.cli import main
+
+    assert main(["nightly", "--branch", "master"]) == 1
+    assert "--branch master: expected TREE:BRANCH" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--runs-cap", "1"], "--runs-cap: must be at least 2"),
+        (["--runs", "30"], "--runs: must be between 2 and the cap (20)"),
+        (["--runs", "8", "--runs-cap", "6"], "--runs: must be between 2 and the cap (6)"),
+    ],
+)
+def test_bisect_command_checks_its_run_counts(capsys, argv, message):
+    from stackbench.cli import main
+
+    base = ["bisect", "--good", "a", "--bad", "b", "--job", JOB, "--metric", METRIC]
+    assert main([*base, *argv]) == 1
+    assert message in capsys.readouterr().err
+
+
+def test_bisect_command_policy():
+    from stackbench.cli.bisect import policy_from
+
+    p = policy_from(3, 8)
+    assert (p.start_runs, p.max_runs, p.looks) == (3, 8, (3, 5, 8))
+    assert policy_from(None, None) == nightly.DEFAULT

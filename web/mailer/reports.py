@@ -303,6 +303,10 @@ def nightly_summary(eng: Engine, summary: dict, cfg: MailConfig | None = None) -
                 lines.append("  still open: " + _regression_line(s, rid))
             for bi in b.get("bisects", []):
                 lines.append("  bisected: " + _bisect_line(bi))
+            if b.get("state") != "skipped":
+                lines.append(
+                    f"  {b.get('kernels_built', 0)} kernel(s) built, {b.get('seconds', 0)}s"
+                )
             lines.append("")
     digest = hashlib.sha256("\n".join(fingerprint).encode()).hexdigest()[:12]
     return Mail(
