@@ -23,8 +23,10 @@ Per branch and night:
    undecided add runs to both sides at the policy's next look, up to the cap;
 4. every metric judged changed for the worse opens a regression (one row per job, metric,
    good and bad kernel: a second run of the same night finds it and opens nothing);
-5. nothing regressed: the head becomes the new baseline; otherwise the baseline stays, so
-   the next night still compares with the last good kernel;
+5. nothing regressed: the head becomes the new baseline and the regressions open against
+   the old one are closed as fixed; otherwise the baseline stays, so the next night still
+   compares with the last good kernel, and a metric that is still worse at a later head is
+   the regression already open (not a new one, not bisected or mailed again);
 6. each new regression is bisected between the baseline and the head; regressions that name
    the same culprit for the same job share one report mail; then the summary mail is queued.
 
@@ -344,6 +346,25 @@ def _open_regression(
     ).one_or_none()
     if row is not None:
         return row, False
+    # the same metric still worse than the same baseline at a later head: the regression
+    # that is already open (and bisected) covers it; it is not reported again every night
+    row = s.scalars(
+        select(Regression)
+        .where(
+            Regression.job_id == job_id,
+            Regression.metric_id == metric.id,
+            Regression.good_build_id == good_id,
+            Regression.tree_id == tree_id,
+            Regression.branch == branch,
+            Regression.state != "closed",
+        )
+        .order_by(Regression.id)
+    ).first()
+    if row is not None:
+        seen = list((row.meta or {}).get("still_worse_at", []))
+        if bad_id not in seen:
+            row.meta = {**(row.meta or {}), "still_worse_at": [*seen, bad_id]}
+        return row, False
     row = Regression(
         tree_id=tree_id,
         branch=branch,
@@ -465,7 +486,11 @@ def run_branch(
     rep.regressions = new
     if not new and not rep.known:
         _set_baseline(eng, tracked_id, head_id)
-        return done("unchanged", f"nothing regressed: {rep.head[:12]} is the new baseline")
+        closed = _close_fixed(eng, tree_id, row.branch, baseline_id, head_id)
+        msg = f"nothing regressed: {rep.head[:12]} is the new baseline"
+        if closed:
+            msg += f"; {len(closed)} regression(s) fixed"
+        return done("unchanged", msg)
     if meta.get("bisect", True):
         for rid in _bisect_order(eng, new):
             say(f"bisecting regression {rid}")
@@ -489,6 +514,25 @@ def run_branch(
             )
     rep.mails = queue_regression_mails(eng, new)
     return done("regressed", f"{len(new)} new regression(s), {len(rep.known)} known")
+
+
+def _close_fixed(eng: Engine, tree_id: int, branch: str, good_id: int, head_id: int) -> list[int]:
+    """The regressions measured against the old baseline are gone at this head: close them."""
+    with Session(eng) as s, s.begin():
+        rows = list(
+            s.scalars(
+                select(Regression).where(
+                    Regression.tree_id == tree_id,
+                    Regression.branch == branch,
+                    Regression.good_build_id == good_id,
+                    Regression.state != "closed",
+                )
+            )
+        )
+        for reg in rows:
+            reg.meta = {**(reg.meta or {}), "fixed_at": head_id, "closed_as": reg.state}
+            reg.state = "closed"
+        return [r.id for r in rows]
 
 
 def _bisect_order(eng: Engine, ids: list[int]) -> list[int]:

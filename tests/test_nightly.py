@@ -43,13 +43,16 @@ def sha(i: int) -> str:
 class FakeLab:
     """A branch history of ``n`` commits after c0; the branch head moves with ``head``."""
 
-    def __init__(self, n=6, bad_from=None, broken=(), drop=0.3, seed=7, noise=10.0):
+    def __init__(
+        self, n=6, bad_from=None, broken=(), drop=0.3, seed=7, noise=10.0, fixed_from=None
+    ):
         self.history = [sha(i) for i in range(n + 1)]
         self.head = 0
         self.bad_from = bad_from
         self.broken = set(broken)
         self.drop = drop
         self.noise = noise
+        self.fixed_from = fixed_from
         self.rng = np.random.default_rng(seed)
         self.attempted: set[str] = set()
         self.boots = 0
@@ -96,11 +99,10 @@ class FakeLab:
             commit = kb.commit
             have = s.scalar(select(func.count()).select_from(Run).where(Run.build_id == build_id))
         idx = self.history.index(commit)
-        mean = (
-            1000.0 * (1 - self.drop)
-            if self.bad_from is not None and idx >= self.bad_from
-            else 1000.0
-        )
+        bad = self.bad_from is not None and idx >= self.bad_from
+        if self.fixed_from is not None and idx >= self.fixed_from:
+            bad = False
+        mean = 1000.0 * (1 - self.drop) if bad else 1000.0
         ((_name, spec),) = br.job_spec_strings(job)
         data = []
         for i in range(runs):
@@ -405,3 +407,25 @@ def test_bisect_command_policy():
     p = policy_from(3, 8)
     assert (p.start_runs, p.max_runs, p.looks) == (3, 8, (3, 5, 8))
     assert policy_from(None, None) == nightly.DEFAULT
+
+
+def test_a_regression_is_reported_once_while_it_lasts_and_closed_when_fixed(eng, mail_env):
+    lab = FakeLab(n=4, bad_from=2, fixed_from=4)
+    night(eng, lab)
+    lab.head = 2
+    first = night(eng, lab)["branches"][0]
+    assert len(first["regressions"]) == 1
+    (rid,) = first["regressions"]
+    lab.head = 3  # a later head, still worse than the baseline: the same regression
+    later = night(eng, lab)["branches"][0]
+    assert later["state"] == "regressed" and later["regressions"] == []
+    assert later["known"] == [rid] and later["bisects"] == []
+    assert len(outbox(eng, "regression")) == 1
+    lab.head = 4  # fixed: the head becomes the baseline and the regression is closed
+    fixed = night(eng, lab)["branches"][0]
+    assert fixed["state"] == "unchanged" and "1 regression(s) fixed" in fixed["message"]
+    assert baseline_commit(eng) == lab.history[4]
+    with Session(eng) as s:
+        reg = s.get(Regression, rid)
+        assert reg.state == "closed" and reg.meta["closed_as"] == "bisected"
+        assert reg.culprit == lab.history[2]
