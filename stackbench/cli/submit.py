@@ -1,0 +1,124 @@
+"""stackbench submit: store a patch series and (by default) run it on this machine."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from stackbench.errors import InputError
+
+NAME = "submit"
+ORDER = 21
+HELP = "submit an mbox patch series: apply, build every commit, boot, benchmark, store"
+DESCRIPTION = """\
+Store the series in FILE (an mbox, e.g. from `git format-patch --stdout` or `b4 am`; '-' reads
+stdin) and run it here: apply it on the base with git am, build a kernel for the base and for
+every commit, boot each once under QEMU with the jobs, store every run. Progress goes to
+stderr. Submitting the same series again (same Message-ID, tree and base) finds the stored
+one: a finished series is not run again (use --rerun to add a round of runs).
+
+  --jobs    job definitions (jobs/defs), with optional parameter overrides:
+            --jobs 'thpscale[madvise=false],vm-scalability[test=anon-w-seq,runtime=10s]'
+  --no-wait only store the series (a worker or a later `stackbench submit` runs it)
+
+Exit status: 0 when every kernel was built and measured, 1 otherwise."""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--mbox", required=True, metavar="FILE", help="the series ('-': stdin)")
+    p.add_argument("--tree", default="linux-6.1", help="kernel tree (kernels/trees/NAME.yaml)")
+    p.add_argument("--base", default=None, help="base ref (default: base-commit or the tree's)")
+    p.add_argument("--jobs", default=None, metavar="NAME,...", help="default: all three suites")
+    p.add_argument("--runs", type=int, default=None, help="runs of every job per kernel")
+    p.add_argument("--no-wait", action="store_true", help="store only; do not run")
+    p.add_argument("--rerun", action="store_true", help="run a finished series again")
+    add_machine_arguments(p)
+
+
+def add_machine_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("guest")
+    g.add_argument("--cpus", type=int, default=2, help="guest CPUs (default 2)")
+    g.add_argument("--mem-mb", type=int, default=1024, help="guest memory (default 1024)")
+    g.add_argument(
+        "--accel",
+        choices=["auto", "kvm", "tcg"],
+        default="auto",
+        help="auto probes KVM and falls back to TCG",
+    )
+
+
+def settings_from(args: argparse.Namespace):
+    from stackbench.jobs.pipeline import Settings
+
+    return Settings(cpus=args.cpus, mem_mb=args.mem_mb, accel=args.accel)
+
+
+def read_mbox(name: str) -> bytes:
+    if name == "-":
+        return sys.stdin.buffer.read()
+    path = Path(name)
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise InputError(path, f"cannot read: {exc.strerror}") from None
+
+
+def print_summary(eng, series_id: int, out=sys.stdout) -> None:
+    from sqlalchemy import select
+    from sqlalchemy.orm import Session
+
+    from stackbench.resultsdb.models import KernelBuild, Run, Series
+
+    with Session(eng) as s:
+        series = s.get(Series, series_id)
+        print(f"series {series.id}: {series.title} [{series.state}]", file=out)
+        if series.error:
+            print(f"  {series.error.splitlines()[0]}", file=out)
+        commits = [("base", series.base_commit)] + [
+            (f"{p.idx}/{p.total}", p.commit_sha)
+            for p in sorted(series.patches, key=lambda p: p.idx)
+        ]
+        for label, commit in commits:
+            if not commit:
+                print(f"  {label:>5}  (not applied)", file=out)
+                continue
+            row = s.scalars(
+                select(KernelBuild).where(KernelBuild.commit == commit).order_by(KernelBuild.id)
+            ).first()
+            status = row.status if row else "not built"
+            runs = []
+            if row is not None:
+                runs = list(s.scalars(select(Run.status).where(Run.build_id == row.id)))
+            counts = ", ".join(f"{runs.count(st)} {st}" for st in sorted(set(runs)))
+            print(f"  {label:>5}  {commit[:12]}  {status:<12} {counts}", file=out)
+
+
+def run(args: argparse.Namespace) -> int:
+    from stackbench.jobs import pipeline
+    from stackbench.resultsdb import db
+
+    data = read_mbox(args.mbox)
+    jobs = pipeline.split_job_specs(args.jobs) if args.jobs else None
+    eng = db.engine()
+    sid = pipeline.submit(
+        eng,
+        data,
+        tree=args.tree,
+        base=args.base,
+        jobs=jobs,
+        runs=args.runs,
+        filename=args.mbox,
+    )
+    print(f"series {sid} stored")
+    if args.no_wait:
+        return 0
+    state = pipeline.run_series(
+        eng, sid, progress=pipeline.StderrProgress(), settings=settings_from(args),
+        rerun=args.rerun,
+    )  # fmt: skip
+    print_summary(eng, sid)
+    kernels = [k.commit[:12] for k in pipeline.series_kernels(eng, sid)]
+    if len(kernels) > 1:
+        print(f"compare: stackbench compare --style lkp {' '.join(kernels)}")
+    return 0 if state == "done" else 1

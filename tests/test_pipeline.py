@@ -1,0 +1,154 @@
+"""Pipeline pieces that need no kernel: job specs, submission checks, rebuilt mails, ETA."""
+
+from __future__ import annotations
+
+import io
+import re
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from stackbench.errors import InputError, NotFoundError
+from stackbench.jobs import pipeline
+from stackbench.patches import stacks
+from stackbench.patches.parser import parse_mbox
+from stackbench.resultsdb.models import Series
+
+
+def test_split_job_specs_keeps_bracketed_commas():
+    text = "thpscale[madvise=false,max_threads=2], stress-highalloc ,vm-scalability"
+    assert pipeline.split_job_specs(text) == [
+        "thpscale[madvise=false,max_threads=2]",
+        "stress-highalloc",
+        "vm-scalability",
+    ]
+
+
+def test_parse_job_spec_overrides_and_runs():
+    job = pipeline.parse_job_spec("thpscale[madvise=false,max_threads=2]", runs=2)
+    assert job.name == "thpscale"
+    assert job.params["madvise"] is False
+    assert job.params["max_threads"] == 2
+    assert job.runs == 2
+    vms = pipeline.parse_job_spec("vm-scalability[test=anon-w-seq|anon-w-rand]")
+    assert vms.params["test"] == ["anon-w-seq", "anon-w-rand"]
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("thpscale[max_threads=zero]", "max_threads"),
+        ("thpscale[nonsense=1]", "unknown parameter"),
+        ("thpscale[madvise]", "not key=value"),
+        ("thp scale", "expected NAME"),
+    ],
+)
+def test_bad_job_specs(spec, message):
+    with pytest.raises(InputError, match=message):
+        pipeline.parse_job_spec(spec)
+
+
+def test_unknown_job():
+    with pytest.raises(NotFoundError, match="no job definition 'nope'"):
+        pipeline.parse_job_spec("nope")
+
+
+def test_plan_is_resolved_for_the_guest():
+    jobs = pipeline.resolve_jobs(["vm-scalability[test=anon-w-seq]", "stress-highalloc"], 2)
+    plan = pipeline.plan_for(jobs, pipeline.Settings(cpus=2, mem_mb=1024))
+    assert [sj.suite for sj in plan] == ["vm-scalability", "stress-highalloc"]
+    assert all(sj.runs == 2 for sj in plan)
+    assert plan[0].resolved["NR_TASK"] == 2
+
+
+def test_runs_must_be_positive():
+    with pytest.raises(InputError, match="at least 1"):
+        pipeline.resolve_jobs(None, 0)
+
+
+def _count(eng, model) -> int:
+    with Session(eng) as s:
+        return s.scalar(select(func.count()).select_from(model))
+
+
+def test_submit_stores_once_with_raw_mails(eng):
+    mbox = stacks.stack_mbox("compaction-demo")
+    sid = pipeline.submit(eng, mbox, jobs=["stress-highalloc"], runs=2)
+    assert pipeline.submit(eng, mbox, jobs=["stress-highalloc"], runs=2) == sid
+    with Session(eng) as s:
+        series = s.get(Series, sid)
+        assert series.state == "new"
+        assert series.meta["jobs"] == ["stress-highalloc"]
+        assert series.meta["runs"] == 2
+        assert series.meta["mbox_b64"]
+        assert len(series.patches) == 3
+        assert series.tree.default_base == "v6.1-debian"
+        assert series.base_ref == "v6.1-debian"
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"jobs": ["nope"]}, "no job definition"),
+        ({"jobs": ["thpscale[max_threads=0]"]}, "max_threads"),
+        ({"runs": 0}, "at least 1"),
+        ({"tree": "linux-9.9"}, "no kernel tree named"),
+    ],
+)
+def test_submit_rejects_bad_input_before_writing(eng, kwargs, message):
+    with pytest.raises((InputError, NotFoundError), match=message):
+        pipeline.submit(eng, stacks.stack_mbox("compaction-demo"), **kwargs)
+    assert _count(eng, Series) == 0
+
+
+def test_submit_rejects_a_non_mbox(eng):
+    with pytest.raises(InputError):
+        pipeline.submit(eng, b"this is not a patch\n", filename="notes.txt")
+    assert _count(eng, Series) == 0
+
+
+def test_mail_from_patch_round_trips(eng):
+    """Series stored by other front ends (no raw mails kept) are rebuilt from their rows."""
+    mbox = stacks.stack_mbox("compaction-demo")
+    sid = pipeline.submit(eng, mbox)
+    with Session(eng) as s:
+        series = s.get(Series, sid)
+        rebuilt = b"\n".join(
+            b"From stackbench Mon Sep 17 00:00:00 2001\n" + pipeline.mail_from_patch(p)
+            for p in sorted(series.patches, key=lambda p: p.idx)
+        )
+        again = parse_mbox(rebuilt, source="rebuilt")
+        for p, q in zip(sorted(series.patches, key=lambda p: p.idx), again.patches, strict=True):
+            assert (q.subject, q.author_email, q.diff) == (p.subject, p.author_email, p.diff)
+
+
+def test_eta_scales_with_observed_speed():
+    eta = pipeline.Eta()
+    eta.plan("a", 100)
+    eta.plan("b", 100)
+    assert eta.remaining() == 200
+    eta.finish("a", 200)  # twice as slow as estimated
+    assert eta.remaining() == pytest.approx(200)
+
+
+def test_stderr_progress_line():
+    buf = io.StringIO()
+    pipeline.StderrProgress(buf)(
+        pipeline.ProgressEvent("build", 2, 4, "1/3 mm: x", "built (5s)", 65, 190)
+    )
+    assert buf.getvalue() == "[ 1m05s] build 2/4  1/3 mm: x  built (5s)  (eta 3m10s)\n"
+
+
+def test_cli_submit_no_wait_and_bad_file(eng, tmp_path, capsys):
+    from stackbench.cli import main
+
+    f = tmp_path / "s.mbox"
+    f.write_bytes(stacks.stack_mbox("compaction-demo"))
+    assert main(["submit", "--mbox", str(f), "--no-wait", "--jobs", "stress-highalloc"]) == 0
+    assert re.search(r"series \d+ stored", capsys.readouterr().out)
+    assert main(["submit", "--mbox", str(tmp_path / "missing.mbox")]) == 1
+    assert "missing.mbox: cannot read" in capsys.readouterr().err
+    assert main(["submit", "--mbox", str(f), "--jobs", "thpscale[bogus=1]"]) == 1
+    assert "unknown parameter" in capsys.readouterr().err
+    assert _count(eng, Series) == 1
