@@ -3,7 +3,10 @@
 A step is a commit whose metric is measured as often as the verdict needs: compared with the
 known-good kernel's runs, a step that is *worse* (by stackbench's verdict) is bad, one that is
 unchanged is good; a commit that does not build or boot, or stays undecided at the run cap,
-is skipped, never called bad. The first bad commit is then confirmed against its parent with
+is skipped, never called bad. A step still undecided against the good kernel is also
+judged against the known-bad one: equivalent to it is bad, clearly better than it and nearer
+the good kernel is good (host load drifts over a bisect's minutes, so a commit may sit outside
+both ends' noise bands yet plainly on one side). The first bad commit is then confirmed against its parent with
 extra runs, and the result carries a confidence; when skips hide the answer, the result is
 inconclusive and lists the candidates.
 
@@ -17,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from stackbench.resultsdb.verdict import DEFAULT, Policy, Verdict, judge
+from stackbench.resultsdb.verdict import DEFAULT, Policy, judge
 
 StepVerdict = Literal["good", "bad", "skip"]
 
@@ -61,30 +64,8 @@ class BisectResult:
     message: str = ""
 
 
-def _judge_until_decided(
-    m: Measurer,
-    good: str,
-    commit: str,
-    *,
-    higher_is_better: bool | None,
-    kind: str,
-    policy: Policy,
-) -> tuple[Verdict | None, int]:
-    """Measure ``commit`` and the good kernel at the policy's looks (the same number of runs
-    on both sides) until the verdict is decided or capped."""
-    runs = policy.start_runs
-    while True:
-        values = m.measure(commit, runs)
-        ref = m.measure(good, runs) if values is not None else None
-        if values is None or ref is None:
-            return None, 0
-        v = judge(ref, values, higher_is_better=higher_is_better, kind=kind, policy=policy)
-        if v.outcome != "undecided" or not v.runs_wanted or v.runs_wanted <= len(values):
-            return v, len(values)
-        if v.runs_wanted <= runs:
-            # the measurer gave fewer runs than asked and asking again would not help
-            return v, len(values)
-        runs = v.runs_wanted
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values)
 
 
 def classify(
@@ -95,17 +76,61 @@ def classify(
     higher_is_better: bool | None,
     kind: str = "",
     policy: Policy = DEFAULT,
+    bad: str | None = None,
 ) -> Step:
-    v, n = _judge_until_decided(
-        m, good, commit, higher_is_better=higher_is_better, kind=kind, policy=policy
-    )
-    if v is None:
-        return Step(commit, "skip", 0, reason="does not build or boot")
-    if v.outcome == "changed" and v.direction == "worse":
-        return Step(commit, "bad", n, v.change_pct)
-    if v.outcome in ("unchanged",) or (v.outcome == "changed" and v.direction == "better"):
-        return Step(commit, "good", n, v.change_pct)
-    return Step(commit, "skip", n, v.change_pct, reason=f"{v.outcome} at {n} runs")
+    """Measure ``commit`` and the good kernel at the policy's looks (the same number of runs
+    on both sides) until the verdict against the good kernel is decided or capped.
+
+    When it stays undecided at a look and the known-bad kernel ``bad`` is given, the commit
+    is also judged against ``bad`` (same rule, same runs): equivalent to the bad kernel is
+    bad; significantly better than it (by at least the minimum effect) while nearer to the
+    good kernel is good. Runs drift with the host's load over the minutes a bisect takes, so
+    a commit can be far from both ends' noise bands yet plainly on one side."""
+    runs = policy.start_runs
+    while True:
+        values = m.measure(commit, runs)
+        ref = m.measure(good, runs) if values is not None else None
+        if values is None or ref is None:
+            return Step(commit, "skip", 0, reason="does not build or boot")
+        n = len(values)
+        v = judge(ref, values, higher_is_better=higher_is_better, kind=kind, policy=policy)
+        if v.outcome == "changed" and v.direction == "worse":
+            return Step(commit, "bad", n, v.change_pct)
+        if v.outcome == "unchanged" or (v.outcome == "changed" and v.direction == "better"):
+            return Step(commit, "good", n, v.change_pct)
+        side = _against_bad(m, bad, values, ref, runs, higher_is_better, kind, policy)
+        if side is not None:
+            return Step(commit, side[0], n, v.change_pct, reason=side[1])
+        if not v.runs_wanted or v.runs_wanted <= n or v.runs_wanted <= runs:
+            # capped, or the measurer gave fewer runs than asked and asking again won't help
+            return Step(commit, "skip", n, v.change_pct, reason=f"{v.outcome} at {n} runs")
+        runs = v.runs_wanted
+
+
+def _against_bad(
+    m: Measurer,
+    bad: str | None,
+    values: list[float],
+    good_ref: list[float],
+    runs: int,
+    higher_is_better: bool | None,
+    kind: str,
+    policy: Policy,
+) -> tuple[StepVerdict, str] | None:
+    if bad is None or higher_is_better is None:
+        return None
+    bad_ref = m.measure(bad, runs)
+    if bad_ref is None or len(bad_ref) < 2:
+        return None
+    vb = judge(bad_ref, values, higher_is_better=higher_is_better, kind=kind, policy=policy)
+    pct = f" ({vb.change_pct:+.1f}%)" if vb.change_pct is not None else ""
+    if vb.outcome == "unchanged":
+        return "bad", f"undecided against good, equivalent to bad{pct}"
+    mean = _mean(values)
+    nearer_good = abs(mean - _mean(good_ref)) < abs(mean - _mean(bad_ref))
+    if vb.outcome == "changed" and vb.direction == "better" and nearer_good:
+        return "good", f"undecided against good, better than bad{pct}"
+    return None
 
 
 def bisect(
@@ -144,6 +169,7 @@ def bisect(
             higher_is_better=higher_is_better,
             kind=kind,
             policy=policy,
+            bad=commits[-1],
         )
         steps.append(step)
         if on_step is not None:

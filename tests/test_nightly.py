@@ -429,3 +429,46 @@ def test_a_regression_is_reported_once_while_it_lasts_and_closed_when_fixed(eng,
         reg = s.get(Regression, rid)
         assert reg.state == "closed" and reg.meta["closed_as"] == "bisected"
         assert reg.culprit == lab.history[2]
+
+
+class Drifting:
+    """bisect.Measurer whose runs drift with the host's load: the good kernel was measured
+    in a quiet hour (1000), later kernels in a busier one (+/-40% and 15% noise); commits
+    from ``bad_from`` on lose 85%."""
+
+    def __init__(self, commits, bad_from, shift, seed=3):
+        self.commits, self.bad_from, self.shift = list(commits), bad_from, shift
+        self.rng = np.random.default_rng(seed)
+        self.runs: dict[str, list[float]] = {}
+
+    def measure(self, commit, runs):
+        have = self.runs.setdefault(commit, [])
+        idx = self.commits.index(commit)
+        level = 1000.0 if idx == 0 else 1000.0 * (1 + self.shift)
+        mean = level * 0.15 if idx >= self.bad_from else level
+        while len(have) < runs:
+            have.append(float(self.rng.normal(mean, 0.15 * mean)))
+        return list(have)
+
+    def built(self):
+        return len(self.runs)
+
+
+@pytest.mark.parametrize("shift", [0.4, -0.4])
+def test_a_drifted_step_is_placed_by_the_bad_kernel_too(shift):
+    from dataclasses import replace as dc_replace
+
+    from stackbench.jobs.bisect import bisect
+
+    wide = dc_replace(
+        nightly.DEFAULT,
+        start_runs=3,
+        looks=(3, 6, 10),
+        max_runs=10,
+        min_effect={**nightly.DEFAULT.min_effect, "throughput": 0.5},
+    )
+    commits = [f"c{i}" for i in range(7)]
+    m = Drifting(commits, bad_from=5, shift=shift)
+    res = bisect(m, commits[1:], "c0", higher_is_better=True, kind="throughput", policy=wide)
+    assert res.state == "found" and res.culprit == "c5", [s.as_dict() for s in res.steps]
+    assert any("than bad" in s.reason or "equivalent to bad" in s.reason for s in res.steps)
