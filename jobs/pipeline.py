@@ -105,20 +105,29 @@ class Eta:
     def __init__(self) -> None:
         self.started = time.monotonic()
         self.pending: dict[str, float] = {}
+        self.fraction: dict[str, float] = {}
         self.spent_est = 0.0
         self.spent_real = 0.0
 
     def plan(self, unit: str, estimate_s: float) -> None:
         self.pending[unit] = estimate_s
 
+    def progress(self, unit: str, fraction: float) -> None:
+        """Part of a unit is done (runs finished inside one boot)."""
+        self.fraction[unit] = min(1.0, max(0.0, fraction))
+
     def finish(self, unit: str, real_s: float) -> None:
         est = self.pending.pop(unit, None)
+        self.fraction.pop(unit, None)
         if est:
             self.spent_est += est
             self.spent_real += real_s
 
-    def remaining(self) -> float:
-        left = sum(self.pending.values())
+    def remaining(self) -> float | None:
+        """Seconds left, or None before anything is planned."""
+        if not self.pending:
+            return None
+        left = sum(est * (1 - self.fraction.get(u, 0.0)) for u, est in self.pending.items())
         if self.spent_est > 30:
             left *= min(3.0, max(0.3, self.spent_real / self.spent_est))
         return left
@@ -518,6 +527,12 @@ def mail_from_patch(p: Patch) -> bytes:
     return text.encode()
 
 
+def kernel_name(idx: int, total: int, sha: str) -> str:
+    """What table columns show for a commit of a stack: short enough for mmtests' columns,
+    unique, and its place in the stack (``2/3-6450d54d``); the subject is on the patch row."""
+    return f"{idx}/{total}-{sha[:8]}"
+
+
 def _apply(
     eng: Engine, sr: SeriesRun, repo: Path, base: str, tree: trees.TreeDef
 ) -> list[KernelTask] | None:
@@ -556,11 +571,10 @@ def _apply(
         base_label = base if base != base_sha else base_sha[:12]
         tasks = [KernelTask(label="base", name=base_label, commit=base_sha)]
         for p in patches:
-            subject = p.subject if len(p.subject) <= 60 else p.subject[:57] + "..."
             tasks.append(
                 KernelTask(
                     label=f"{p.idx}/{p.total}",
-                    name=f"{p.idx}/{p.total} {subject}",
+                    name=kernel_name(p.idx, p.total, p.commit_sha or ""),
                     commit=p.commit_sha or "",
                     patch_id=p.id,
                 )
@@ -693,11 +707,8 @@ def _boot_estimate(plan: list[SubJob]) -> float:
 
 
 def _default_run_s(sj: SubJob) -> float:
-    if sj.suite == "vm-scalability":
-        return min(float(sj.resolved.get("RUNTIME_S", 30)), 60) + 10
-    if sj.suite == "thpscale":
-        return 40.0
-    return 25.0
+    # first guesses (TCG, small sizes); the ETA corrects itself from the first kernel on
+    return {"vm-scalability": 10.0, "thpscale": 20.0}.get(sj.suite, 25.0)
 
 
 def boot_timeout(plan: list[SubJob], settings: Settings) -> float:
@@ -854,6 +865,7 @@ def _boot_one(
         m = _RUN_DONE.search(line)
         if m:
             done["n"] += 1
+            sr.eta.progress(f"boot:{t.commit}", done["n"] / max(total_runs, 1))
             rc = "" if m.group(3) == "0" else f" (rc {m.group(3)})"
             sr.emit("run", done["n"], total_runs, t.name, f"{m.group(1)} #{m.group(2)}{rc}")
 

@@ -80,7 +80,7 @@ def test_base_and_one_commit_end_to_end(eng, kernel_env, capsys):
     b = builds_by_label(eng, sid)
     assert b["base"].status == "built" and b["1"].status == "built"
     assert b["base"].name == "v6.1-debian"
-    assert b["1"].name.startswith("1/1 mm/compaction")
+    assert b["1"].name == f"1/1-{b['1'].commit[:8]}"
     assert Path(b["1"].artifact_path, "bzImage").is_file()
     assert "stackbench_highalloc" in b["1"].meta["modules"]
     for k in (b["base"], b["1"]):

@@ -44,6 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="jobs instead of the demo's small ones: " + ", ".join(DEMO_JOBS),
     )
     p.add_argument("--rerun", action="store_true", help="add a round of runs to a finished demo")
+    p.add_argument("--all", action="store_true", help="LKP table: every stat, not only changes")
     p.add_argument("--no-serve", action="store_true", help="do not start the web UI afterwards")
     p.add_argument("--port", type=int, default=8080, help="web UI port (127.0.0.1)")
     add_machine_arguments(p)
@@ -70,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     print()
     print_summary(eng, sid)
     print()
-    print_tables(eng, sid)
+    print_tables(eng, sid, all_rows=args.all)
     if not args.no_serve:
         serve(args.port, sid)
     return 0 if state == "done" else 1
@@ -92,18 +93,18 @@ def _plan_changed(eng, sid: int, jobs: list[str], runs: int) -> bool:
 
 TABLES = [
     # (title, style, suite, options)
-    ("vm-scalability (LKP)", "lkp", "vm-scalability", {"all_rows": True}),
+    ("vm-scalability (LKP)", "lkp", "vm-scalability", {}),
     ("thpscale (mmtests)", "mmtests", "thpscale", {}),
     ("stress-highalloc (mmtests)", "mmtests", "stress-highalloc", {}),
 ]
 
 
-def print_tables(eng, sid: int, out=sys.stdout) -> None:
+def print_tables(eng, sid: int, *, all_rows: bool = False, out=sys.stdout) -> None:
     from sqlalchemy import func, select
     from sqlalchemy.orm import Session
 
     from stackbench.jobs import pipeline
-    from stackbench.resultsdb.models import Run
+    from stackbench.resultsdb.models import Patch, Run
     from stackbench.resultsdb.tables import render
 
     kernels = pipeline.series_kernels(eng, sid)
@@ -119,11 +120,19 @@ def print_tables(eng, sid: int, out=sys.stdout) -> None:
     if not measured:
         print("no kernel of this series has results to compare", file=out)
         return
-    print("kernels: " + "  ".join(f"{k.commit[:12]} = {k.name}" for k in measured), file=out)
+    with Session(eng) as s:
+        subjects = {
+            p.commit_sha: p.subject for p in s.scalars(select(Patch).where(Patch.series_id == sid))
+        }
+    print("kernels:", file=out)
+    for k in measured:
+        print(f"  {k.name:<14} {k.commit[:12]}  {subjects.get(k.commit, 'base')}", file=out)
     refs = [k.commit for k in measured]
     for title, style, suite, opts in TABLES:
         print(f"\n== {title} ==", file=out)
         try:
+            if style == "lkp":
+                opts = {**opts, "all_rows": all_rows}
             text = render.render(eng, refs, style=style, suite=suite, **opts)
         except StackbenchError as exc:
             text = f"(none: {exc})"
