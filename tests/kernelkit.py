@@ -50,7 +50,19 @@ reboot -f
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("STACKBENCH_TEST_CACHE", "/var/cache/stackbench-test"))
+    """STACKBENCH_TEST_CACHE, else /var/cache/stackbench-test when this user may write there,
+    else ~/.cache/stackbench-test."""
+    raw = os.environ.get("STACKBENCH_TEST_CACHE")
+    if raw:
+        return Path(raw)
+    system = Path("/var/cache/stackbench-test")
+    try:
+        system.mkdir(parents=True, exist_ok=True)
+        if os.access(system, os.W_OK):
+            return system
+    except OSError:
+        pass
+    return Path.home() / ".cache" / "stackbench-test"
 
 
 def use_kernel_cache(monkeypatch: pytest.MonkeyPatch) -> Path:
