@@ -30,7 +30,7 @@ from stackbench.jobs import bisect_runner, nightly, pipeline
 from stackbench.resultsdb.models import Bisect, KernelBuild, MailOutbox, Metric, Regression
 from stackbench.resultsdb.verdict import DEFAULT, Policy
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(5400)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
 TREE = "linux-6.1"
 # one short vm-scalability case: two usemem tasks write a quarter of the guest's memory
