@@ -220,8 +220,9 @@ def helper_env(tmp_path: Path, kexec_rc: int = 0) -> tuple[dict[str, str], Path]
 
 
 def job_dir(tmp_path: Path, job: dict) -> Path:
-    d = tmp_path / "job"
-    d.mkdir()
+    # the worker stages jobs under SPOOL/incoming; the helper takes nothing from elsewhere
+    d = tmp_path / "spool" / "incoming" / "job"
+    d.mkdir(parents=True)
     (d / "bzImage").write_bytes(b"kernel")
     (d / "job.json").write_text(json.dumps(job))
     return d
@@ -242,6 +243,48 @@ def test_kexec_step_queues_the_job_and_kexecs(tmp_path):
     assert calls[0].startswith(f"kexec -l {current / 'bzImage'} --append=")
     assert calls[0].endswith("stackbench.job=42")
     assert calls[1] == "systemctl kexec"
+
+
+def test_kexec_with_delay_leaves_the_kexec_to_a_systemd_timer(tmp_path):
+    env, log = helper_env(tmp_path)
+    stub(tmp_path / "bin", "systemd-run", log)
+    env["SYSTEMD_RUN"] = str(tmp_path / "bin" / "systemd-run")
+    d = job_dir(
+        tmp_path, {"id": "43", "kernel": "bzImage", "bench_argv": ["true"], "upload_argv": ["true"]}
+    )
+    out = subprocess.run(
+        [str(FILES / "stackbench-kexec"), "--delay", "15", str(d)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
+    calls = log.read_text().splitlines()
+    assert calls[1] == (
+        f"systemd-run --on-active=15 --unit=stackbench-kexec-43 {env['SYSTEMCTL']} kexec"
+    )
+
+
+@pytest.mark.parametrize(
+    "where, job, message",
+    [
+        ("outside", {"id": "1", "kernel": "bzImage"}, "must be directly under"),
+        ("incoming", {"id": "a b", "kernel": "bzImage"}, "job id 'a b' must be"),
+        ("incoming", {"id": "1", "kernel": "../../../etc/passwd"}, "kernel image not found"),
+    ],
+)
+def test_kexec_refuses_jobs_it_must_not_boot(tmp_path, where, job, message):
+    env, log = helper_env(tmp_path)
+    d = (tmp_path / "elsewhere") if where == "outside" else (tmp_path / "spool/incoming/j")
+    d.mkdir(parents=True)
+    (d / "bzImage").write_bytes(b"kernel")
+    (d / "job.json").write_text(json.dumps({**job, "bench_argv": [], "upload_argv": []}))
+    out = subprocess.run(
+        [str(FILES / "stackbench-kexec"), str(d)], env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 1 and message in out.stderr, out.stderr
+    assert (d / "job.json").exists() and not (tmp_path / "spool" / "current").exists()
+    assert not log.exists()
 
 
 def test_kexec_failure_leaves_the_job_where_it_was(tmp_path):

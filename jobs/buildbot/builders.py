@@ -1,8 +1,9 @@
 """Builders: the series fan-out, kernel builds per (tree, config), benchmarks per machine
 kind, bisect and nightly.
 
-Coordinators (series, nightly) only trigger other builds, so they take no machine lock; kernel
-builds and benchmarks hold the per-worker machine lock, which makes independent work spread
+The series coordinator only triggers other builds, so it takes no machine lock; kernel
+builds, benchmarks, bisects and the nightly run (``stackbench nightly --now``, which builds,
+measures, compares and bisects on one QEMU host) hold the per-worker machine lock, which makes independent work spread
 over as many workers as exist while no machine runs two heavy things at once.
 """
 
@@ -37,16 +38,10 @@ def _series_factory(cfg: BuildbotConfig) -> util.BuildFactory:
 
 
 def _nightly_factory(cfg: BuildbotConfig) -> util.BuildFactory:
+    # the nightly engine builds each tracked head, runs the tracked jobs, compares with the
+    # baseline and bisects; it is one long command on one QEMU host
     f = util.BuildFactory()
-    f.addStep(
-        steps.SetPropertyFromCommand(
-            name="plan tracked branches",
-            command=sb.worker_command(cfg, "plan"),
-            extract_fn=sb.plan_from_output,
-            haltOnFailure=True,
-        )
-    )
-    f.addStep(sb.FanOutBuilds(cfg))
+    f.addStep(sb.command(cfg, "nightly", "nightly run of tracked branches"))
     return f
 
 
@@ -67,7 +62,7 @@ def _build_factory(cfg: BuildbotConfig) -> util.BuildFactory:
     return f
 
 
-def _bench_factory(cfg: BuildbotConfig) -> util.BuildFactory:
+def _bench_factory(cfg: BuildbotConfig, kind: str = "qemu") -> util.BuildFactory:
     f = util.BuildFactory()
     f.addStep(sb.FindLostAttempts())
     f.addStep(
@@ -79,6 +74,13 @@ def _bench_factory(cfg: BuildbotConfig) -> util.BuildFactory:
         )
     )
     f.addStep(sb.command(cfg, "mark-lost", "mark lost runs", doStepIf=sb.has_lost_attempts))
+    if kind == "baremetal":
+        # the box runs the job itself after a kexec and uploads its runs; the master waits
+        # for them through the API while the box is away
+        f.addStep(sb.GiveUpAfterLostAttempts(cfg.baremetal_attempts))
+        f.addStep(sb.queue_on_box(cfg))
+        f.addStep(sb.AwaitReport(cfg))
+        return f
     f.addStep(sb.command(cfg, "bench", "benchmark"))
     f.addStep(sb.command(cfg, "upload", "upload results"))
     return f
@@ -90,13 +92,24 @@ def _bisect_factory(cfg: BuildbotConfig) -> util.BuildFactory:
     return f
 
 
+def coordinators(cfg: BuildbotConfig) -> list[str]:
+    """Workers for the lock-free coordinating builders: not bare-metal boxes when there is
+    anything else, because a box may reboot (kexec) while a coordinator runs on it."""
+    steady = [w.name for w in cfg.workers if w.kind != "baremetal"]
+    return steady or [w.name for w in cfg.workers]
+
+
 def make(cfg: BuildbotConfig) -> list[Any]:
     everyone = [w.name for w in cfg.workers]
     lock = wk.machine_lock(cfg)
     heavy = [lock.access("exclusive")]
+    calm = coordinators(cfg)
+    qemu_hosts = [w.name for w in cfg.workers_of("qemu")] or everyone
     out = [
-        util.BuilderConfig(name=SERIES, workernames=everyone, factory=_series_factory(cfg)),
-        util.BuilderConfig(name=NIGHTLY, workernames=everyone, factory=_nightly_factory(cfg)),
+        util.BuilderConfig(name=SERIES, workernames=calm, factory=_series_factory(cfg)),
+        util.BuilderConfig(
+            name=NIGHTLY, workernames=qemu_hosts, factory=_nightly_factory(cfg), locks=heavy
+        ),
         util.BuilderConfig(
             name=BISECT, workernames=everyone, factory=_bisect_factory(cfg), locks=heavy
         ),
@@ -116,7 +129,7 @@ def make(cfg: BuildbotConfig) -> list[Any]:
             util.BuilderConfig(
                 name=bench_builder(kind),
                 workernames=[w.name for w in cfg.workers_of(kind)],
-                factory=_bench_factory(cfg),
+                factory=_bench_factory(cfg, kind),
                 locks=heavy,
                 canStartBuild=wk.can_start_build,
             )

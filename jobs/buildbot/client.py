@@ -163,6 +163,7 @@ def submit(
     min_memory_mb: int | None = None,
     submission: str = "",
     title: str = "",
+    report_timeout: int | None = None,
 ) -> dict[str, Any]:
     """Hand a series to the master's ``submit`` force scheduler; returns buildset and request
     ids. Without ``commits`` they are read from the series in the database."""
@@ -184,6 +185,7 @@ def submit(
         "min_memory_mb": str(min_memory_mb or ""),
         "submission": submission,
         "title": title,
+        "report_timeout": str(report_timeout or ""),
     }
     result = master.control("forceschedulers/submit", "force", params)
     bsid, brids = result

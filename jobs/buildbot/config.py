@@ -79,6 +79,12 @@ class BuildbotConfig:
     dry_kernel: bool = False
     dry_seconds: float = 0.0
     step_timeout: int = 4 * 3600
+    # bare metal: how long the master waits for a box to report after its kexec, how often it
+    # looks, how many attempts a benchmark gets before it is given up, and the kexec delay
+    report_timeout: int = 4 * 3600
+    report_poll: float = 30.0
+    baremetal_attempts: int = 2
+    kexec_delay: int = 10
     path: Path | None = None
 
     def workers_of(self, kind: str) -> list[WorkerSpec]:
@@ -175,6 +181,10 @@ _TOP_KEYS = {
     "dry_kernel",
     "dry_seconds",
     "step_timeout",
+    "report_timeout",
+    "report_poll",
+    "baremetal_attempts",
+    "kexec_delay",
     "secrets_file",
 }
 
@@ -199,9 +209,21 @@ def load(path: Path | None = None, env: dict[str, str] | None = None) -> Buildbo
     for key in ("title", "bind", "buildbot_url", "stackbench_url", "db_url"):
         if key in raw:
             setattr(cfg, key, str(raw[key]))
-    for key in ("www_port", "pb_port", "runs", "step_timeout"):
+    for key in ("www_port", "pb_port", "runs", "step_timeout", "report_timeout"):
         if key in raw:
             setattr(cfg, key, _int(path, key, raw[key], 1))
+    for key in ("baremetal_attempts", "kexec_delay"):
+        if key in raw:
+            setattr(cfg, key, _int(path, key, raw[key], 1))
+    if "report_poll" in raw:
+        try:
+            cfg.report_poll = float(raw["report_poll"])
+        except (TypeError, ValueError):
+            raise InputError(
+                path, f"report_poll must be a number, got {raw['report_poll']!r}"
+            ) from None
+        if cfg.report_poll <= 0:
+            raise InputError(path, "report_poll must be positive")
     workers = raw.get("workers", [])
     if not isinstance(workers, list):
         raise InputError(path, "workers must be a list")

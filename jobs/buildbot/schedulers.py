@@ -33,6 +33,7 @@ def submission_parameters() -> list[Any]:
         _text("min_memory_mb", "minimum memory (MiB)"),
         _text("submission", "submission key (empty: new)"),
         _text("title", "title"),
+        _text("report_timeout", "bare-metal report timeout in seconds (empty: default)"),
     ]
 
 
@@ -56,6 +57,7 @@ def make(cfg: BuildbotConfig) -> list[Any]:
                 _text("commit", "commit (single build)"),
                 _text("job", "job (single benchmark)"),
                 _text("artifact", "kernel artifact on the master (single benchmark)"),
+                _text("branches", "tracked branches TREE:BRANCH (nightly; empty: all)"),
             ],
         ),
         schedulers.ForceScheduler(
@@ -68,6 +70,8 @@ def make(cfg: BuildbotConfig) -> list[Any]:
                 _text("bad", "bad"),
                 _text("job", "job"),
                 _text("metric", "metric"),
+                _text("tree", "kernel tree (empty: linux-6.1)"),
+                _text("regression", "record it for regression id (optional)"),
             ],
         ),
         schedulers.Nightly(

@@ -4,7 +4,9 @@ Each command does one step of the pipeline on this machine and leaves files for 
 ``build`` writes ``out/kernel.tar`` (the master carries it to benchmark workers), ``bench``
 writes one JSON payload per run into ``results/``, ``upload`` sends them to stackbench with the
 worker's own token (or into the database on a one-machine setup), ``mark-lost`` records the
-attempts whose worker vanished mid-step.
+attempts whose worker vanished mid-step. On a bare-metal box ``baremetal`` replaces ``bench``
+and ``upload``: it queues the job in the box's spool and hands it to ``stackbench-kexec``;
+after the kexec the box's boot-and-report service runs the job and uploads its runs itself.
 
 ``--dry-kernel`` replaces the kernel build and the guest run by a tiny synthetic kernel and
 synthetic samples (optionally taking ``--dry-seconds``) while everything else (artifact
@@ -18,7 +20,9 @@ import argparse
 import hashlib
 import io
 import json
+import os
 import random
+import re
 import shutil
 import socket
 import tarfile
@@ -31,8 +35,11 @@ from stackbench.errors import InputError, StackbenchError
 
 NAME = "worker"
 ORDER = 70
-HELP = "worker-side steps run by Buildbot (build, bench, upload, mark-lost, plan)"
+HELP = "worker-side steps run by Buildbot (build, bench, baremetal, upload, mark-lost)"
 DESCRIPTION = __doc__
+
+DEFAULT_SPOOL = "/var/lib/stackbench/baremetal"
+DEFAULT_KEXEC = "/usr/local/libexec/stackbench/stackbench-kexec"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -49,6 +56,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     for name, helptext in (
         ("bench", "run one job N times on a built kernel; one payload per run"),
+        ("baremetal", "queue one job on this bare-metal box and kexec into its kernel"),
         ("mark-lost", "record attempts of this benchmark that lost their worker"),
     ):
         c = sub.add_parser(name, help=helptext)
@@ -61,10 +69,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         c.add_argument("--memory-mb", type=int)
         c.add_argument("--series", default="")
         c.add_argument("--buildbot-build", default="")
-        if name == "bench":
+        if name in ("bench", "baremetal"):
             c.add_argument("--runs", type=int, default=3)
-            c.add_argument("--out", type=Path, default=Path("results"))
             _dry(c)
+        if name == "bench":
+            c.add_argument("--out", type=Path, default=Path("results"))
+        elif name == "baremetal":
+            c.add_argument(
+                "--spool",
+                type=Path,
+                default=Path(os.environ.get("STACKBENCH_BAREMETAL_DIR", DEFAULT_SPOOL)),
+                help="the box's job spool (default $STACKBENCH_BAREMETAL_DIR or %(default)s)",
+            )
+            c.add_argument(
+                "--kexec",
+                default=os.environ.get("STACKBENCH_KEXEC", DEFAULT_KEXEC),
+                help="the stackbench-kexec helper (default $STACKBENCH_KEXEC or %(default)s)",
+            )
+            c.add_argument(
+                "--kexec-delay",
+                type=int,
+                default=10,
+                help="seconds between queueing and the kexec (this step must end first)",
+            )
         else:
             c.add_argument(
                 "--lost", action="append", default=[], metavar="BUILDID:WORKER", required=True
@@ -73,9 +100,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     u = sub.add_parser("upload", help="send the run payloads of a results directory")
     u.add_argument("--results", type=Path, default=Path("results"))
     u.add_argument("--url", help="stackbench server (default $STACKBENCH_URL; none: database)")
-
-    pl = sub.add_parser("plan", help="print the commits a nightly run should build (JSON)")
-    pl.add_argument("--nightly", action="store_true", required=True)
 
 
 def _dry(p: argparse.ArgumentParser) -> None:
@@ -87,9 +111,9 @@ def run(args: argparse.Namespace) -> int:
     return {
         "build": cmd_build,
         "bench": cmd_bench,
+        "baremetal": cmd_baremetal,
         "mark-lost": cmd_mark_lost,
         "upload": cmd_upload,
-        "plan": cmd_plan,
     }[args.worker_command](args)
 
 
@@ -282,6 +306,98 @@ def _real_runs(
     return list(runs)
 
 
+# -- baremetal ------------------------------------------------------------------------------
+
+
+def _bench_argv(args: argparse.Namespace) -> list[str]:
+    """The ``stackbench worker bench`` command the box runs after booting the test kernel."""
+    from stackbench.jobs.services import stackbench_argv
+
+    argv = [*stackbench_argv(), "worker", "bench", "--kernel", "kernel.tar", "--job", args.job]
+    argv += ["--submission", args.submission, "--kind", args.kind, "--machine", args.machine]
+    for flag, value in (
+        ("--cpus", args.cpus),
+        ("--memory-mb", args.memory_mb),
+        ("--series", args.series),
+        ("--buildbot-build", args.buildbot_build),
+    ):
+        if value not in (None, ""):
+            argv += [flag, str(value)]
+    argv += ["--runs", str(args.runs), "--out", "results"]
+    if args.dry_kernel:
+        argv += ["--dry-kernel", "--dry-seconds", str(args.dry_seconds)]
+    return argv
+
+
+def find_kexec_image(kernel_dir: Path) -> Path:
+    """The bzImage of an unpacked kernel.tar (a real build keeps it under artifact/)."""
+    for rel in ("artifact/bzImage", "bzImage"):
+        if (kernel_dir / rel).is_file():
+            return kernel_dir / rel
+    raise InputError(kernel_dir, "no bzImage in the kernel artifact: nothing to kexec")
+
+
+def cmd_baremetal(args: argparse.Namespace) -> int:
+    """Queue the job for the box's next boot and arm the kexec; print what to wait for.
+
+    The last line of output is JSON: the job id, the commit and the idempotency keys of the
+    runs the box will upload (the master's wait step looks for exactly those).
+    """
+    from stackbench import config, proc
+    from stackbench.jobs.buildbot import reported, results
+    from stackbench.jobs.services import stackbench_argv
+
+    if args.runs < 1:
+        raise StackbenchError("--runs must be at least 1")
+    staging = Path("bm-kernel")
+    meta = read_kernel(args.kernel, staging)
+    kernel, _machine = _specs(args, meta)
+    base = results.key_base(
+        args.submission, kernel.commit, kernel.config_hash, kernel.compiler, args.job, args.kind
+    )
+    keys = [results.run_key(base, i) for i in range(args.runs)]
+    url = config.server_url()
+    job_id = re.sub(r"[^A-Za-z0-9._-]", "_", f"{args.buildbot_build or 'manual'}-{base[:12]}")
+    plan = {"job_id": job_id, "commit": kernel.commit, "keys": keys, "machine": args.machine}
+    # a retry after an attempt whose box did report: the runs are there, no second kexec
+    if set(keys) <= reported.stored_keys(keys, kernel.commit, url):
+        print(f"all {len(keys)} run(s) of {args.job} on {kernel.commit[:12]} already reported")
+        print(json.dumps({**plan, "already": True}))
+        return 0
+    incoming = args.spool / "incoming" / job_id
+    if incoming.exists():
+        shutil.rmtree(incoming)
+    incoming.mkdir(parents=True)
+    shutil.copy2(args.kernel, incoming / "kernel.tar")
+    shutil.move(str(staging), incoming / "kernel")
+    image = find_kexec_image(incoming / "kernel")
+    upload = [*stackbench_argv(), "worker", "upload", "--results", "results"]
+    if url:
+        upload += ["--url", url]
+    job = {
+        "id": job_id,
+        "kernel": str(image.relative_to(incoming)),
+        "bench_argv": _bench_argv(args),
+        "upload_argv": upload,
+        "job": args.job,
+        "runs": args.runs,
+        "commit": kernel.commit,
+        "keys": keys,
+    }
+    results.write_payload(incoming, "job", job)
+    argv = [args.kexec, "--delay", str(args.kexec_delay), str(incoming)]
+    if os.geteuid() != 0:
+        # the helper loads a kernel and reboots: root only, allowed by a sudoers rule
+        argv = ["sudo", "-n", *argv]
+    out = proc.run(argv, check=False, timeout=300)
+    print(out.stdout, end="")
+    if out.returncode != 0:
+        raise StackbenchError(f"stackbench-kexec refused job {job_id} (exit {out.returncode})")
+    print(f"job {job_id} queued on {args.machine}; kexec in {args.kexec_delay}s")
+    print(json.dumps({**plan, "already": False}))
+    return 0
+
+
 # -- mark-lost -----------------------------------------------------------------------------
 
 
@@ -312,8 +428,9 @@ def cmd_mark_lost(args: argparse.Namespace) -> int:
             samples={},
             source=results.SOURCE,
             status="lost",
-            error=f"worker {worker} was lost during Buildbot build {build}; "
-            f"retried in build {args.buildbot_build} on {args.machine}",
+            # a lost worker, or a bare-metal box that did not report in time
+            error=f"Buildbot build {build} on {worker} was lost (worker gone or no results "
+            f"reported); retried in build {args.buildbot_build} on {args.machine}",
             meta={"buildbot_build": build, "retried_in": args.buildbot_build, "job": args.job},
             idempotency_key=results.lost_key(base, build),
         )
@@ -335,46 +452,3 @@ def cmd_upload(args: argparse.Namespace) -> int:
     res = results.upload([p for _path, p in items], url=args.url)
     print(f"uploaded {res.stored} run(s), {res.present} already present, to {res.target}")
     return 0
-
-
-# -- plan ----------------------------------------------------------------------------------
-
-
-def cmd_plan(args: argparse.Namespace) -> int:
-    """The heads of the enabled tracked branches, as the nightly fan-out's plan."""
-    from sqlalchemy import select
-
-    from stackbench.resultsdb import db
-    from stackbench.resultsdb.models import TrackedBranch, Tree
-
-    commits = []
-    with db.session() as s:
-        rows = s.execute(
-            select(Tree.name, Tree.url, TrackedBranch.branch)
-            .join(Tree, Tree.id == TrackedBranch.tree_id)
-            .where(TrackedBranch.enabled.is_(True))
-            .order_by(Tree.name, TrackedBranch.branch)
-        ).all()
-    for tree, url, branch in rows:
-        commits.append({"commit": resolve_head(tree, url, branch), "name": f"{tree}/{branch}"})
-    print(json.dumps({"commits": commits}))
-    return 0
-
-
-def resolve_head(tree: str, url: str, branch: str) -> str:
-    """A tracked branch's head: from the tree's local repository when stackbench knows the
-    tree, else from its URL."""
-    from stackbench import proc
-
-    try:
-        from stackbench.kernels import trees
-
-        repo = trees.ensure_repo(trees.load_tree(tree))
-        return trees.resolve(repo, branch)
-    except (ImportError, StackbenchError):
-        if not url:
-            raise
-    out = proc.run(["git", "ls-remote", url, f"refs/heads/{branch}"], timeout=120).stdout
-    if not out.strip():
-        raise StackbenchError(f"{url}: no branch {branch}")
-    return out.split()[0]
