@@ -131,6 +131,92 @@ def test_master_cfg_passes_buildbot_checkconfig(tmp_path):
     assert "Config file is good" in out.stdout
 
 
+def _render(cfg, builder: str, step: int, **props):
+    """The argv a builder's step would run, for these build properties."""
+    from buildbot.process.properties import Properties
+
+    from stackbench.jobs.buildbot import builders
+
+    b = next(b for b in builders.make(cfg) if b.name == builder)
+    command = b.factory.steps[step].kwargs["command"]
+    p = Properties()
+    for k, v in props.items():
+        p.setProperty(k, v, "test")
+    out = []
+    p.render(command).addCallback(out.append)
+    return out[0]
+
+
+def _cfg(tmp_path):
+    env = {"STACKBENCH_BB_WORKERS": "q1:qemu:2:2048,m1:baremetal:64:262144"}
+    env.update({f"STACKBENCH_BB_WORKER_PASSWORD_{n}": "pw" for n in ("Q1", "M1")})
+    return config.load(tmp_path / "none.yaml", env=env)
+
+
+def test_nightly_builder_runs_stackbench_nightly_on_a_qemu_host(tmp_path):
+    from stackbench.cli import build_parser
+    from stackbench.jobs.buildbot import builders
+
+    cfg = _cfg(tmp_path)
+    nightly = next(b for b in builders.make(cfg) if b.name == "nightly")
+    assert nightly.workernames == ["q1"] and nightly.locks  # heavy: one per machine
+    assert _render(cfg, "nightly", 0) == ["stackbench", "nightly", "--now"]
+    argv = _render(cfg, "nightly", 0, branches="linux-6.1:master mm:mm-unstable")
+    assert argv == [
+        "stackbench",
+        *("nightly", "--now", "--branch", "linux-6.1:master", "--branch", "mm:mm-unstable"),
+    ]
+    # the real CLI accepts exactly that
+    args = build_parser().parse_args(argv[1:])
+    assert (args.now, args.branch) == (True, ["linux-6.1:master", "mm:mm-unstable"])
+
+
+def test_bisect_builder_flags_match_the_bisect_command(tmp_path):
+    from stackbench.cli import build_parser
+
+    cfg = _cfg(tmp_path)
+    argv = _render(
+        cfg, "bisect", 0, good="a" * 12, bad="b" * 12, job="thpscale", metric="thp.fault", tree=""
+    )
+    assert argv == [
+        "stackbench",
+        *("bisect", "--good", "a" * 12, "--bad", "b" * 12),
+        *("--job", "thpscale", "--metric", "thp.fault"),
+    ]
+    args = build_parser().parse_args(argv[1:])
+    assert (args.good, args.bad, args.job, args.metric) == (
+        "a" * 12,
+        "b" * 12,
+        "thpscale",
+        "thp.fault",
+    )
+
+
+def test_baremetal_builder_queues_on_the_box_and_waits_on_the_master(tmp_path):
+    from stackbench.jobs.buildbot import builders, steps
+
+    cfg = _cfg(tmp_path)
+    by_name = {b.name: b for b in builders.make(cfg)}
+    names = [
+        f.kwargs.get("name") or f.step_class.name for f in by_name["bench-baremetal"].factory.steps
+    ]
+    assert names == [
+        "find lost attempts",
+        "fetch kernel",
+        "mark lost runs",
+        "give up after lost attempts",
+        "queue job and kexec",
+        "wait for the box to report",
+    ]
+    assert [f.step_class for f in by_name["bench-baremetal"].factory.steps][-1] is steps.AwaitReport
+    # a box may reboot at any time: the series coordinator stays off it
+    assert by_name["series"].workernames == ["q1"]
+    assert steps.queued_from_output(0, 'queued\n{"keys": ["k:0"]}\n', "") == {
+        "baremetal": {"keys": ["k:0"]}
+    }
+    assert steps.queued_from_output(1, "", "refused") == {}
+
+
 # -- worker commands -------------------------------------------------------------------------
 
 
