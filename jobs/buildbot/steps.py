@@ -327,7 +327,11 @@ class AwaitReport(buildstep.BuildStep):
         wfb = self.build.workerforbuilder
         workerid = getattr(getattr(wfb, "worker", None), "workerid", None)
         self._detach_from_worker()
-        timeout = float(self.getProperty("report_timeout") or self.cfg.report_timeout)
+        try:
+            timeout = float(self.getProperty("report_timeout") or self.cfg.report_timeout)
+        except (TypeError, ValueError):
+            self.descriptionDone = ["report_timeout must be a number of seconds"]
+            return FAILURE
         log = yield self.addLog("report")
         yield log.addStdout(
             f"job {queued.get('job_id')}: waiting up to {timeout:.0f}s for {len(keys)} run(s) "
