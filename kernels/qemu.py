@@ -34,7 +34,8 @@ log = logging.getLogger(__name__)
 
 QEMU = "qemu-system-x86_64"
 CHANNEL_NAME = "org.stackbench.results"
-KVM_PROBE_TIMEOUT_S = 30.0
+# a working KVM boots the tiny guest to its root-mount panic in about a second
+KVM_PROBE_TIMEOUT_S = 10.0
 # after a crash line, let the rest of the trace reach the console before the VM is killed
 CRASH_GRACE_S = 3.0
 POLL_S = 0.2
