@@ -52,7 +52,7 @@ def apply_series(
     timeout: float = 600,
 ) -> ApplyResult:
     """``git am`` each patch's raw mail onto ``base`` in a new detached worktree at
-    ``workdir``.
+    ``workdir`` (a sparse one: only the files the patches touch are checked out).
 
     Returns the commit of every applied patch. When a patch does not apply, ``git am`` is
     aborted and the result names it with git's message; an unknown ``base`` is reported the
@@ -70,7 +70,7 @@ def apply_series(
             error=f"base {base!r} is not a commit in {repo}",
         )
     _prepare_workdir(repo, workdir)
-    gitops.git(repo, "worktree", "add", "--detach", "--quiet", workdir, base_sha)
+    _sparse_worktree(repo, workdir, base_sha, patches)
 
     commits: list[str] = []
     log: list[str] = []
@@ -109,6 +109,33 @@ def apply_series(
     if ref and commits:
         gitops.update_ref(repo, ref, commits[-1])
     return ApplyResult(base_sha=base_sha, commits=commits, ok=True, log="".join(log))
+
+
+_DIFF_PATHS = re.compile(r"^(?:diff --git a/(\S+) b/(\S+)|(?:---|\+\+\+) [ab]/(\S+))$", re.M)
+
+
+def touched_paths(patches: list[ParsedPatch]) -> list[str]:
+    """Every path the patches' diffs name (old and new names of renames included)."""
+    paths: set[str] = set()
+    for patch in patches:
+        text = patch.raw.decode(errors="replace") if patch.raw else patch.diff
+        for m in _DIFF_PATHS.finditer(text):
+            paths.update(p for p in m.groups() if p)
+    return sorted(paths)
+
+
+def _sparse_worktree(repo: Path, workdir: Path, base_sha: str, patches: list[ParsedPatch]) -> None:
+    """A worktree at ``base_sha`` with only the files the patches touch checked out: a kernel
+    tree has ~80,000 files and a full checkout dominated the time to apply a series."""
+    paths = touched_paths(patches)
+    if not paths:
+        gitops.git(repo, "worktree", "add", "--detach", "--quiet", workdir, base_sha)
+        return
+    gitops.git(repo, "worktree", "add", "--detach", "--no-checkout", "--quiet", workdir, base_sha)
+    # non-cone patterns anchored at the root: exactly these files, new ones included
+    patterns = "".join(f"/{p}\n" for p in paths)
+    gitops.git(workdir, "sparse-checkout", "set", "--no-cone", "--stdin", input=patterns)
+    gitops.git(workdir, "read-tree", "-mu", "HEAD")
 
 
 def clean_am_error(output: str) -> str:
