@@ -533,6 +533,21 @@ def kernel_name(idx: int, total: int, sha: str) -> str:
     return f"{idx}/{total}-{sha[:8]}"
 
 
+def _fetch_pushed(eng: Engine, series_id: int, repo: Path) -> None:
+    """A series that came by git push is built from the commits as pushed: copy them from
+    the intake repository into the tree's repository (no git am)."""
+    from stackbench.patches import gitops
+
+    with _tx(eng) as s:
+        push = (s.get(Series, series_id).meta or {}).get("push") or {}
+    head, source = push.get("head"), push.get("repo")
+    if not head or not source or trees.has_commit(repo, head):
+        return
+    if not Path(source).exists():
+        raise StackbenchError(f"pushed commits of series {series_id} are gone: {source}")
+    gitops.fetch_commit(repo, source, head, f"refs/stackbench/series/{series_id}")
+
+
 def _apply(
     eng: Engine, sr: SeriesRun, repo: Path, base: str, tree: trees.TreeDef
 ) -> list[KernelTask] | None:
@@ -540,6 +555,7 @@ def _apply(
     from stackbench.patches.store import record_apply
 
     sid = sr.series_id
+    _fetch_pushed(eng, sid, repo)
     with _tx(eng) as s:
         series = s.get(Series, sid)
         patches = sorted(series.patches, key=lambda p: p.idx)

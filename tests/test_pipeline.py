@@ -191,3 +191,54 @@ def test_rebuilt_mails_apply_with_git_am(eng, tmp_path):
         "mm/compaction: add variable 2|A U Thor",
         "mm/compaction: add variable 1|A U Thor",
     ]
+
+
+def test_pushed_series_builds_the_commits_as_pushed(eng, tmp_path):
+    """A series that came by git push is not re-applied: its commits are fetched from the
+    intake repository into the tree, with the pushed shas."""
+    from stackbench import proc
+    from stackbench.patches import intake, store
+    from stackbench.patches.apply import ApplyResult
+
+    env = {
+        "GIT_AUTHOR_NAME": "A U Thor",
+        "GIT_AUTHOR_EMAIL": "author@example.org",
+        "GIT_COMMITTER_NAME": "C O Mitter",
+        "GIT_COMMITTER_EMAIL": "committer@example.org",
+    }
+    tree = tmp_path / "tree"
+    proc.run(["git", "init", "-q", "-b", "main", tree])
+    (tree / "mm").mkdir()
+    (tree / "mm" / "compaction.c").write_text("int a;\n")
+    proc.run(["git", "-C", tree, "add", "-A"], env=env)
+    proc.run(["git", "-C", tree, "commit", "-q", "-m", "base"], env=env)
+    base = proc.run(["git", "-C", tree, "rev-parse", "HEAD"]).stdout.strip()
+    pushed = tmp_path / "intake"
+    proc.run(["git", "clone", "-q", tree, pushed])
+    for i in (1, 2):
+        with open(pushed / "mm" / "compaction.c", "a") as fh:
+            fh.write(f"int p{i};\n")
+        proc.run(["git", "-C", pushed, "commit", "-q", "-am", f"mm/compaction: p{i}"], env=env)
+    head = proc.run(["git", "-C", pushed, "rev-parse", "HEAD"]).stdout.strip()
+    parsed = intake.series_from_push(pushed, "linux-6.1", base, head)
+    shas = [p.commit_sha for p in parsed.patches]
+    with Session(eng) as s, s.begin():
+        series = store.create_series(
+            s,
+            parsed,
+            tree="linux-6.1",
+            base=base,
+            source="push",
+            meta={"push": {"repo": str(pushed), "ref": "refs/for/linux-6.1/main", "head": head}},
+        )
+        sid = series.id
+    with Session(eng) as s, s.begin():
+        store.record_apply(s, sid, ApplyResult(base_sha=base, commits=shas, ok=True))
+    assert proc.run(["git", "-C", tree, "cat-file", "-e", head], check=False).returncode != 0
+    tasks = pipeline._apply(
+        eng, pipeline.SeriesRun(sid, pipeline.Settings(), None), tree, base, None
+    )
+    assert [t.commit for t in tasks] == [base, *shas]
+    assert proc.run(["git", "-C", tree, "cat-file", "-e", head], check=False).returncode == 0
+    with Session(eng) as s:
+        assert s.get(Series, sid).state != "applying"  # nothing was re-applied
