@@ -203,7 +203,16 @@ def build(
         return _reused(art, tree, config, ws)
     with workspace(tree, config):
         return _build_locked(
-            repo, commit, config, tree, compiler, ws, jobs, log_path, module_builder
+            repo,
+            commit,
+            config,
+            tree,
+            compiler,
+            ws,
+            jobs,
+            log_path,
+            module_builder,
+            on_configured,
         )
 
 
