@@ -154,23 +154,33 @@ def test_cli_submit_no_wait_and_bad_file(eng, tmp_path, capsys):
     assert _count(eng, Series) == 1
 
 
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "A U Thor",
+    "GIT_AUTHOR_EMAIL": "author@example.org",
+    "GIT_COMMITTER_NAME": "C O Mitter",
+    "GIT_COMMITTER_EMAIL": "committer@example.org",
+}
+
+
+def _mm_repo(path, content: str) -> str:
+    """A git repository holding mm/compaction.c; returns its base commit."""
+    from stackbench import proc
+
+    proc.run(["git", "init", "-q", "-b", "main", path])
+    (path / "mm").mkdir()
+    (path / "mm" / "compaction.c").write_text(content)
+    proc.run(["git", "-C", path, "add", "-A"], env=GIT_ENV)
+    proc.run(["git", "-C", path, "commit", "-q", "-m", "base"], env=GIT_ENV)
+    return proc.run(["git", "-C", path, "rev-parse", "HEAD"]).stdout.strip()
+
+
 def test_rebuilt_mails_apply_with_git_am(eng, tmp_path):
     """A series stored without its raw mails still applies: rows -> mails -> git am."""
     from stackbench import proc
 
-    env = {
-        "GIT_AUTHOR_NAME": "A U Thor",
-        "GIT_AUTHOR_EMAIL": "author@example.org",
-        "GIT_COMMITTER_NAME": "C O Mitter",
-        "GIT_COMMITTER_EMAIL": "committer@example.org",
-    }
+    env = GIT_ENV
     repo = tmp_path / "repo"
-    proc.run(["git", "init", "-q", "-b", "main", repo])
-    (repo / "mm").mkdir()
-    (repo / "mm" / "compaction.c").write_text("int a;\nint b;\n")
-    proc.run(["git", "-C", repo, "add", "-A"], env=env)
-    proc.run(["git", "-C", repo, "commit", "-q", "-m", "base"], env=env)
-    base = proc.run(["git", "-C", repo, "rev-parse", "HEAD"]).stdout.strip()
+    base = _mm_repo(repo, "int a;\nint b;\n")
     for i, line in enumerate(("int c;\n", "int d;\n"), 1):
         with open(repo / "mm" / "compaction.c", "a") as fh:
             fh.write(line)
@@ -200,19 +210,9 @@ def test_pushed_series_builds_the_commits_as_pushed(eng, tmp_path):
     from stackbench.patches import intake, store
     from stackbench.patches.apply import ApplyResult
 
-    env = {
-        "GIT_AUTHOR_NAME": "A U Thor",
-        "GIT_AUTHOR_EMAIL": "author@example.org",
-        "GIT_COMMITTER_NAME": "C O Mitter",
-        "GIT_COMMITTER_EMAIL": "committer@example.org",
-    }
+    env = GIT_ENV
     tree = tmp_path / "tree"
-    proc.run(["git", "init", "-q", "-b", "main", tree])
-    (tree / "mm").mkdir()
-    (tree / "mm" / "compaction.c").write_text("int a;\n")
-    proc.run(["git", "-C", tree, "add", "-A"], env=env)
-    proc.run(["git", "-C", tree, "commit", "-q", "-m", "base"], env=env)
-    base = proc.run(["git", "-C", tree, "rev-parse", "HEAD"]).stdout.strip()
+    base = _mm_repo(tree, "int a;\n")
     pushed = tmp_path / "intake"
     proc.run(["git", "clone", "-q", tree, pushed])
     for i in (1, 2):
