@@ -10,13 +10,9 @@ STACKBENCH_DATABASE_URL if set (its rows are deleted again afterwards).
 from __future__ import annotations
 
 import argparse
-import os
 import random
-import shutil
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 FLOOR_S = 1.0
 SUITE = "bench-lkp"
@@ -49,15 +45,13 @@ def main() -> int:
     ap.add_argument("--stats", type=int, default=2000)
     args = ap.parse_args()
 
-    home = None
-    if not os.environ.get("STACKBENCH_DATABASE_URL"):
-        home = Path(tempfile.mkdtemp(prefix="stackbench-bench-"))
-        os.environ["STACKBENCH_HOME"] = str(home)
-    from stackbench.resultsdb import db, ingest, query
+    from benchdb import bench_database
+
+    from stackbench.resultsdb import ingest, query
     from stackbench.resultsdb.tables import lkp
 
-    try:
-        eng = db.engine()
+    with bench_database() as bdb:
+        eng = bdb.eng
         runs = make_runs(args.kernels, args.runs, args.stats)
         t0 = time.perf_counter()
         res = ingest.ingest(eng, runs)
@@ -90,17 +84,8 @@ def main() -> int:
             f"(default rows, LKP's change rule over {args.kernels - 1} columns: "
             f"{t_changed:.3f} s render, {len(changed.splitlines())} lines)"
         )
-        if not home:
-            with eng.begin() as conn:
-                ingest.delete_runs(conn, res.inserted)
-        return 0
-    finally:
-        if home:
-            from stackbench.resultsdb.embedded import Cluster, destroy
-
-            db.reset()
-            destroy(Cluster(home))
-            shutil.rmtree(home, ignore_errors=True)
+        bdb.run_ids += res.inserted
+    return 0
 
 
 def ds_names(ds) -> set[str]:

@@ -11,13 +11,9 @@ STACKBENCH_DATABASE_URL if set (its rows are deleted again afterwards).
 from __future__ import annotations
 
 import argparse
-import os
 import random
-import shutil
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 FLOOR = 200_000  # samples per second
 SUITE = "bench-ingest"
@@ -63,19 +59,14 @@ def main() -> int:
     ap.add_argument("--samples", type=int, default=1_000_000)
     args = ap.parse_args()
 
-    home = None
-    if not os.environ.get("STACKBENCH_DATABASE_URL"):
-        home = Path(tempfile.mkdtemp(prefix="stackbench-bench-"))
-        os.environ["STACKBENCH_HOME"] = str(home)
-    from stackbench.resultsdb import db, ingest
+    from benchdb import bench_database
 
-    try:
-        t0 = time.perf_counter()
-        eng = db.engine()
+    t0 = time.perf_counter()
+    with bench_database() as bdb:
+        eng = bdb.eng
         setup = time.perf_counter() - t0
         runs = make_runs(args.samples)
-        where = "temporary embedded cluster" if home else "STACKBENCH_DATABASE_URL"
-        print(f"database: {where} (ready in {setup:.1f} s)")
+        print(f"database: {bdb.where} (ready in {setup:.1f} s)")
         total_n, total_t, inserted = 0, 0.0, []
         for label, part in (
             ("stats-style (1 sample/metric)", [r for r in runs if len(r.samples) > 10]),
@@ -91,17 +82,8 @@ def main() -> int:
         rate = total_n / total_t
         print(f"ingested {total_n:,} samples in {len(runs):,} runs: {total_t:.2f} s")
         print(f"{rate:,.0f} samples/s; ratio to the {FLOOR:,}/s floor: {rate / FLOOR:.2f}")
-        if not home:
-            with eng.begin() as conn:
-                ingest.delete_runs(conn, inserted)
-        return 0
-    finally:
-        if home:
-            from stackbench.resultsdb.embedded import Cluster, destroy
-
-            db.reset()
-            destroy(Cluster(home))
-            shutil.rmtree(home, ignore_errors=True)
+        bdb.run_ids += inserted
+    return 0
 
 
 if __name__ == "__main__":
