@@ -278,23 +278,9 @@ def _ingest_in(conn, data: RunData, ids: _Ids) -> tuple[int | None, dict[str, in
     raw = conn.connection.driver_connection
     with raw.cursor() as cur:
         if n < COPY_THRESHOLD:
-            m_ids, seqs, values = [], [], []
-            for name, vals in data.samples.items():
-                mid = str(metric[name])
-                for seq, v in enumerate(vals):
-                    m_ids.append(mid)
-                    seqs.append(str(seq))
-                    values.append(repr(float(v)))
-            # array literals built here: psycopg's generic list dumper cost more than the
-            # round trips this statement saves
             cur.execute(
                 _INSERT_RUN_WITH_SAMPLES,
-                (
-                    *_run_params(data, job, build, machine),
-                    "{" + ",".join(m_ids) + "}",
-                    "{" + ",".join(seqs) + "}",
-                    "{" + ",".join(values) + "}",
-                ),
+                (*_run_params(data, job, build, machine), *_sample_arrays(data, metric)),
             )
             row = cur.fetchone()
             if row is None:
@@ -327,18 +313,123 @@ def ingest_run(eng: Engine, data: RunData, _ids: _Ids | None = None, _conn=None)
     return run_id
 
 
+# Runs small enough for one statement (with their logs) are sent PIPELINE_BATCH at a time in
+# psycopg's pipeline mode: each run is still its own BEGIN ... COMMIT, but the client does not
+# wait for one run's answer before sending the next, so a batch costs one round trip.
+PIPELINE_BATCH = 200
+_INSERT_RUN_ALL = (
+    f"WITH r AS (INSERT INTO run ({_RUN_COLUMNS}) VALUES ({_RUN_VALUES}) "
+    "ON CONFLICT (idempotency_key) DO NOTHING RETURNING id), "
+    "s AS (INSERT INTO sample (run_id, metric_id, seq, value) "
+    "SELECT r.id, t.m, t.q, t.v FROM r, unnest(%s::int[], %s::int[], %s::float8[]) "
+    "AS t(m, q, v)), "
+    "l AS (INSERT INTO run_log (run_id, name, content) "
+    "SELECT r.id, t.n, t.c FROM r, unnest(%s::text[], %s::bytea[]) AS t(n, c)) "
+    "SELECT id FROM r"
+)
+
+
+_SEQ_CACHE: list[str] = []
+
+
+def _seqs(n: int) -> str:
+    """'0,1,...,n-1', cached: most runs repeat the same few lengths."""
+    while len(_SEQ_CACHE) <= n:
+        _SEQ_CACHE.append(",".join(map(str, range(len(_SEQ_CACHE)))))
+    return _SEQ_CACHE[n]
+
+
+def _sample_arrays(data: RunData, metric: dict[str, int]) -> tuple[str, str, str]:
+    """The run's samples as three array literals (metric ids, seq numbers, values), built
+    with C-level joins: psycopg's generic list dumper, and per-element Python, cost more than
+    the round trips the single statement saves."""
+    m_ids: list[str] = []
+    seqs: list[str] = []
+    values: list[str] = []
+    for name, vals in data.samples.items():
+        n = len(vals)
+        if n == 1:  # LKP stats: one scalar per metric, the common case
+            m_ids.append(str(metric[name]))
+            seqs.append("0")
+            values.append(repr(float(vals[0])))
+        elif n:
+            m_ids.append(",".join([str(metric[name])] * n))
+            seqs.append(_seqs(n) if n < 4096 else ",".join(map(str, range(n))))
+            values.append(",".join(map(repr, map(float, vals))))
+    return "{" + ",".join(m_ids) + "}", "{" + ",".join(seqs) + "}", "{" + ",".join(values) + "}"
+
+
+def _small(data: RunData) -> bool:
+    return sum(len(v) for v in data.samples.values()) < COPY_THRESHOLD
+
+
+def _ingest_pipelined(eng: Engine, conn, batch: list[RunData], ids: _Ids) -> list[int | None]:
+    import contextlib
+
+    # rows shared by the batch (jobs, kernels, machines, metrics) exist before any run
+    with conn.begin():
+        resolved = [ids.resolve(conn, d) for d in batch]
+        metric = metric_ids(conn, {n for d in batch for n in d.samples})
+    _remember_metrics(eng, metric)
+    raw = conn.connection.driver_connection
+    raw.autocommit = True  # explicit BEGIN/COMMIT per run inside the pipeline
+    cursors = []
+    try:
+        with raw.pipeline():
+            for data, (job, build, machine) in zip(batch, resolved, strict=True):
+                raw.execute("BEGIN")
+                cur = raw.cursor()
+                cur.execute(
+                    _INSERT_RUN_ALL,
+                    (
+                        *_run_params(data, job, build, machine),
+                        *_sample_arrays(data, metric),
+                        list(data.logs),
+                        list(data.logs.values()),
+                    ),
+                )
+                cursors.append(cur)
+                raw.execute("COMMIT")
+        out = []
+        for cur in cursors:
+            row = cur.fetchone()
+            out.append(row[0] if row else None)
+        return out
+    except Exception:
+        # the failing run's transaction is left aborted (the runs before it are committed,
+        # the ones after it were never executed): end it so the connection stays usable
+        with contextlib.suppress(Exception):
+            raw.execute("ROLLBACK")
+        raise
+    finally:
+        raw.autocommit = False
+
+
 def ingest(eng: Engine, runs: Iterable[RunData]) -> IngestResult:
-    """Store runs, each in its own transaction, over one connection."""
+    """Store runs, each in its own transaction, over one connection. If one fails, the runs
+    before it are stored and the error is raised; importing again (idempotent) finishes."""
+    runs = list(runs)
     res = IngestResult()
     ids = _Ids()
+    outcome: list[int | None] = []
     with eng.connect() as conn:
-        for data in runs:
-            rid = ingest_run(eng, data, ids, conn)
-            if rid is None:
-                res.skipped += 1
+        i = 0
+        while i < len(runs):
+            if _small(runs[i]):
+                batch = []
+                while i < len(runs) and _small(runs[i]) and len(batch) < PIPELINE_BATCH:
+                    batch.append(runs[i])
+                    i += 1
+                outcome += _ingest_pipelined(eng, conn, batch, ids)
             else:
-                res.inserted.append(rid)
-                res.samples += sum(len(v) for v in data.samples.values())
+                outcome.append(ingest_run(eng, runs[i], ids, conn))
+                i += 1
+    for data, rid in zip(runs, outcome, strict=True):
+        if rid is None:
+            res.skipped += 1
+        else:
+            res.inserted.append(rid)
+            res.samples += sum(len(v) for v in data.samples.values())
     return res
 
 

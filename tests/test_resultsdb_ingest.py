@@ -57,11 +57,38 @@ def test_failed_run_ingest_leaves_nothing(eng, monkeypatch, path):
         monkeypatch.setattr(ig, "COPY_THRESHOLD", 0)
         monkeypatch.setattr(ig, "_copy_samples", boom)
     else:
-        # small runs are inserted with their samples in one statement; fail after it
+        # small runs go in as one statement each; fail before any of them is sent
         monkeypatch.setattr(ig, "insert", boom)
     with pytest.raises(RuntimeError):
         ig.ingest(eng, [_run(0)])
     assert ig.count(eng, "run") == 0 and ig.count(eng, "sample") == 0
+
+
+def test_database_error_in_a_pipelined_batch_keeps_earlier_runs_whole(eng, monkeypatch):
+    """Small runs are pipelined, each in its own transaction: when the server rejects the
+    second run, the first is stored whole, nothing of the second or third is, and importing
+    again completes the set."""
+    import psycopg
+
+    real = ig._run_params
+    calls = []
+
+    def bad_second(data, *a):
+        calls.append(1)
+        params = real(data, *a)
+        if len(calls) == 2:  # a status too long for its column: the server refuses the run
+            params = (*params[:4], "x" * 100, *params[5:])
+        return params
+
+    monkeypatch.setattr(ig, "_run_params", bad_second)
+    with pytest.raises(psycopg.Error):
+        ig.ingest(eng, [_run(0), _run(1), _run(2)])
+    assert ig.count(eng, "run") == 1 and ig.count(eng, "sample") == 4
+    assert ig.count(eng, "run_log") == 1
+    monkeypatch.setattr(ig, "_run_params", real)
+    res = ig.ingest(eng, [_run(0), _run(1), _run(2)])
+    assert res.skipped == 1 and len(res.inserted) == 2
+    assert ig.count(eng, "run") == 3 and ig.count(eng, "sample") == 12
 
 
 def test_large_runs_go_through_copy(eng, monkeypatch):
