@@ -99,7 +99,8 @@ TABLES = [
 ]
 
 
-def print_tables(eng, sid: int, *, all_rows: bool = False, out=sys.stdout) -> None:
+def print_tables(eng, sid: int, *, all_rows: bool = False, out=None) -> None:
+    out = out or sys.stdout  # looked up per call: tests and callers replace sys.stdout
     from sqlalchemy import func, select
     from sqlalchemy.orm import Session
 

@@ -64,7 +64,8 @@ def read_mbox(name: str) -> bytes:
         raise InputError(path, f"cannot read: {exc.strerror}") from None
 
 
-def print_summary(eng, series_id: int, out=sys.stdout) -> None:
+def print_summary(eng, series_id: int, out=None) -> None:
+    out = out or sys.stdout  # looked up per call: tests and callers replace sys.stdout
     from sqlalchemy import select
     from sqlalchemy.orm import Session
 
