@@ -46,11 +46,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import yaml
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
+from stackbench import schema
 from stackbench.errors import InputError, NotFoundError, StackbenchError
 from stackbench.jobs import bisect_runner as br
 from stackbench.resultsdb.models import KernelBuild, Metric, Regression, TrackedBranch, Tree
@@ -105,11 +105,7 @@ class Tracked:
 
 def clean_tracked(data: Any, origin: Path) -> Tracked:
     """A validated tracked-branch document (InputError naming the file and the field)."""
-    try:
-        jsonschema.validate(data, SCHEMA)
-    except jsonschema.ValidationError as exc:
-        where = "/".join(str(p) for p in exc.absolute_path) or "top level"
-        raise InputError(origin, f"invalid tracked branch at {where}: {exc.message}") from None
+    schema.check(data, SCHEMA, origin, "tracked branch")
     from stackbench.jobs import pipeline
 
     for spec in data["jobs"]:

@@ -20,10 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import yaml
 
-from stackbench import proc
+from stackbench import proc, schema
 from stackbench.errors import InputError, NotFoundError, StackbenchError
 from stackbench.kernels import paths
 
@@ -82,11 +81,7 @@ class TreeDef:
 
 def clean_tree(data: Any, origin: Path) -> TreeDef:
     """Validate a parsed tree YAML document into a TreeDef (InputError naming the file)."""
-    try:
-        jsonschema.validate(data, SCHEMA)
-    except jsonschema.ValidationError as exc:
-        where = "/".join(str(p) for p in exc.absolute_path) or "top level"
-        raise InputError(origin, f"invalid tree definition at {where}: {exc.message}") from None
+    schema.check(data, SCHEMA, origin, "tree definition")
     ((kind, value),) = data["source"].items()
     return TreeDef(
         name=data["name"],
