@@ -185,6 +185,7 @@ def test_demo_cli_twice_reuses_everything(eng, kernel_env, capsys):
     assert main(argv) == 0
     first = capsys.readouterr()
     assert "== vm-scalability (LKP) ==" in first.out
+    assert "== stackbench verdicts" in first.out
     assert "vm-scalability.throughput" in first.out
     assert "build 4/4" in first.err
     with Session(eng) as s:
