@@ -100,7 +100,7 @@ def run(args: argparse.Namespace, figures: list[tuple[str, float, str]]) -> int:
     build_s = sum(b["seconds"] for b in builds)
     overhead = total - build_s - vm
     figures.append(("orchestration overhead", overhead, "total - builds - VM time"))
-    figures.append(("  of which apply", t["apply_s"], "git am in a fresh full worktree"))
+    figures.append(("  of which apply", t["apply_s"], "git am in a sparse worktree"))
     figures.append(("  of which the rest", overhead - t["apply_s"], "KVM probe, DB, initramfs"))
     figures.append(("total", total, ""))
 
