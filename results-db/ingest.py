@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from operator import itemgetter
 from typing import Any
 
 from sqlalchemy import Engine, select, text
 from sqlalchemy.dialects.postgresql import insert
 
 from stackbench.resultsdb import metrics as metric_rules
+from stackbench.resultsdb import pgbinary
 from stackbench.resultsdb.models import Job, KernelBuild, Machine, RunLog, Tree
 
 
@@ -189,23 +192,18 @@ def _copy_samples(
     conn, run_id: int, ids: dict[str, int], samples: dict[str, Sequence[float]]
 ) -> int:
     raw = conn.connection.driver_connection  # psycopg connection inside this transaction
-    n = 0
+    mids, seqs, values = _sample_columns(samples, ids)
     with (
         raw.cursor() as cur,
-        cur.copy("COPY sample (run_id, metric_id, seq, value) FROM STDIN") as cp,
+        cur.copy("COPY sample (run_id, metric_id, seq, value) FROM STDIN (FORMAT BINARY)") as cp,
     ):
-        buf: list[str] = []
-        prefix = f"{run_id}\t"
-        for name, values in samples.items():
-            head = f"{prefix}{ids[name]}\t"
-            buf.extend(f"{head}{seq}\t{float(v)!r}\n" for seq, v in enumerate(values))
-            n += len(values)
-            if len(buf) > 50000:
-                cp.write("".join(buf))
-                buf.clear()
-        if buf:
-            cp.write("".join(buf))
-    return n
+        cp.write(pgbinary.COPY_HEADER)
+        step = 100_000  # rows per write, so a huge run is not one giant buffer
+        for at in range(0, len(values), step):
+            end = at + step
+            cp.write(pgbinary.copy_rows(run_id, mids[at:end], seqs[at:end], values[at:end]))
+        cp.write(pgbinary.COPY_TRAILER)
+    return len(values)
 
 
 class _Ids:
@@ -245,7 +243,7 @@ _INSERT_RUN_WITH_SAMPLES = (
     f"WITH r AS (INSERT INTO run ({_RUN_COLUMNS}) VALUES ({_RUN_VALUES}) "
     "ON CONFLICT (idempotency_key) DO NOTHING RETURNING id), "
     "s AS (INSERT INTO sample (run_id, metric_id, seq, value) "
-    "SELECT r.id, t.m, t.q, t.v FROM r, unnest(%s::int[], %s::int[], %s::float8[]) "
+    "SELECT r.id, t.m, t.q, t.v FROM r, unnest(%b::int[], %b::int[], %b::float8[]) "
     "AS t(m, q, v)) SELECT id FROM r"
 )
 COPY_THRESHOLD = 2000
@@ -274,8 +272,9 @@ def _run_params(data: RunData, job: int, build: int, machine: int) -> tuple:
 def _ingest_in(conn, data: RunData, ids: _Ids) -> tuple[int | None, dict[str, int]]:
     job, build, machine = ids.resolve(conn, data)
     metric = metric_ids(conn, data.samples.keys())
-    n = sum(len(v) for v in data.samples.values())
+    n = sum(map(len, data.samples.values()))
     raw = conn.connection.driver_connection
+    pgbinary.register(raw)
     with raw.cursor() as cur:
         if n < COPY_THRESHOLD:
             cur.execute(
@@ -321,7 +320,7 @@ _INSERT_RUN_ALL = (
     f"WITH r AS (INSERT INTO run ({_RUN_COLUMNS}) VALUES ({_RUN_VALUES}) "
     "ON CONFLICT (idempotency_key) DO NOTHING RETURNING id), "
     "s AS (INSERT INTO sample (run_id, metric_id, seq, value) "
-    "SELECT r.id, t.m, t.q, t.v FROM r, unnest(%s::int[], %s::int[], %s::float8[]) "
+    "SELECT r.id, t.m, t.q, t.v FROM r, unnest(%b::int[], %b::int[], %b::float8[]) "
     "AS t(m, q, v)), "
     "l AS (INSERT INTO run_log (run_id, name, content) "
     "SELECT r.id, t.n, t.c FROM r, unnest(%s::text[], %s::bytea[]) AS t(n, c)) "
@@ -329,38 +328,51 @@ _INSERT_RUN_ALL = (
 )
 
 
-_SEQ_CACHE: list[str] = []
+_SEQS: dict[int, array] = {}
 
 
-def _seqs(n: int) -> str:
-    """'0,1,...,n-1', cached: most runs repeat the same few lengths."""
-    while len(_SEQ_CACHE) <= n:
-        _SEQ_CACHE.append(",".join(map(str, range(len(_SEQ_CACHE)))))
-    return _SEQ_CACHE[n]
+def _seqs(n: int) -> array:
+    """0..n-1 as int4s, cached: most runs repeat the same few lengths."""
+    if n not in _SEQS:
+        if n > 65536:
+            return array("i", range(n))
+        _SEQS[n] = array("i", range(n))
+    return _SEQS[n]
 
 
-def _sample_arrays(data: RunData, metric: dict[str, int]) -> tuple[str, str, str]:
-    """The run's samples as three array literals (metric ids, seq numbers, values), built
-    with C-level joins: psycopg's generic list dumper, and per-element Python, cost more than
-    the round trips the single statement saves."""
-    m_ids: list[str] = []
-    seqs: list[str] = []
-    values: list[str] = []
-    for name, vals in data.samples.items():
-        n = len(vals)
-        if n == 1:  # LKP stats: one scalar per metric, the common case
-            m_ids.append(str(metric[name]))
-            seqs.append("0")
-            values.append(repr(float(vals[0])))
-        elif n:
-            m_ids.append(",".join([str(metric[name])] * n))
-            seqs.append(_seqs(n) if n < 4096 else ",".join(map(str, range(n))))
-            values.append(",".join(map(repr, map(float, vals))))
-    return "{" + ",".join(m_ids) + "}", "{" + ",".join(seqs) + "}", "{" + ",".join(values) + "}"
+def _sample_columns(
+    samples: dict[str, Sequence[float]], metric: dict[str, int]
+) -> tuple[array, array, array]:
+    """The run's samples as three columns (metric ids, seq numbers, values)."""
+    lengths = set(map(len, samples.values()))
+    if lengths == {1}:  # LKP stats: one scalar per metric, the common case
+        values = array("d", map(itemgetter(0), samples.values()))
+        return array("i", map(metric.__getitem__, samples)), _zeros(len(values)), values
+    m_ids, seqs, values = array("i"), array("i"), array("d")
+    for name, vals in samples.items():
+        if n := len(vals):
+            m_ids.extend(array("i", (metric[name],)) * n)
+            seqs.extend(_seqs(n))
+            values.extend(vals)
+    return m_ids, seqs, values
+
+
+def _zeros(n: int) -> array:
+    return array("i", bytes(4 * n))
+
+
+def _sample_arrays(data: RunData, metric: dict[str, int]) -> tuple[bytes, bytes, bytes]:
+    """The run's samples as three binary array parameters (see :mod:`pgbinary`)."""
+    m_ids, seqs, values = _sample_columns(data.samples, metric)
+    return (
+        pgbinary.Int4Array.of(m_ids),
+        pgbinary.Int4Array.of(seqs),
+        pgbinary.Float8Array.of(values),
+    )
 
 
 def _small(data: RunData) -> bool:
-    return sum(len(v) for v in data.samples.values()) < COPY_THRESHOLD
+    return sum(map(len, data.samples.values())) < COPY_THRESHOLD
 
 
 def _ingest_pipelined(eng: Engine, conn, batch: list[RunData], ids: _Ids) -> list[int | None]:
@@ -372,6 +384,7 @@ def _ingest_pipelined(eng: Engine, conn, batch: list[RunData], ids: _Ids) -> lis
         metric = metric_ids(conn, {n for d in batch for n in d.samples})
     _remember_metrics(eng, metric)
     raw = conn.connection.driver_connection
+    pgbinary.register(raw)
     raw.autocommit = True  # explicit BEGIN/COMMIT per run inside the pipeline
     cursors = []
     try:
@@ -429,7 +442,7 @@ def ingest(eng: Engine, runs: Iterable[RunData]) -> IngestResult:
             res.skipped += 1
         else:
             res.inserted.append(rid)
-            res.samples += sum(len(v) for v in data.samples.values())
+            res.samples += sum(map(len, data.samples.values()))
     return res
 
 
