@@ -237,16 +237,29 @@ _INSERT_RUN = (
     f"INSERT INTO run ({_RUN_COLUMNS}) VALUES ({_RUN_VALUES}) "
     "ON CONFLICT (idempotency_key) DO NOTHING RETURNING id"
 )
-# Small runs (LKP stats.json: a few hundred scalars) go in with the run row in ONE statement:
-# per-run round trips, not row counts, limit their rate. Large runs use COPY.
-_INSERT_RUN_WITH_SAMPLES = (
+# Small runs (LKP stats.json: a few hundred scalars) go in with their samples and logs in ONE
+# statement: per-run round trips, not row counts, limit their rate. Large runs use COPY.
+_INSERT_RUN_ALL = (
     f"WITH r AS (INSERT INTO run ({_RUN_COLUMNS}) VALUES ({_RUN_VALUES}) "
     "ON CONFLICT (idempotency_key) DO NOTHING RETURNING id), "
     "s AS (INSERT INTO sample (run_id, metric_id, seq, value) "
     "SELECT r.id, t.m, t.q, t.v FROM r, unnest(%b::int[], %b::int[], %b::float8[]) "
-    "AS t(m, q, v)) SELECT id FROM r"
+    "AS t(m, q, v)), "
+    "l AS (INSERT INTO run_log (run_id, name, content) "
+    "SELECT r.id, t.n, t.c FROM r, unnest(%s::text[], %s::bytea[]) AS t(n, c)) "
+    "SELECT id FROM r"
 )
 COPY_THRESHOLD = 2000
+# Small runs are sent this many at a time in psycopg's pipeline mode: each run is still its
+# own BEGIN ... COMMIT, but the client does not wait for one run's answer before sending the
+# next, so a batch costs one round trip.
+PIPELINE_BATCH = 200
+# Imports of at least PARALLEL_MIN_SAMPLES are spread over WORKERS connections: the server's
+# inserts, not the client, bound the rate, and each connection has its own backend process.
+WORKERS = 2
+PARALLEL_MIN_SAMPLES = 50_000
+
+Resolved = tuple[int, int, int]  # job, kernel build, machine
 
 
 def _run_params(data: RunData, job: int, build: int, machine: int) -> tuple:
@@ -269,63 +282,51 @@ def _run_params(data: RunData, job: int, build: int, machine: int) -> tuple:
     )
 
 
-def _ingest_in(conn, data: RunData, ids: _Ids) -> tuple[int | None, dict[str, int]]:
-    job, build, machine = ids.resolve(conn, data)
-    metric = metric_ids(conn, data.samples.keys())
-    n = sum(map(len, data.samples.values()))
+def _all_params(data: RunData, resolved: Resolved, metric: dict[str, int]) -> tuple:
+    return (
+        *_run_params(data, *resolved),
+        *_sample_arrays(data, metric),
+        list(data.logs),
+        list(data.logs.values()),
+    )
+
+
+def _store_run(conn, data: RunData, resolved: Resolved, metric: dict[str, int]) -> int | None:
+    """Insert one run inside the caller's transaction; None when its key already exists."""
     raw = conn.connection.driver_connection
     pgbinary.register(raw)
     with raw.cursor() as cur:
-        if n < COPY_THRESHOLD:
-            cur.execute(
-                _INSERT_RUN_WITH_SAMPLES,
-                (*_run_params(data, job, build, machine), *_sample_arrays(data, metric)),
-            )
-            row = cur.fetchone()
-            if row is None:
-                return None, metric
-            run_id = row[0]
-        else:
-            cur.execute(_INSERT_RUN, _run_params(data, job, build, machine))
-            row = cur.fetchone()
-            if row is None:
-                return None, metric
-            run_id = row[0]
-            _copy_samples(conn, run_id, metric, data.samples)
+        if _small(data):
+            row = cur.execute(_INSERT_RUN_ALL, _all_params(data, resolved, metric)).fetchone()
+            return row[0] if row else None
+        row = cur.execute(_INSERT_RUN, _run_params(data, *resolved)).fetchone()
+        if row is None:
+            return None
+        run_id = row[0]
+        _copy_samples(conn, run_id, metric, data.samples)
     if data.logs:
         conn.execute(
             insert(RunLog),
             [{"run_id": run_id, "name": k, "content": v} for k, v in data.logs.items()],
         )
-    return run_id, metric
-
-
-def ingest_run(eng: Engine, data: RunData, _ids: _Ids | None = None, _conn=None) -> int | None:
-    """Store one run and its samples in one transaction; None when its key already exists."""
-    ids = _ids or _Ids()
-    if _conn is None:
-        with eng.connect() as conn:
-            return ingest_run(eng, data, ids, conn)
-    with _conn.begin():
-        run_id, metric = _ingest_in(_conn, data, ids)
-    _remember_metrics(eng, metric)
     return run_id
 
 
-# Runs small enough for one statement (with their logs) are sent PIPELINE_BATCH at a time in
-# psycopg's pipeline mode: each run is still its own BEGIN ... COMMIT, but the client does not
-# wait for one run's answer before sending the next, so a batch costs one round trip.
-PIPELINE_BATCH = 200
-_INSERT_RUN_ALL = (
-    f"WITH r AS (INSERT INTO run ({_RUN_COLUMNS}) VALUES ({_RUN_VALUES}) "
-    "ON CONFLICT (idempotency_key) DO NOTHING RETURNING id), "
-    "s AS (INSERT INTO sample (run_id, metric_id, seq, value) "
-    "SELECT r.id, t.m, t.q, t.v FROM r, unnest(%b::int[], %b::int[], %b::float8[]) "
-    "AS t(m, q, v)), "
-    "l AS (INSERT INTO run_log (run_id, name, content) "
-    "SELECT r.id, t.n, t.c FROM r, unnest(%s::text[], %s::bytea[]) AS t(n, c)) "
-    "SELECT id FROM r"
-)
+def _resolve_all(conn, runs: Sequence[RunData]) -> tuple[list[Resolved], dict[str, int]]:
+    """Jobs, kernels, machines and metrics of the runs, created where missing."""
+    ids = _Ids()
+    resolved = [ids.resolve(conn, d) for d in runs]
+    return resolved, metric_ids(conn, {n for d in runs for n in d.samples})
+
+
+def ingest_run(eng: Engine, data: RunData) -> int | None:
+    """Store one run and its samples in one transaction; None when its key already exists."""
+    with eng.connect() as conn:
+        with conn.begin():
+            (resolved,), metric = _resolve_all(conn, [data])
+            run_id = _store_run(conn, data, resolved, metric)
+        _remember_metrics(eng, metric)
+    return run_id
 
 
 _SEQS: dict[int, array] = {}
@@ -371,36 +372,29 @@ def _sample_arrays(data: RunData, metric: dict[str, int]) -> tuple[bytes, bytes,
     )
 
 
+def _n_samples(data: RunData) -> int:
+    return sum(map(len, data.samples.values()))
+
+
 def _small(data: RunData) -> bool:
-    return sum(map(len, data.samples.values())) < COPY_THRESHOLD
+    return _n_samples(data) < COPY_THRESHOLD
 
 
-def _ingest_pipelined(eng: Engine, conn, batch: list[RunData], ids: _Ids) -> list[int | None]:
+def _store_pipelined(
+    conn, batch: Sequence[RunData], resolved: Sequence[Resolved], metric: dict[str, int]
+) -> list[int | None]:
     import contextlib
 
-    # rows shared by the batch (jobs, kernels, machines, metrics) exist before any run
-    with conn.begin():
-        resolved = [ids.resolve(conn, d) for d in batch]
-        metric = metric_ids(conn, {n for d in batch for n in d.samples})
-    _remember_metrics(eng, metric)
     raw = conn.connection.driver_connection
     pgbinary.register(raw)
     raw.autocommit = True  # explicit BEGIN/COMMIT per run inside the pipeline
     cursors = []
     try:
         with raw.pipeline():
-            for data, (job, build, machine) in zip(batch, resolved, strict=True):
+            for data, ids in zip(batch, resolved, strict=True):
                 raw.execute("BEGIN")
                 cur = raw.cursor()
-                cur.execute(
-                    _INSERT_RUN_ALL,
-                    (
-                        *_run_params(data, job, build, machine),
-                        *_sample_arrays(data, metric),
-                        list(data.logs),
-                        list(data.logs.values()),
-                    ),
-                )
+                cur.execute(_INSERT_RUN_ALL, _all_params(data, ids, metric))
                 cursors.append(cur)
                 raw.execute("COMMIT")
         out = []
@@ -418,31 +412,68 @@ def _ingest_pipelined(eng: Engine, conn, batch: list[RunData], ids: _Ids) -> lis
         raw.autocommit = False
 
 
-def ingest(eng: Engine, runs: Iterable[RunData]) -> IngestResult:
-    """Store runs, each in its own transaction, over one connection. If one fails, the runs
-    before it are stored and the error is raised; importing again (idempotent) finishes."""
+def _units(runs: Sequence[RunData]) -> list[tuple[int, int]]:
+    """Index ranges stored together: up to PIPELINE_BATCH small runs, or one large run."""
+    out: list[tuple[int, int]] = []
+    i = 0
+    while i < len(runs):
+        j = i + 1
+        if _small(runs[i]):
+            while j < len(runs) and j - i < PIPELINE_BATCH and _small(runs[j]):
+                j += 1
+        out.append((i, j))
+        i = j
+    return out
+
+
+def ingest(eng: Engine, runs: Iterable[RunData], workers: int | None = None) -> IngestResult:
+    """Store runs, each in its own transaction. A large import is spread over ``workers``
+    connections (default: WORKERS when it has PARALLEL_MIN_SAMPLES samples, else one).
+
+    If a run fails, every run is still whole or absent: on one connection the runs before
+    it are stored; with several, the other connections finish their share first. The first
+    error is raised; importing again (idempotent) completes the set."""
+    from concurrent.futures import ThreadPoolExecutor
+
     runs = list(runs)
-    res = IngestResult()
-    ids = _Ids()
-    outcome: list[int | None] = []
+    if not runs:
+        return IngestResult()
     with eng.connect() as conn:
-        i = 0
-        while i < len(runs):
-            if _small(runs[i]):
-                batch = []
-                while i < len(runs) and _small(runs[i]) and len(batch) < PIPELINE_BATCH:
-                    batch.append(runs[i])
-                    i += 1
-                outcome += _ingest_pipelined(eng, conn, batch, ids)
-            else:
-                outcome.append(ingest_run(eng, runs[i], ids, conn))
-                i += 1
+        # rows the runs share exist, committed, before any run refers to them
+        with conn.begin():
+            resolved, metric = _resolve_all(conn, runs)
+        _remember_metrics(eng, metric)
+    units = _units(runs)
+    if workers is None:
+        big = sum(map(_n_samples, runs)) >= PARALLEL_MIN_SAMPLES
+        workers = WORKERS if big else 1
+    workers = max(1, min(workers, len(units)))
+    outcome: list[int | None] = [None] * len(runs)
+
+    def lane(mine: list[tuple[int, int]]) -> None:
+        with eng.connect() as conn:
+            for a, b in mine:
+                if b - a == 1 and not _small(runs[a]):
+                    with conn.begin():
+                        outcome[a] = _store_run(conn, runs[a], resolved[a], metric)
+                else:
+                    outcome[a:b] = _store_pipelined(conn, runs[a:b], resolved[a:b], metric)
+
+    if workers == 1:
+        lane(units)
+    else:
+        with ThreadPoolExecutor(workers, thread_name_prefix="ingest") as pool:
+            futures = [pool.submit(lane, units[w::workers]) for w in range(workers)]
+        failed = [e for e in (f.exception() for f in futures) if e is not None]
+        if failed:
+            raise failed[0]
+    res = IngestResult()
     for data, rid in zip(runs, outcome, strict=True):
         if rid is None:
             res.skipped += 1
         else:
             res.inserted.append(rid)
-            res.samples += sum(map(len, data.samples.values()))
+            res.samples += _n_samples(data)
     return res
 
 

@@ -138,15 +138,9 @@ def load(
     if not ds.runs:
         return ds
     run_ids = list(ds.runs)
-    for m in conn.execute(
-        text(
-            "SELECT id, name, unit, higher_is_better, kind FROM metric WHERE id IN "
-            "(SELECT DISTINCT metric_id FROM sample WHERE run_id = ANY(:rids))"
-        ),
-        {"rids": run_ids},
-    ):
-        ds.metrics[m[0]] = MetricRow(*m)
     with conn.connection.driver_connection.cursor() as cur:
+        # a comparison's samples fit in memory: sort them there, not in temporary files
+        cur.execute("SET LOCAL work_mem = '64MB'")
         cur.execute(
             "SELECT run_id, metric_id, value FROM sample WHERE run_id = ANY(%s) "
             "ORDER BY run_id, metric_id, seq",
@@ -162,4 +156,10 @@ def load(
                 per_run[run_id] = [value]
             else:
                 lst.append(value)
+    metric_ids = sorted({metric_id for _, metric_id in values})
+    for m in conn.execute(
+        text("SELECT id, name, unit, higher_is_better, kind FROM metric WHERE id = ANY(:ids)"),
+        {"ids": metric_ids},
+    ):
+        ds.metrics[m[0]] = MetricRow(*m)
     return ds

@@ -121,3 +121,71 @@ def test_migrations_match_the_models(eng):
     with eng.connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
     assert diff == []
+
+
+def _runs_by_iteration(eng) -> dict[int, int]:
+    """Stored runs: iteration -> number of its samples."""
+    with eng.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT r.iteration, count(s.value) FROM run r "
+                "LEFT JOIN sample s ON s.run_id = r.id GROUP BY r.iteration"
+            )
+        ).all()
+    return dict(rows)
+
+
+def test_parallel_ingest_stores_every_run_in_input_order(eng, monkeypatch):
+    monkeypatch.setattr(ig, "PIPELINE_BATCH", 3)
+    monkeypatch.setattr(ig, "COPY_THRESHOLD", 4)  # every third run streams through COPY
+    runs = [_run(i, values=(1.0, 2.0, 3.0, float(i)) if i % 3 else (1.0,)) for i in range(20)]
+    res = ig.ingest(eng, runs, workers=2)
+    assert len(res.inserted) == 20 and res.skipped == 0
+    with eng.connect() as conn:
+        by_id = dict(conn.execute(text("SELECT id, iteration FROM run")).all())
+    assert [by_id[rid] for rid in res.inserted] == list(range(20))
+    assert _runs_by_iteration(eng) == {i: 5 if i % 3 else 2 for i in range(20)}
+    again = ig.ingest(eng, runs, workers=2)
+    assert again.inserted == [] and again.skipped == 20
+
+
+def test_parallel_ingest_failure_leaves_each_run_whole_or_absent(eng, monkeypatch):
+    """One connection's run is refused by the server: the error reaches the caller, no run
+    is stored in part, and importing again stores the rest."""
+    import psycopg
+
+    monkeypatch.setattr(ig, "PIPELINE_BATCH", 2)
+    real = ig._run_params
+
+    def bad_seventh(data, *a):
+        params = real(data, *a)
+        if data.iteration == 7:
+            params = (*params[:4], "x" * 100, *params[5:])
+        return params
+
+    monkeypatch.setattr(ig, "_run_params", bad_seventh)
+    runs = [_run(i) for i in range(12)]
+    with pytest.raises(psycopg.Error):
+        ig.ingest(eng, runs, workers=2)
+    stored = _runs_by_iteration(eng)
+    assert 7 not in stored and 6 in stored  # 6 precedes 7 in the same pipelined batch
+    assert set(stored.values()) == {4}
+    monkeypatch.setattr(ig, "_run_params", real)
+    res = ig.ingest(eng, runs, workers=2)
+    assert res.skipped == len(stored) and len(res.inserted) == 12 - len(stored)
+    assert _runs_by_iteration(eng) == {i: 4 for i in range(12)}
+
+
+def test_large_imports_use_several_connections(eng, monkeypatch):
+    monkeypatch.setattr(ig, "PARALLEL_MIN_SAMPLES", 10)
+    monkeypatch.setattr(ig, "PIPELINE_BATCH", 1)
+    lanes = set()
+    real = ig._store_pipelined
+
+    def spy(conn, *a):
+        lanes.add(conn.connection.driver_connection.info.backend_pid)
+        return real(conn, *a)
+
+    monkeypatch.setattr(ig, "_store_pipelined", spy)
+    ig.ingest(eng, [_run(i) for i in range(6)])
+    assert len(lanes) == ig.WORKERS
