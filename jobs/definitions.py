@@ -25,6 +25,7 @@ import jsonschema
 import yaml
 
 from stackbench.errors import InputError, NotFoundError
+from stackbench.schema import read_yaml
 
 HERE = Path(__file__).resolve().parent
 DEFS_DIR = HERE / "defs"
@@ -130,14 +131,7 @@ def load_all() -> list[JobDef]:
 
 
 def load_file(path: Path) -> JobDef:
-    try:
-        with open(path) as fh:
-            data = yaml.safe_load(fh)
-    except OSError as exc:
-        raise InputError(path, exc.strerror or "cannot read") from None
-    except yaml.YAMLError as exc:
-        raise InputError(path, f"not valid YAML: {_one_line(str(exc))}") from None
-    return parse(data, path=path)
+    return parse(read_yaml(path), path=path)
 
 
 def parse(data: Any, *, path: Path | str = "<job>") -> JobDef:
@@ -201,10 +195,6 @@ def _describe(sch: dict[str, Any]) -> str:
     if lo is not None and hi is not None:
         return f"{kind} in {lo}..{hi}"
     return kind
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
 
 
 # ---- expansion ------------------------------------------------------------------------------

@@ -46,7 +46,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import yaml
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
@@ -133,13 +132,7 @@ def _one_line(exc: Exception) -> str:
 
 
 def parse_tracked_file(path: Path) -> Tracked:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise InputError(path, f"not valid YAML: {_one_line(exc)}") from None
-    except OSError as exc:
-        raise InputError(path, f"cannot read: {exc.strerror}") from None
-    return clean_tracked(data, path)
+    return clean_tracked(schema.read_yaml(path), path)
 
 
 def tracked_dirs() -> list[Path]:

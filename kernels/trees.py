@@ -20,8 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from stackbench import proc, schema
 from stackbench.errors import InputError, NotFoundError, StackbenchError
 from stackbench.kernels import paths
@@ -95,13 +93,7 @@ def clean_tree(data: Any, origin: Path) -> TreeDef:
 
 
 def parse_tree_file(path: Path) -> TreeDef:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise InputError(path, f"not valid YAML: {exc}") from None
-    except OSError as exc:
-        raise InputError(path, f"cannot read: {exc.strerror}") from None
-    tree = clean_tree(data, path)
+    tree = clean_tree(schema.read_yaml(path), path)
     if tree.name != path.stem:
         raise InputError(path, f"tree name {tree.name!r} does not match the file name")
     return tree
