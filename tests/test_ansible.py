@@ -37,6 +37,23 @@ def ansible_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
+def local_vars(prefix: Path) -> dict:
+    """Role variables for installing into a temporary prefix as the current user, with the
+    venv running the tests and no packages, services or downloads."""
+    return {
+        "stackbench_prefix": str(prefix),
+        "stackbench_offline": True,
+        "stackbench_require_packages": False,
+        "stackbench_install": False,
+        "stackbench_venv": sys.prefix,
+        "stackbench_python": sys.executable,
+        "stackbench_create_user": False,
+        "stackbench_user": getpass.getuser(),
+        "stackbench_group": grp.getgrgid(os.getgid()).gr_name,
+        "stackbench_manage_services": False,
+    }
+
+
 def playbook_tool() -> str:
     tool = BIN / "ansible-playbook"
     if not tool.exists():
@@ -125,16 +142,7 @@ def test_qemu_worker_role_sets_up_a_worker_that_runs_a_job(db_url, eng, tmp_path
     )
     prefix = tmp_path / "prefix"
     extra = {
-        "stackbench_prefix": str(prefix),
-        "stackbench_offline": True,
-        "stackbench_require_packages": False,
-        "stackbench_install": False,
-        "stackbench_venv": sys.prefix,
-        "stackbench_python": sys.executable,
-        "stackbench_create_user": False,
-        "stackbench_user": getpass.getuser(),
-        "stackbench_group": grp.getgrgid(os.getgid()).gr_name,
-        "stackbench_manage_services": False,
+        **local_vars(prefix),
         "stackbench_fetch_upstream": False,
         "stackbench_prepare_guest": False,
         "stackbench_worker_name": name,

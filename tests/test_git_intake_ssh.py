@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import select
-from test_ansible import playbook_tool, run_role
+from test_ansible import local_vars, playbook_tool, run_role
 
 ROOT = Path(__file__).resolve().parent.parent
 GIT_SHELL = "/usr/bin/git-shell"
@@ -61,16 +61,7 @@ def git_shell():
 
 def role_vars(prefix: Path, db_url: str, keys: list[dict]) -> dict:
     return {
-        "stackbench_prefix": str(prefix),
-        "stackbench_offline": True,
-        "stackbench_require_packages": False,
-        "stackbench_install": False,
-        "stackbench_venv": sys.prefix,
-        "stackbench_python": sys.executable,
-        "stackbench_create_user": False,
-        "stackbench_user": getpass.getuser(),
-        "stackbench_group": grp.getgrgid(os.getgid()).gr_name,
-        "stackbench_manage_services": False,
+        **local_vars(prefix),
         "stackbench_git_create_user": False,
         "stackbench_git_user": getpass.getuser(),
         "stackbench_git_group": grp.getgrgid(os.getgid()).gr_name,
