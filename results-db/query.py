@@ -73,6 +73,13 @@ class Dataset:
         default_factory=lambda: defaultdict(lambda: defaultdict(dict))
     )
 
+    def pooled_machines(self) -> dict[int, list[str]]:
+        """Jobs whose runs come from more than one machine: job id -> machine names."""
+        seen: dict[int, set[str]] = {}
+        for r in self.runs.values():
+            seen.setdefault(r.job_id, set()).add(r.machine)
+        return {j: sorted(m) for j, m in seen.items() if len(m) > 1}
+
     def runs_of(self, job_id: int, build_id: int) -> list[RunRow]:
         return sorted(
             (r for r in self.runs.values() if r.job_id == job_id and r.build_id == build_id),
@@ -111,9 +118,10 @@ def load(
     kernels: list[Kernel],
     *,
     suite: str | None = None,
+    machine: str | None = None,
     statuses: tuple[str, ...] = ("done",),
 ) -> Dataset:
-    """Every sample of the given kernels' runs (optionally of one suite)."""
+    """Every sample of the given kernels' runs (optionally of one suite, one machine)."""
     ds = Dataset(kernels=kernels)
     ids = [k.id for k in kernels]
     if not ids:
@@ -123,6 +131,9 @@ def load(
     if suite:
         suite_sql = " AND j.suite = :suite"
         params["suite"] = suite
+    if machine:
+        suite_sql += " AND m.name = :machine"
+        params["machine"] = machine
     for r in conn.execute(
         text(
             "SELECT r.id, r.job_id, r.build_id, coalesce(m.name, ''), coalesce(m.kind, ''), "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from sqlalchemy import Engine
 
 from stackbench.errors import StackbenchError
@@ -17,14 +19,26 @@ def render(
     table: str | None = None,
     monitor: str | None = None,
     suite: str | None = None,
+    machine: str | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> str:
+    """The table of the stored kernels ``refs`` (base first). ``warn`` hears about runs of
+    one job from several machines: they are pooled unless ``machine`` picks one."""
     if len(refs) < 1:
         raise StackbenchError("compare needs at least one kernel")
     with eng.connect() as conn:
         kernels = query.resolve_kernels(conn, refs)
-        ds = query.load(conn, kernels, suite=suite)
+        ds = query.load(conn, kernels, suite=suite, machine=machine)
     if not ds.runs:
-        raise StackbenchError("no results stored for " + ", ".join(refs))
+        on = f" on machine {machine}" if machine else ""
+        raise StackbenchError("no results stored for " + ", ".join(refs) + on)
+    if warn is not None:
+        for job_id, names in sorted(ds.pooled_machines().items()):
+            job = ds.jobs[job_id]
+            warn(
+                f"{job.suite} {job.test}: runs from {len(names)} machines are pooled "
+                f"({', '.join(names)}); pass --machine NAME to compare one"
+            )
     if style == "lkp":
         from stackbench.resultsdb.tables import lkp
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 NAME = "compare"
 ORDER = 31
@@ -38,6 +39,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="mmtests: print a monitor block instead of a table",
     )
     p.add_argument("--suite", default=None, help="only this suite (vm-scalability, thpscale...)")
+    p.add_argument(
+        "--machine",
+        default=None,
+        help="only runs on this machine (by default, runs of a job on several machines are "
+        "pooled, with a warning)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -45,11 +52,11 @@ def run(args: argparse.Namespace) -> int:
 
     client = apiclient.client()
     if client is not None:
-        if args.table or args.monitor:
+        if args.table or args.monitor or args.machine:
             from stackbench.errors import StackbenchError
 
             raise StackbenchError(
-                "--table/--monitor are not available through STACKBENCH_URL; open the "
+                "--table/--monitor/--machine are not available through STACKBENCH_URL; open the "
                 "comparison page, or unset STACKBENCH_URL to read the database"
             )
         out = client.compare(args.kernels, style=args.style, all_rows=args.all, suite=args.suite)
@@ -65,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
             table=args.table,
             monitor=args.monitor,
             suite=args.suite,
+            machine=args.machine,
+            warn=lambda line: print(f"stackbench: warning: {line}", file=sys.stderr),
         )
     print(out, end="" if out.endswith("\n") else "\n")
     return 0
