@@ -6,6 +6,8 @@ from __future__ import annotations
 from stackbench import cli
 from stackbench.resultsdb import ingest as ig
 
+pytest_plugins = ["test_web_support"]
+
 JOB = ig.JobSpec("vm-scalability", "anon-w-seq", {"test": "anon-w-seq", "runtime": "300s"})
 BASE, PATCH = "b" * 40, "c" * 40
 
@@ -66,3 +68,12 @@ def test_machine_without_runs_is_a_clear_error(eng, capsys):
     ig.ingest(eng, _runs())
     assert cli.main(["compare", "--machine", "nosuch", BASE, PATCH]) != 0
     assert f"no results stored for {BASE}, {PATCH} on machine nosuch" in capsys.readouterr().err
+
+
+def test_comparison_page_warns_about_pooled_machines(eng, client):
+    ig.ingest(eng, _runs())
+    picked = client.get("/compare/new", query_string={"k": f"{BASE[:10]} {PATCH[:10]}"})
+    assert picked.status_code == 303
+    page = client.get(picked.headers["Location"]).get_data(as_text=True)
+    assert "runs from 2 machines are pooled (box-1, qemu-vm)" in page
+    assert "stackbench compare --machine NAME" in page

@@ -184,6 +184,12 @@ def compute(eng: Engine, build_ids: list[int], opts: Options) -> dict[str, Any]:
         result["errors"]["all"] = "no finished runs stored for these kernels yet"
         return result
     result["tables"], result["errors"] = _render_tables(ds, opts)
+    from stackbench.resultsdb.tables.render import pooled_warnings
+
+    result["warnings"] = [
+        w.replace("pass --machine NAME", "'stackbench compare --machine NAME'")
+        for w in pooled_warnings(ds)
+    ]
     from stackbench.web import verdicts
 
     rows = []

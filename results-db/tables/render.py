@@ -33,12 +33,8 @@ def render(
         on = f" on machine {machine}" if machine else ""
         raise StackbenchError("no results stored for " + ", ".join(refs) + on)
     if warn is not None:
-        for job_id, names in sorted(ds.pooled_machines().items()):
-            job = ds.jobs[job_id]
-            warn(
-                f"{job.suite} {job.test}: runs from {len(names)} machines are pooled "
-                f"({', '.join(names)}); pass --machine NAME to compare one"
-            )
+        for line in pooled_warnings(ds):
+            warn(line)
     if style == "lkp":
         from stackbench.resultsdb.tables import lkp
 
@@ -52,3 +48,15 @@ def render(
 
         return verdict.render(ds)
     raise StackbenchError(f"unknown table style '{style}'")
+
+
+def pooled_warnings(ds: query.Dataset) -> list[str]:
+    """One line per job whose runs come from several machines (and so are pooled)."""
+    out = []
+    for job_id, names in sorted(ds.pooled_machines().items()):
+        job = ds.jobs[job_id]
+        out.append(
+            f"{job.suite} {job.test}: runs from {len(names)} machines are pooled "
+            f"({', '.join(names)}); pass --machine NAME to compare one"
+        )
+    return out
