@@ -390,6 +390,28 @@ def run_series(
         raise
 
 
+def apply_only(
+    eng: Engine, series_id: int, *, progress: ProgressFn | None = None
+) -> list[str] | None:
+    """Apply a stored series (``git am``) without building anything: the base and patch
+    commits, for a runner elsewhere (Buildbot); None when the series does not apply."""
+    with _tx(eng) as s:
+        series = s.get(Series, series_id)
+        if series is None:
+            raise NotFoundError(f"no series {series_id}")
+        tree_name = series.tree.name if series.tree else "linux-6.1"
+        base_ref = series.base_ref
+    tree = trees.load_tree(tree_name)
+    repo = trees.ensure_repo(tree)
+    sr = SeriesRun(series_id, Settings(), progress)
+    sr.emit("apply", 1, 1, f"series {series_id}", f"on {base_ref or tree.default_base}")
+    tasks = _apply(eng, sr, repo, base_ref or tree.default_base, tree)
+    if tasks is None:
+        sr.emit("failed", 0, 0, f"series {series_id}", "apply failed: nothing built")
+        return None
+    return [t.commit for t in tasks]
+
+
 def _run(eng: Engine, sr: SeriesRun, meta: dict[str, Any], tree_name: str, base_ref: str) -> str:
     sid, settings = sr.series_id, sr.settings
     tree = trees.load_tree(tree_name)

@@ -309,3 +309,12 @@ def test_up_starts_master_and_local_worker_on_loopback(tmp_path, monkeypatch):
     assert not services.running(base / "master")
     assert not services.running(base / "worker-local")
     assert services.stop() == "buildbot: not running"
+
+
+def test_job_lists_split_on_commas_outside_brackets_only():
+    from stackbench.jobs.buildbot.steps import split_list
+
+    spec = "vm-scalability[test=anon-w-seq,mem_fraction=0.05]"
+    assert split_list(f"{spec} thpscale,stress-highalloc") == [spec, "thpscale", "stress-highalloc"]
+    assert split_list(["a ", "", "b"]) == ["a", "b"]
+    assert split_list(None) == [] and split_list("") == []

@@ -7,6 +7,7 @@ the master only decides what to trigger and moves kernel artifacts between worke
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from typing import Any
@@ -22,12 +23,16 @@ ARTIFACT = "kernel.tar"
 
 
 def split_list(value: Any) -> list[str]:
-    """A property given as a list or as a comma/space separated string."""
+    """A property given as a list or as a comma/space separated string; a comma inside a job
+    spec's brackets (``vm-scalability[test=anon-w-seq,mem_fraction=0.05]``) does not split."""
     if value is None:
         return []
     if isinstance(value, (list, tuple)):
         return [str(v).strip() for v in value if str(v).strip()]
-    return [p for p in str(value).replace(",", " ").split() if p]
+    return _ITEM.findall(str(value))
+
+
+_ITEM = re.compile(r"[^\s,\[\]]+(?:\[[^\]]*\])?")
 
 
 def build_scheduler(tree: str, config: str) -> str:

@@ -47,6 +47,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--all", action="store_true", help="LKP table: every stat, not only changes")
     p.add_argument("--no-serve", action="store_true", help="do not start the web UI afterwards")
     p.add_argument("--port", type=int, default=8080, help="web UI port (127.0.0.1)")
+    p.add_argument(
+        "--buildbot",
+        action="store_true",
+        help="build and benchmark through the embedded Buildbot master and its local QEMU "
+        "worker (as 'stackbench up' starts them) instead of in this process",
+    )
     add_machine_arguments(p)
 
 
@@ -65,9 +71,12 @@ def run(args: argparse.Namespace) -> int:
     base = None if base in (None, "default") else str(base)
     sid = pipeline.submit(eng, mbox, tree=tree, base=base, jobs=jobs, runs=args.runs)
     rerun = args.rerun or _plan_changed(eng, sid, jobs, args.runs)
-    state = pipeline.run_series(
-        eng, sid, progress=pipeline.StderrProgress(), settings=settings_from(args), rerun=rerun
-    )
+    if args.buildbot:
+        state = run_through_buildbot(eng, sid, jobs, args.runs, rerun=rerun)
+    else:
+        state = pipeline.run_series(
+            eng, sid, progress=pipeline.StderrProgress(), settings=settings_from(args), rerun=rerun
+        )
     print()
     print_summary(eng, sid)
     print()
@@ -75,6 +84,30 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_serve:
         serve(args.port, sid)
     return 0 if state == "done" else 1
+
+
+def run_through_buildbot(eng, sid: int, jobs: list[str], runs: int, *, rerun: bool) -> str:
+    """Apply here, then let the embedded master build and benchmark every commit."""
+    from stackbench.jobs import pipeline
+    from stackbench.jobs import services as buildbot_services
+    from stackbench.jobs.buildbot import client, drive
+    from stackbench.resultsdb.models import Series
+
+    with eng.connect() as conn:
+        state = conn.execute(Series.__table__.select().where(Series.id == sid)).one().state
+    if state == "done" and not rerun:
+        return state
+    commits = pipeline.apply_only(eng, sid, progress=pipeline.StderrProgress())
+    if commits is None:
+        return "apply-failed"
+    print(buildbot_services.start(), flush=True)
+    master = client.embedded_master()
+    if master is None:
+        raise StackbenchError("the embedded Buildbot master did not start")
+    drive.wait_for_worker(master, buildbot_services.LOCAL_WORKER)
+    return drive.run_series(
+        eng, master, sid, jobs=jobs, runs=runs, say=lambda line: print(line, flush=True)
+    )
 
 
 def _plan_changed(eng, sid: int, jobs: list[str], runs: int) -> bool:

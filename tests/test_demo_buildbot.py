@@ -1,0 +1,52 @@
+"""``stackbench demo --buildbot``: the shipped stack applied here, then built and measured by
+the embedded Buildbot master and its local QEMU worker (real kernels, real boots), and the
+tables printed from what the worker stored."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+from test_pipeline_e2e import QUICK_JOBS, kernel_env  # noqa: F401
+
+from stackbench.resultsdb.models import KernelBuild, Run, Series
+
+pytest.importorskip("buildbot")
+pytest.importorskip("buildbot_worker")
+
+pytestmark = pytest.mark.slow
+
+
+def test_demo_through_buildbot_builds_and_measures_every_commit(eng, kernel_env, capsys):  # noqa: F811
+    from stackbench.cli import main
+    from stackbench.jobs import services
+
+    argv = ["demo", "--buildbot", "--runs", "1", "--jobs", QUICK_JOBS[0], "--no-serve", "--all"]
+    try:
+        assert main(argv) == 0
+        first = capsys.readouterr()
+        assert "buildbot: series" in first.out and "submitted" in first.out
+        assert first.out.count("bench-qemu #") == 4  # base + three patches, one job
+        assert "== vm-scalability (LKP) ==" in first.out
+        assert "vm-scalability.throughput" in first.out
+        with Session(eng) as s:
+            (series,) = s.scalars(select(Series)).all()
+            assert series.state == "done"
+            commits = {series.base_commit, *(p.commit_sha for p in series.patches)}
+            measured = set(
+                s.scalars(
+                    select(KernelBuild.commit)
+                    .join(Run, Run.build_id == KernelBuild.id)
+                    .where(Run.status == "done")
+                )
+            )
+            assert measured == commits and len(commits) == 4
+            n_runs = s.scalar(select(func.count()).select_from(Run))
+        # a finished demo is shown again without new builds
+        assert main(argv) == 0
+        second = capsys.readouterr()
+        assert "submitted" not in second.out
+        with Session(eng) as s:
+            assert s.scalar(select(func.count()).select_from(Run)) == n_runs
+    finally:
+        services.stop()
