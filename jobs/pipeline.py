@@ -392,9 +392,10 @@ def run_series(
 
 def apply_only(
     eng: Engine, series_id: int, *, progress: ProgressFn | None = None
-) -> list[str] | None:
-    """Apply a stored series (``git am``) without building anything: the base and patch
-    commits, for a runner elsewhere (Buildbot); None when the series does not apply."""
+) -> list[tuple[str, str]] | None:
+    """Apply a stored series (``git am``) without building anything: (commit, kernel name)
+    of the base and each patch, for a runner elsewhere (Buildbot); None when it does not
+    apply."""
     with _tx(eng) as s:
         series = s.get(Series, series_id)
         if series is None:
@@ -409,7 +410,7 @@ def apply_only(
     if tasks is None:
         sr.emit("failed", 0, 0, f"series {series_id}", "apply failed: nothing built")
         return None
-    return [t.commit for t in tasks]
+    return [(t.commit, t.name) for t in tasks]
 
 
 def _run(eng: Engine, sr: SeriesRun, meta: dict[str, Any], tree_name: str, base_ref: str) -> str:

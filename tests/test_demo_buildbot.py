@@ -1,4 +1,4 @@
-"""``stackbench demo --buildbot``: the shipped stack applied here, then built and measured by
+"""``stackbench demo`` (its default path): the shipped stack applied here, then built and measured by
 the embedded Buildbot master and its local QEMU worker (real kernels, real boots), and the
 tables printed from what the worker stored."""
 
@@ -21,13 +21,14 @@ def test_demo_through_buildbot_builds_and_measures_every_commit(eng, kernel_env,
     from stackbench.cli import main
     from stackbench.jobs import services
 
-    argv = ["demo", "--buildbot", "--runs", "1", "--jobs", QUICK_JOBS[0], "--no-serve", "--all"]
+    argv = ["demo", "--runs", "1", "--jobs", QUICK_JOBS[0], "--no-serve", "--all"]
     try:
         assert main(argv) == 0
         first = capsys.readouterr()
         assert "buildbot: series" in first.out and "submitted" in first.out
         assert first.out.count("bench-qemu #") == 4  # base + three patches, one job
         assert "== vm-scalability (LKP) ==" in first.out
+        assert "  v6.1-debian " in first.out and "  1/3-" in first.out  # the pipeline's names
         assert "vm-scalability.throughput" in first.out
         with Session(eng) as s:
             (series,) = s.scalars(select(Series)).all()
@@ -50,3 +51,26 @@ def test_demo_through_buildbot_builds_and_measures_every_commit(eng, kernel_env,
             assert s.scalar(select(func.count()).select_from(Run)) == n_runs
     finally:
         services.stop()
+
+
+def test_failures_through_buildbot_fail_the_series_with_the_reason(eng, kernel_env, capsys):  # noqa: F811
+    """A commit that does not build, and one whose kernel panics (its builds succeed, its
+    runs do not): both series end failed, naming the kernel and what went wrong."""
+    from stackbench.cli import main
+    from stackbench.jobs import services
+
+    quick = ["--runs", "1", "--jobs", QUICK_JOBS[0], "--no-serve"]
+    try:
+        assert main(["demo", "--stack", "broken-build", *quick]) == 1
+        assert main(["demo", "--stack", "panic-boot", *quick]) == 1
+    finally:
+        services.stop()
+    out = capsys.readouterr().out
+    with Session(eng) as s:
+        broken, panic = s.scalars(select(Series).order_by(Series.id)).all()
+    assert broken.state == "failed" and panic.state == "failed"
+    assert (
+        "build-linux-6.1-tiny-guest 1/1-" in broken.error and "failure (log: http" in broken.error
+    )
+    assert panic.error.startswith("1/1-") and panic.error.endswith("1 run(s) crashed")
+    assert "[failed]" in out

@@ -181,7 +181,7 @@ def test_demo_cli_twice_reuses_everything(eng, kernel_env, capsys):
     from stackbench.cli import main
 
     # one run per kernel: LKP's rule needs 3 runs a side to select a row, so ask for all rows
-    argv = ["demo", "--runs", "1", "--jobs", QUICK_JOBS[0], "--no-serve", "--all"]
+    argv = ["demo", "--in-process", "--runs", "1", "--jobs", QUICK_JOBS[0], "--no-serve", "--all"]
     assert main(argv) == 0
     first = capsys.readouterr()
     assert "== vm-scalability (LKP) ==" in first.out

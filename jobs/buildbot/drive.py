@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
 from stackbench.errors import StackbenchError
 from stackbench.jobs import pipeline
@@ -52,6 +52,7 @@ def run_series(
     *,
     jobs: list[str],
     runs: int,
+    names: list[str] | None = None,
     say: Callable[[str], None] = print,
     timeout: float = 6 * 3600,
     poll: float = 2.0,
@@ -59,9 +60,10 @@ def run_series(
     """Submit series ``series_id`` (applied) for qemu workers; wait until the master has no
     unfinished build request; return the series' new state, ``done`` or ``failed``."""
     since = _last_build_id(master)
+    first_run = _last_run_id(eng) + 1
     builders = {b["builderid"]: b["name"] for b in master.get("builders")["builders"]}
     pipeline.set_state(eng, series_id, "building", "handed to Buildbot")
-    sub = submit(master, series=series_id, jobs=jobs, runs=runs, kinds=["qemu"])
+    sub = submit(master, series=series_id, names=names, jobs=jobs, runs=runs, kinds=["qemu"])
     say(f"buildbot: series {series_id} submitted (buildset {sub['buildset']})")
     reported: set[int] = set()
     failed: list[str] = []
@@ -73,9 +75,11 @@ def run_series(
                 reported.add(b["buildid"])
                 name = builders.get(b["builderid"], str(b["builderid"]))
                 outcome = RESULT_NAMES.get(b["results"], str(b["results"]))
-                say(f"buildbot: {name} #{b['number']}: {outcome} ({b['state_string']})")
+                what = _what(master, b)
+                say(f"buildbot: {name} #{b['number']} {what}: {outcome}")
                 if b["results"] not in PASSED:
-                    failed.append(f"{name} #{b['number']}: {b['state_string']}")
+                    link = master.url + f"#/builders/{b['builderid']}/builds/{b['number']}"
+                    failed.append(f"{name} {what}: {outcome} (log: {link})")
         pending = master.get("buildrequests?complete=false")["buildrequests"]
         if not pending and builds and all(b["complete"] for b in builds):
             break
@@ -83,9 +87,42 @@ def run_series(
             pipeline.set_state(eng, series_id, "failed", "Buildbot did not finish in time")
             raise StackbenchError(f"Buildbot did not finish series {series_id} in time")
         time.sleep(poll)
+    failed += _bad_runs(eng, series_id, first_run)
     if failed:
         error = "; ".join(failed)
         pipeline.set_state(eng, series_id, "failed", f"{len(failed)} builds failed", error=error)
         return "failed"
     pipeline.set_state(eng, series_id, "done", f"{len(reported)} Buildbot builds passed", error="")
     return "done"
+
+
+def _what(master: Master, build: dict) -> str:
+    """The kernel (and job) a build was about, from its properties."""
+    props = master.get(f"builds/{build['buildid']}/properties")["properties"]
+    p = {k: v[0] for k, v in (props[0] if props else {}).items()}
+    kernel = p.get("kernel_name") or str(p.get("commit") or "")[:12]
+    return " ".join(x for x in (kernel, p.get("job")) if x) or f"series {p.get('series', '')}"
+
+
+def _last_run_id(eng: Engine) -> int:
+    with eng.connect() as conn:
+        return conn.execute(text("SELECT coalesce(max(id), 0) FROM run")).scalar_one()
+
+
+def _bad_runs(eng: Engine, series_id: int, first_run: int) -> list[str]:
+    """Runs of this series' kernels stored since the submission that did not finish well
+    (a guest that panicked or hung): the builds succeed, the kernel does not."""
+    from stackbench.jobs.buildbot.client import series_commits
+
+    commits = series_commits(series_id)
+    with eng.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT k.name, r.status, count(*) FROM run r "
+                "JOIN kernel_build k ON k.id = r.build_id WHERE r.id >= :first "
+                "AND k.commit = ANY(:commits) AND r.status <> 'done' GROUP BY k.name, r.status "
+                "ORDER BY k.name"
+            ),
+            {"first": first_run, "commits": commits},
+        ).all()
+    return [f"{name}: {n} run(s) {status}" for name, status, n in rows]

@@ -26,6 +26,7 @@ def submission_parameters() -> list[Any]:
     return [
         _text("series", "series id"),
         _text("commits", "commits (base first, space or comma separated)"),
+        _text("names", "kernel names, one per commit (empty: commit prefixes)"),
         _text("jobs", "jobs (empty: the configured matrix)"),
         _text("kinds", "machine kinds (empty: all)"),
         _text("runs", "runs per benchmark (empty: default)"),

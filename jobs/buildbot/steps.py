@@ -71,7 +71,11 @@ class FanOutBuilds(steps.Trigger):
         super().__init__(schedulerNames=names, waitForFinish=False, **kwargs)
 
     def _commits(self) -> list[dict[str, str]]:
-        return [{"commit": c, "name": ""} for c in split_list(self.getProperty("commits"))]
+        commits = split_list(self.getProperty("commits"))
+        names = split_list(self.getProperty("names"))
+        if len(names) != len(commits):  # names are optional, and all or nothing
+            names = [""] * len(commits)
+        return [{"commit": c, "name": n} for c, n in zip(commits, names, strict=True)]
 
     def getSchedulersAndProperties(self) -> list[dict[str, Any]]:
         submission = self.getProperty("submission") or uuid.uuid4().hex

@@ -13,11 +13,13 @@ ORDER = 5
 HELP = "run the shipped compaction stack end to end and show its tables (start here)"
 DESCRIPTION = """\
 Everything on this machine, no configuration: starts the embedded database, submits a
-shipped patch stack (default compaction-demo: three mm patches on Linux 6.1), builds a kernel
-for the base and every commit (tinyconfig + kernels/configs/tiny-guest.config, ccache; the
-first build takes minutes, the commits after it seconds), boots each once under QEMU and runs
-vm-scalability, thpscale and stress-highalloc in small sizes (--runs each), stores every
-sample, prints the LKP and mmtests comparison tables, then serves the web UI.
+shipped patch stack (default compaction-demo: three mm patches on Linux 6.1) and applies it,
+starts the embedded Buildbot master with one local QEMU worker (as 'stackbench up'), which
+builds a kernel for the base and every commit (tinyconfig + kernels/configs/tiny-guest.config,
+ccache; the first build takes minutes, the commits after it seconds), boots each once under
+QEMU and runs vm-scalability, thpscale and stress-highalloc in small sizes (--runs each) and
+stores every sample; then prints the LKP and mmtests comparison tables and serves the web
+UI. --in-process does the building and benchmarking in this process instead.
 
 Running it again reuses what exists: kernels are never rebuilt (artifact store), and a demo
 series that already finished is NOT run again: its stored runs are shown at once. --rerun
@@ -48,10 +50,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-serve", action="store_true", help="do not start the web UI afterwards")
     p.add_argument("--port", type=int, default=8080, help="web UI port (127.0.0.1)")
     p.add_argument(
-        "--buildbot",
+        "--in-process",
         action="store_true",
-        help="build and benchmark through the embedded Buildbot master and its local QEMU "
-        "worker (as 'stackbench up' starts them) instead of in this process",
+        help="build and benchmark in this process instead of through the embedded Buildbot "
+        "master and its local QEMU worker (the default when Buildbot is installed)",
     )
     add_machine_arguments(p)
 
@@ -71,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     base = None if base in (None, "default") else str(base)
     sid = pipeline.submit(eng, mbox, tree=tree, base=base, jobs=jobs, runs=args.runs)
     rerun = args.rerun or _plan_changed(eng, sid, jobs, args.runs)
-    if args.buildbot:
+    if not args.in_process and buildbot_installed():
         state = run_through_buildbot(eng, sid, jobs, args.runs, rerun=rerun)
     else:
         state = pipeline.run_series(
@@ -86,6 +88,15 @@ def run(args: argparse.Namespace) -> int:
     return 0 if state == "done" else 1
 
 
+def buildbot_installed() -> bool:
+    import importlib.util
+
+    found = all(importlib.util.find_spec(m) for m in ("buildbot", "buildbot_worker"))
+    if not found:
+        print("Buildbot is not installed here: building in this process", file=sys.stderr)
+    return found
+
+
 def run_through_buildbot(eng, sid: int, jobs: list[str], runs: int, *, rerun: bool) -> str:
     """Apply here, then let the embedded master build and benchmark every commit."""
     from stackbench.jobs import pipeline
@@ -97,8 +108,8 @@ def run_through_buildbot(eng, sid: int, jobs: list[str], runs: int, *, rerun: bo
         state = conn.execute(Series.__table__.select().where(Series.id == sid)).one().state
     if state == "done" and not rerun:
         return state
-    commits = pipeline.apply_only(eng, sid, progress=pipeline.StderrProgress())
-    if commits is None:
+    applied = pipeline.apply_only(eng, sid, progress=pipeline.StderrProgress())
+    if applied is None:
         return "apply-failed"
     print(buildbot_services.start(), flush=True)
     master = client.embedded_master()
@@ -106,7 +117,13 @@ def run_through_buildbot(eng, sid: int, jobs: list[str], runs: int, *, rerun: bo
         raise StackbenchError("the embedded Buildbot master did not start")
     drive.wait_for_worker(master, buildbot_services.LOCAL_WORKER)
     return drive.run_series(
-        eng, master, sid, jobs=jobs, runs=runs, say=lambda line: print(line, flush=True)
+        eng,
+        master,
+        sid,
+        jobs=jobs,
+        runs=runs,
+        names=[name for _commit, name in applied],
+        say=lambda line: print(line, flush=True),
     )
 
 
