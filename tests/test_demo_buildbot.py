@@ -17,16 +17,27 @@ pytest.importorskip("buildbot_worker")
 pytestmark = pytest.mark.slow
 
 
-def test_demo_through_buildbot_builds_and_measures_every_commit(eng, kernel_env, capsys):  # noqa: F811
+def test_demo_through_buildbot_builds_and_measures_every_commit(
+    eng,
+    kernel_env,  # noqa: F811
+    capsys,
+    monkeypatch,
+):
     from stackbench.cli import main
     from stackbench.jobs import services
+    from stackbench.jobs.buildbot import drive
+
+    monkeypatch.setattr(drive, "HEARTBEAT_S", 0.0)  # report running builds at every poll
 
     argv = ["demo", "--runs", "1", "--jobs", QUICK_JOBS[0], "--no-serve", "--all"]
     try:
         assert main(argv) == 0
         first = capsys.readouterr()
         assert "buildbot: series" in first.out and "submitted" in first.out
-        assert first.out.count("bench-qemu #") == 4  # base + three patches, one job
+        finished = [ln for ln in first.out.splitlines() if ln.endswith(": success")]
+        assert sum("bench-qemu #" in ln for ln in finished) == 4  # base + 3 patches, one job
+        running = [ln for ln in first.out.splitlines() if ln.startswith("buildbot: ")]
+        assert len(running) > len(finished) + 2  # the heartbeat named unfinished builds
         assert "== vm-scalability (LKP) ==" in first.out
         assert "  v6.1-debian " in first.out and "  1/3-" in first.out  # the pipeline's names
         assert "vm-scalability.throughput" in first.out

@@ -19,6 +19,7 @@ from stackbench.jobs.buildbot.client import Master, submit
 
 # buildbot.process.results: success and warnings count as passed, the rest as failed
 PASSED = (0, 1)
+HEARTBEAT_S = 60.0
 RESULT_NAMES = {
     0: "success",
     1: "warnings",
@@ -68,11 +69,13 @@ def run_series(
     reported: set[int] = set()
     failed: list[str] = []
     deadline = time.monotonic() + timeout
+    quiet_since = time.monotonic()
     while True:
         builds = [b for b in master.get("builds")["builds"] if b["buildid"] > since]
         for b in builds:
             if b["complete"] and b["buildid"] not in reported:
                 reported.add(b["buildid"])
+                quiet_since = time.monotonic()
                 name = builders.get(b["builderid"], str(b["builderid"]))
                 outcome = RESULT_NAMES.get(b["results"], str(b["results"]))
                 what = _what(master, b)
@@ -80,6 +83,13 @@ def run_series(
                 if b["results"] not in PASSED:
                     link = master.url + f"#/builders/{b['builderid']}/builds/{b['number']}"
                     failed.append(f"{name} {what}: {outcome} (log: {link})")
+        if time.monotonic() - quiet_since > HEARTBEAT_S:
+            # a cold kernel build is minutes without a finished build: say what runs
+            for b in builds:
+                if not b["complete"]:
+                    name = builders.get(b["builderid"], str(b["builderid"]))
+                    say(f"buildbot: {name} #{b['number']} {_what(master, b)}: {b['state_string']}")
+            quiet_since = time.monotonic()
         pending = master.get("buildrequests?complete=false")["buildrequests"]
         if not pending and builds and all(b["complete"] for b in builds):
             break
