@@ -87,6 +87,21 @@ def worker_token(name: str) -> str:
         return auth.create_token(s, user, f"buildbot worker {name}")
 
 
+def start_worker(base: Path, cfg: dict, name: str, web_url: str) -> Path:
+    """Create and start worker ``name`` of the master in ``base/master``, posting its runs
+    to the web API at ``web_url`` with a token of its own; its base directory."""
+    wb = base / name
+    services.create_worker(
+        wb,
+        f"127.0.0.1:{cfg['pb_port']}",
+        name,
+        services.worker_password(base / "master", name),
+    )
+    env = {"STACKBENCH_URL": web_url, "STACKBENCH_WORKER_TOKEN": worker_token(name)}
+    services.start_worker(wb, env=env)
+    return wb
+
+
 def make_series(eng) -> int:
     from stackbench.resultsdb import db
     from stackbench.resultsdb.models import Patch, Series
@@ -119,22 +134,12 @@ def cluster(eng, tmp_path):
             "kernel_configs": [{"tree": "linux-6.1", "config": "tiny-guest"}],
         },
     )
-    env_base = {"STACKBENCH_URL": web_url}
     started = []
     try:
         services.start_master(base / "master")
         started.append(("master", base / "master"))
         for w in workers:
-            wb = base / w["name"]
-            services.create_worker(
-                wb,
-                f"127.0.0.1:{cfg['pb_port']}",
-                w["name"],
-                services.worker_password(base / "master", w["name"]),
-            )
-            env = dict(env_base, STACKBENCH_WORKER_TOKEN=worker_token(w["name"]))
-            services.start_worker(wb, env=env)
-            started.append(("worker", wb))
+            started.append(("worker", start_worker(base, cfg, w["name"], web_url)))
         master = client.embedded_master_at(base / "master")
         wait_for("both workers connected", lambda: len(connected(master)) == 2, timeout=60)
         yield master, base

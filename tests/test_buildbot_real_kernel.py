@@ -17,7 +17,7 @@ pytest.importorskip("buildbot")
 pytest.importorskip("buildbot_worker")
 
 from kernelkit import base_kernel  # noqa: E402
-from test_buildbot_fanout import connected, start_web, wait_for, worker_token  # noqa: E402
+from test_buildbot_fanout import connected, start_web, start_worker, wait_for  # noqa: E402
 
 from stackbench.jobs import services  # noqa: E402
 from stackbench.jobs.buildbot import client  # noqa: E402
@@ -46,15 +46,7 @@ def test_real_kernel_is_built_booted_and_measured_through_buildbot(eng, tmp_path
     try:
         services.start_master(base / "master")
         started.append((services.stop_master, base / "master"))
-        wb = base / worker["name"]
-        services.create_worker(
-            wb,
-            f"127.0.0.1:{cfg['pb_port']}",
-            worker["name"],
-            services.worker_password(base / "master", worker["name"]),
-        )
-        env = {"STACKBENCH_URL": web_url, "STACKBENCH_WORKER_TOKEN": worker_token("qemu-1")}
-        services.start_worker(wb, env=env)
+        wb = start_worker(base, cfg, worker["name"], web_url)
         started.append((services.stop_worker, wb))
         master = client.embedded_master_at(base / "master")
         wait_for("the worker to connect", lambda: connected(master) == ["qemu-1"], timeout=60)
