@@ -308,9 +308,18 @@ def judge_job(
             break
         runs = min(wanted, policy.max_runs)
     out.worse = sorted(
-        n for n, v in out.verdicts.items() if v.outcome == "changed" and v.direction == "worse"
+        n
+        for n, v in out.verdicts.items()
+        if v.outcome == "changed" and v.direction == "worse" and pairs[n][3] not in FOLLOWERS
     )
     return out
+
+
+# Metric kinds judged and shown but never a regression of their own: a job's wall-clock
+# duration follows its throughput, and under QEMU also the host's load during one boot, which
+# no repeat within that boot averages out (a nightly bisected duration.elapsed to a neutral
+# commit whose boot hit a slow host). Its real changes come with the job's own metrics.
+FOLLOWERS = ("duration",)
 
 
 def _open_regression(

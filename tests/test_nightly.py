@@ -44,7 +44,15 @@ class FakeLab:
     """A branch history of ``n`` commits after c0; the branch head moves with ``head``."""
 
     def __init__(
-        self, n=6, bad_from=None, broken=(), drop=0.3, seed=7, noise=10.0, fixed_from=None
+        self,
+        n=6,
+        bad_from=None,
+        broken=(),
+        drop=0.3,
+        seed=7,
+        noise=10.0,
+        fixed_from=None,
+        slow_from=None,
     ):
         self.history = [sha(i) for i in range(n + 1)]
         self.head = 0
@@ -53,6 +61,7 @@ class FakeLab:
         self.drop = drop
         self.noise = noise
         self.fixed_from = fixed_from
+        self.slow_from = slow_from  # from here on, runs take twice as long (nothing else)
         self.rng = np.random.default_rng(seed)
         self.attempted: set[str] = set()
         self.boots = 0
@@ -118,12 +127,19 @@ class FakeLab:
                     samples={
                         METRIC: [float(self.rng.normal(mean, self.noise))],
                         "vm-scalability.workload": [float(self.rng.normal(5000, 500))],
+                        **self._duration(idx),
                     },
                     source="fake",
                     idempotency_key=f"fake-{commit}-{job}-{it}",
                 )
             )
         ig.ingest(eng, data)
+
+    def _duration(self, idx: int) -> dict[str, list[float]]:
+        if self.slow_from is None:
+            return {}
+        seconds = 10.0 if idx >= self.slow_from else 5.0
+        return {"duration.elapsed": [float(self.rng.normal(seconds, 0.05))]}
 
 
 @pytest.fixture
@@ -184,6 +200,19 @@ def test_first_night_sets_the_baseline_and_a_quiet_night_advances_it(eng, mail_e
     assert len(mails) == 2
     assert "0 new regression(s)" in mails[-1].subject
     assert "ran vm-scalability" in mails[-1].body
+
+
+def test_a_slower_run_alone_is_judged_but_opens_no_regression(eng, mail_env):
+    """duration.* follows the job's own metrics (and the host's load): twice the wall-clock
+    time with the same throughput is shown as worse, and the head still becomes the baseline."""
+    lab = FakeLab(n=2, slow_from=1)
+    night(eng, lab)
+    lab.head = 2
+    (b,) = night(eng, lab)["branches"]
+    job = b["jobs"][0]
+    assert job["verdicts"].get("worse") == 1, job  # duration.elapsed, judged
+    assert job["worse"] == [] and b["state"] == "unchanged" and b["regressions"] == []
+    assert baseline_commit(eng) == lab.history[2]
 
 
 def test_regression_is_recorded_bisected_to_the_planted_commit_and_mailed_once(eng, mail_env):
