@@ -403,14 +403,24 @@ def apply_only(
         tree_name = series.tree.name if series.tree else "linux-6.1"
         base_ref = series.base_ref
     tree = trees.load_tree(tree_name)
-    repo = trees.ensure_repo(tree)
     sr = SeriesRun(series_id, Settings(), progress)
-    sr.emit("apply", 1, 1, f"series {series_id}", f"on {base_ref or tree.default_base}")
-    tasks = _apply(eng, sr, repo, base_ref or tree.default_base, tree)
+    tasks = _apply_stage(eng, sr, trees.ensure_repo(tree), tree, base_ref)
+    return None if tasks is None else [(t.commit, t.name) for t in tasks]
+
+
+def _apply_stage(
+    eng: Engine, sr: SeriesRun, repo: Path, tree: trees.TreeDef, base_ref: str
+) -> list[KernelTask] | None:
+    """The apply stage with its progress events; None (and a 'failed' event) when the
+    series does not apply."""
+    base = base_ref or tree.default_base
+    sr.emit("apply", 1, 1, f"series {sr.series_id}", f"on {base}")
+    t0 = time.monotonic()
+    tasks = _apply(eng, sr, repo, base, tree)
+    sr.timings["apply_s"] = time.monotonic() - t0
     if tasks is None:
-        sr.emit("failed", 0, 0, f"series {series_id}", "apply failed: nothing built")
-        return None
-    return [(t.commit, t.name) for t in tasks]
+        sr.emit("failed", 0, 0, f"series {sr.series_id}", "apply failed: nothing built")
+    return tasks
 
 
 def _run(eng: Engine, sr: SeriesRun, meta: dict[str, Any], tree_name: str, base_ref: str) -> str:
@@ -420,13 +430,8 @@ def _run(eng: Engine, sr: SeriesRun, meta: dict[str, Any], tree_name: str, base_
     plan = plan_for(jobs, settings)
     repo = trees.ensure_repo(tree)
 
-    # -- apply
-    sr.emit("apply", 1, 1, f"series {sid}", f"on {base_ref or tree.default_base}")
-    t0 = time.monotonic()
-    tasks = _apply(eng, sr, repo, base_ref or tree.default_base, tree)
-    sr.timings["apply_s"] = time.monotonic() - t0
+    tasks = _apply_stage(eng, sr, repo, tree, base_ref)
     if tasks is None:
-        sr.emit("failed", 0, 0, f"series {sid}", "apply failed: nothing built")
         return "apply-failed"
     attempt = int(meta.get("attempts", 0)) + 1
     with _tx(eng) as s:
