@@ -127,12 +127,12 @@ def load(
     if not ids:
         return ds
     params: dict[str, Any] = {"ids": ids, "st": list(statuses)}
-    suite_sql = ""
+    where_sql = ""
     if suite:
-        suite_sql = " AND j.suite = :suite"
+        where_sql = " AND j.suite = :suite"
         params["suite"] = suite
     if machine:
-        suite_sql += " AND m.name = :machine"
+        where_sql += " AND m.name = :machine"
         params["machine"] = machine
     for r in conn.execute(
         text(
@@ -140,7 +140,7 @@ def load(
             "r.iteration, r.status, r.sysstate, r.meta, j.suite, j.test, j.params, "
             "j.suite_version, j.runner FROM run r JOIN job j ON j.id = r.job_id "
             "LEFT JOIN machine m ON m.id = r.machine_id "
-            f"WHERE r.build_id = ANY(:ids) AND r.status = ANY(:st){suite_sql}"
+            f"WHERE r.build_id = ANY(:ids) AND r.status = ANY(:st){where_sql}"
         ),
         params,
     ):

@@ -186,10 +186,9 @@ def compute(eng: Engine, build_ids: list[int], opts: Options) -> dict[str, Any]:
     result["tables"], result["errors"] = _render_tables(ds, opts)
     from stackbench.resultsdb.tables.render import pooled_warnings
 
-    result["warnings"] = [
-        w.replace("pass --machine NAME", "'stackbench compare --machine NAME'")
-        for w in pooled_warnings(ds)
-    ]
+    result["warnings"] = pooled_warnings(
+        ds, hint="'stackbench compare --machine NAME' compares one"
+    )
     from stackbench.web import verdicts
 
     rows = []

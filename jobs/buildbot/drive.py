@@ -1,5 +1,5 @@
 """Run an applied series through a Buildbot master and wait for the result: how ``stackbench
-demo --buildbot`` uses the embedded master and its local QEMU worker.
+demo`` uses the embedded master and its local QEMU worker.
 
 The master fans the series out (a kernel build per commit, a benchmark build per job) and
 the worker stores the runs itself, so this module only submits, reports each build as it
@@ -15,7 +15,7 @@ from sqlalchemy import Engine, text
 
 from stackbench.errors import StackbenchError
 from stackbench.jobs import pipeline
-from stackbench.jobs.buildbot.client import Master, submit
+from stackbench.jobs.buildbot.client import Master, series_commits, submit
 
 # buildbot.process.results: success and warnings count as passed, the rest as failed
 PASSED = (0, 1)
@@ -76,19 +76,17 @@ def run_series(
             if b["complete"] and b["buildid"] not in reported:
                 reported.add(b["buildid"])
                 quiet_since = time.monotonic()
-                name = builders.get(b["builderid"], str(b["builderid"]))
                 outcome = RESULT_NAMES.get(b["results"], str(b["results"]))
-                what = _what(master, b)
-                say(f"buildbot: {name} #{b['number']} {what}: {outcome}")
+                say(f"buildbot: {_label(master, builders, b)}: {outcome}")
                 if b["results"] not in PASSED:
                     link = master.url + f"#/builders/{b['builderid']}/builds/{b['number']}"
-                    failed.append(f"{name} {what}: {outcome} (log: {link})")
+                    name = builders.get(b["builderid"], str(b["builderid"]))
+                    failed.append(f"{name} {_what(master, b)}: {outcome} (log: {link})")
         if time.monotonic() - quiet_since > HEARTBEAT_S:
             # a cold kernel build is minutes without a finished build: say what runs
             for b in builds:
                 if not b["complete"]:
-                    name = builders.get(b["builderid"], str(b["builderid"]))
-                    say(f"buildbot: {name} #{b['number']} {_what(master, b)}: {b['state_string']}")
+                    say(f"buildbot: {_label(master, builders, b)}: {b['state_string']}")
             quiet_since = time.monotonic()
         pending = master.get("buildrequests?complete=false")["buildrequests"]
         if not pending and builds and all(b["complete"] for b in builds):
@@ -100,10 +98,17 @@ def run_series(
     failed += _bad_runs(eng, series_id, first_run)
     if failed:
         error = "; ".join(failed)
-        pipeline.set_state(eng, series_id, "failed", f"{len(failed)} builds failed", error=error)
+        what = f"{len(failed)} failed builds or runs"
+        pipeline.set_state(eng, series_id, "failed", what, error=error)
         return "failed"
     pipeline.set_state(eng, series_id, "done", f"{len(reported)} Buildbot builds passed", error="")
     return "done"
+
+
+def _label(master: Master, builders: dict[int, str], build: dict) -> str:
+    """'<builder> #<number> <kernel> <job>', as the progress lines show a build."""
+    name = builders.get(build["builderid"], str(build["builderid"]))
+    return f"{name} #{build['number']} {_what(master, build)}"
 
 
 def _what(master: Master, build: dict) -> str:
@@ -122,8 +127,6 @@ def _last_run_id(eng: Engine) -> int:
 def _bad_runs(eng: Engine, series_id: int, first_run: int) -> list[str]:
     """Runs of this series' kernels stored since the submission that did not finish well
     (a guest that panicked or hung): the builds succeed, the kernel does not."""
-    from stackbench.jobs.buildbot.client import series_commits
-
     commits = series_commits(series_id)
     with eng.connect() as conn:
         rows = conn.execute(

@@ -50,13 +50,16 @@ def render(
     raise StackbenchError(f"unknown table style '{style}'")
 
 
-def pooled_warnings(ds: query.Dataset) -> list[str]:
-    """One line per job whose runs come from several machines (and so are pooled)."""
+def pooled_warnings(
+    ds: query.Dataset, hint: str = "pass --machine NAME to compare one"
+) -> list[str]:
+    """One line per job whose runs come from several machines (and so are pooled), ending
+    with ``hint``: how the reader picks one machine."""
     out = []
     for job_id, names in sorted(ds.pooled_machines().items()):
         job = ds.jobs[job_id]
         out.append(
             f"{job.suite} {job.test}: runs from {len(names)} machines are pooled "
-            f"({', '.join(names)}); pass --machine NAME to compare one"
+            f"({', '.join(names)}); {hint}"
         )
     return out
