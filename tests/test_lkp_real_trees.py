@@ -215,6 +215,63 @@ def test_a_stat_zero_in_some_runs_only_is_kept(eng, tmp_path):
     assert _runs_with(eng, "proc-vmstat.compact_stall", A) == {0: 0, 1: 0, 2: 3.0, 3: 0, 4: 0}
 
 
+def incomplete_runs() -> dict[str, list[dict]]:
+    """Run 2 of B was cut short (LKP marks it last_state.is_incomplete_run = 1)."""
+    a = [
+        {
+            "vm-scalability.throughput": t,
+            "vm-scalability.median": 6800 + i,
+            "last_state.is_incomplete_run": 0,
+        }
+        for i, t in enumerate([6842353, 6850000, 6830000, 6845000])
+    ]
+    b = [
+        {"vm-scalability.throughput": t, "vm-scalability.median": 4400 + i}
+        for i, t in enumerate([4498326, 4400000, 1000000, 4500000])
+    ]
+    b[2].update({"last_state.is_incomplete_run": 1, "last_state.exit_fail": 1})
+    b[2]["dmesg.BUG:soft_lockup"] = 1
+    return {A: a, B: b}
+
+
+# sbin/ncompare -a A B and sbin/ncompare -m A B (the same here)
+NCOMPARE_INCOMPLETE = "".join(
+    [
+        "=========================================================================================\n",
+        "compiler/cpufreq_governor/kconfig/rootfs/runtime/size/tbox_group/test/testcase:\n",
+        "  gcc-12/performance/x86_64-rhel-9.4/debian-12-x86_64/300s/8T/qemu-vm/anon-w-seq-mt/vm-scalability\n",
+        "\n",
+        "commit: \n",
+        f"  {A}\n",
+        f"  {B}\n",
+        "\n",
+        "1405df66cbe219b0 5b77236920ce1f89b9f6b0ad44a \n",
+        "---------------- --------------------------- \n",
+        "       fail:runs  %reproduction    fail:runs\n",
+        "           |             |             |    \n",
+        "           :4           25%           1:4     dmesg.BUG:soft_lockup\n",
+        "           :4           25%           1:4     last_state.exit_fail\n",
+        "           :4           25%           1:4     last_state.is_incomplete_run\n",
+        "         %stddev     %change         %stddev\n",
+        "             \\          |                \\  \n",
+        "      6801           -35.3%       4401        vm-scalability.median\n",
+        "   6841838           -34.7%    4466108        vm-scalability.throughput\n",
+        "\n",
+    ]
+)
+
+
+def test_incomplete_run_counts_in_fail_runs_not_in_stddev(eng, tmp_path):
+    """The fail:runs section counts every run (1:4); the %stddev section averages the
+    complete runs only (4466108 is the mean of B's three complete runs)."""
+    lkp_tree.build(tmp_path, incomplete_runs())
+    assert lkp.import_paths(eng, [str(tmp_path)]).startswith("imported 8 runs")
+    for flag in ([], ["--all"]):
+        rc, table, err = cli("compare", "--style", "lkp", *flag, A, B)
+        assert rc == 0, err
+        assert table == NCOMPARE_INCOMPLETE
+
+
 @pytest.mark.parametrize(
     ("edit", "stat", "message"),
     [

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stackbench.resultsdb import query
-from stackbench.resultsdb.tables import lkp_rule
+from stackbench.resultsdb.tables import lkp_fail, lkp_rule
 
 ABS_WIDTH = 10
 REL_WIDTH = 10
@@ -294,7 +294,10 @@ def failure_header(n: int) -> str:
 
 def render_group(group: Group, all_rows: bool = False, more: bool = True) -> str:
     keys = all_stat_keys(group) if all_rows else changed_stat_keys(group, more=more)
-    rows = sort_stats([calc_stat(k, group) for k in keys])
+    complete = lkp_fail.complete_group(group)  # %stddev rows leave incomplete runs out
+    rows = sort_stats(
+        [calc_stat(k, group if lkp_rule.is_function_stat(k) else complete) for k in keys]
+    )
     failure = [r for r in rows if r.failure]
     perf = [r for r in rows if not r.failure]
     if not failure and not perf:
