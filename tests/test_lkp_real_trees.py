@@ -341,3 +341,33 @@ def test_run_monitor_matrix_is_skipped(eng, tree):
     assert lkp.import_paths(eng, [str(tree)], notes).startswith("imported 10 runs")
     assert f"skipped {run / 'matrix.json.gz'}: a run's monitor samples" in "\n".join(notes)
     assert any("other file" in n for n in notes)
+
+
+def test_job_yaml_rootfs_given_as_a_path(eng, tmp_path):
+    """A job's rootfs may be a path or URL; its result path holds the file's name."""
+    runs = runs_a()[:1]
+    commit_dir = lkp_tree.write_runs(tmp_path, A, runs)
+    job = commit_dir / "0" / "job.yaml"
+    job.write_text(
+        job.read_text().replace(
+            "rootfs: debian-12-x86_64", "rootfs: /osimage/debian/debian-12-x86_64"
+        )
+    )
+    assert "rootfs: /osimage/" in job.read_text()
+    assert lkp.import_paths(eng, [str(tmp_path)]).startswith("imported 1 run")
+
+
+def test_gzipped_commit_matrix_is_read_and_a_corrupt_one_refused(eng, tree):
+    import gzip
+
+    for stats in tree.rglob("stats.json"):
+        stats.unlink()
+    path = lkp_tree.compiler_dir(tree) / A / "matrix.json"
+    gz = path.with_name("matrix.json.gz")
+    gz.write_bytes(gzip.compress(path.read_bytes()))
+    path.unlink()
+    notes: list[str] = []
+    assert lkp.import_paths(eng, [str(tree)], notes).startswith("imported 10 runs")
+    gz.write_bytes(gz.read_bytes()[:20])
+    with pytest.raises(InputError, match=r"matrix.json.gz: cannot read"):
+        lkp.import_paths(eng, [str(tree)])

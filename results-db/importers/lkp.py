@@ -58,6 +58,7 @@ _NOT_PARAMS = frozenset(AXES) | {
     "arch",
 }
 _RAW_LOG_LIMIT = 4 << 20
+_ROOTFS_SEP = re.compile(r"[^a-zA-Z0-9._-]")
 _MATRIX_NAMES = ("matrix.json", "matrix.json.gz")
 # unite-stats' summaries of a matrix (lib/matrix.rb unite_to): derived, never read
 _SUMMARY_NAMES = frozenset({"avg.json", "stddev.json", "avg.csv", "stddev.csv", "matrix.csv"})
@@ -319,6 +320,9 @@ def check_job_matches(path: Path, job: dict[str, Any], root: ResultRoot) -> None
         v = job.get(key)
         if v is None:
             continue
+        if key == "rootfs":
+            # the path holds the rootfs file's name (lib/job.rb rootfs_filename)
+            v = _ROOTFS_SEP.split(str(v))[-1]
         if str(v) != getattr(root, key):
             raise InputError(
                 path, f"job.yaml has {key} '{v}' but the path has '{getattr(root, key)}'"
