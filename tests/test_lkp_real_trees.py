@@ -371,3 +371,9 @@ def test_gzipped_commit_matrix_is_read_and_a_corrupt_one_refused(eng, tree):
     gz.write_bytes(gz.read_bytes()[:20])
     with pytest.raises(InputError, match=r"matrix.json.gz: cannot read"):
         lkp.import_paths(eng, [str(tree)])
+
+
+def test_global_verbose_flag_also_lists_what_was_skipped(eng, tree):
+    rc, _, err = cli("-v", "import", "lkp", str(tree))
+    assert rc == 0, err
+    assert f"stackbench: note: skipped {lkp_tree.compiler_dir(tree) / 'matrix.json'}" in err
