@@ -35,6 +35,11 @@ sysfs on /sys type sysfs (rw,nosuid,nodev,noexec,relatime)
 /proc/mounts :: start
 proc /proc proc rw,nosuid,nodev,noexec,relatime 0 0
 """
+LOCK_STAT = """\
+file end :: /proc/lock_stat
+lock_stat version 0.4
+-----------------------------------------------------------------------------
+"""
 
 
 def cli(*argv: str) -> tuple[int, str, str]:
@@ -51,6 +56,11 @@ def as_run_mmtests_writes(run: Path) -> None:
         lines = ss.read_text().splitlines(keepends=True)
         at = next(i for i, line in enumerate(lines) if line.startswith("version :: ")) + 1
         text_ = "".join(lines[:at]) + BASIC_INFO + "".join(lines[at:])
+        # on a CONFIG_LOCK_STAT kernel /proc/lock_stat is zeroed at test begin and logged
+        # only at the end
+        at = next(i for i, x in enumerate(text_.splitlines(True)) if x.startswith("test end"))
+        parts = text_.splitlines(True)
+        text_ = "".join(parts[:at] + [LOCK_STAT] + parts[at:])
         (it / "tests-sysstate.gz").write_bytes(gzip.compress(text_.encode()))
         ss.unlink()
         for name in ("vmstat-thpscale.gz", "proc-vmstat-thpscale.gz", "dmesg.gz"):

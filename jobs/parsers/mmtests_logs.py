@@ -178,11 +178,8 @@ def _check_snapshots(rec: BenchRecord, source: str) -> None:
                 f"test {rec.name!r}: 'file start :: {path}' has no matching "
                 f"'file end :: {path}' (snapshot truncated?)",
             )
-    for path in rec.end_files:
-        if path not in rec.start_files:
-            raise InputError(
-                source, f"test {rec.name!r}: 'file end :: {path}' has no 'file start :: {path}'"
-            )
+    # an end snapshot alone is fine: run-mmtests.sh zeroes /proc/lock_stat when a test
+    # begins and logs only 'file end :: /proc/lock_stat'
 
 
 def parse_timestamp(text: str, source: str = "tests-timestamp") -> Bookkeeping:
