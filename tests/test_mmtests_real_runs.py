@@ -184,3 +184,19 @@ def test_golden_runs_in_real_shape_match_compare_mmtests(eng, tmp_path, golden):
         rc, out, err = cli("compare", "--style", "mmtests", "baseline", "patches", *CASES[golden])
         assert rc == 0, err
     assert _lines(out) == _lines((root / golden).read_text())
+
+
+def test_failed_benchmark_gnu_time_status_line(eng, real_run):
+    """thpscale-era mmtests logs no exit code on 'test end'; GNU time's status line, copied
+    from its output file after 'test end', says the benchmark failed."""
+    ts = real_run / "iter-1" / "tests-timestamp"
+    lines = ts.read_text().splitlines(True)
+    at = next(i for i, x in enumerate(lines) if x.startswith("test end"))
+    lines[at] = " ".join(lines[at].split()[:-1]) + "\n"  # no exit code
+    lines.insert(at + 1, "Command exited with non-zero status 3\n")
+    ts.write_text("".join(lines))
+    rc, out, err = cli("import", "mmtests", str(real_run))
+    assert rc == 0, err
+    with eng.connect() as conn:
+        rows = conn.execute(text("SELECT iteration, status, error FROM run ORDER BY 1")).all()
+    assert [tuple(r) for r in rows] == [(0, "done", ""), (1, "failed", "thpscale exited with 3")]

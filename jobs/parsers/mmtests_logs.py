@@ -24,6 +24,9 @@ from stackbench.errors import InputError
 _HEADER = re.compile(
     r"^(start|version|finish|test begin|test end|time|file start|file end) :: ?(.*)$"
 )
+# what GNU time writes before its -f line when the command failed; run-mmtests.sh copies
+# time's output file (``timestamp``) into both files after 'test end'
+_TIME_STATUS = re.compile(r"^Command (exited with non-zero status|terminated by signal) (\d+)$")
 # any other bookkeeping line: a key at the start of the line (no indentation), then " :: "
 _OTHER = re.compile(r"^([A-Za-z/][\w./-]*(?: [\w./-]+)*) :: ?(.*)$")
 _TIME = re.compile(
@@ -89,6 +92,7 @@ def parse_bookkeeping(text: str, source: str, *, snapshots: bool) -> Bookkeeping
         block_owner = None
 
     in_other = False  # inside the output that follows an unknown "key :: value" line
+    ended: BenchRecord | None = None  # the test whose 'test end' came last
     for lineno, line in enumerate(text.splitlines(keepends=True), 1):
         m = _HEADER.match(line.rstrip("\n"))
         other = None if m else _OTHER.match(line.rstrip("\n"))
@@ -101,6 +105,10 @@ def parse_bookkeeping(text: str, source: str, *, snapshots: bool) -> Bookkeeping
         if not m:
             if block is not None:
                 block.append(line)
+            elif (status := _TIME_STATUS.match(line.strip())) and ended is not None:
+                if ended.rc is None:  # older mmtests log no exit code on 'test end'
+                    code = int(status.group(2))
+                    ended.rc = code if status.group(1).startswith("exited") else 128 + code
             elif line.strip() and not in_other:
                 raise InputError(source, f"line {lineno}: unexpected line {line.strip()!r}")
             continue
@@ -139,7 +147,7 @@ def parse_bookkeeping(text: str, source: str, *, snapshots: bool) -> Bookkeeping
                     )
                 current.rc = int(words[2])
             _check_snapshots(current, source)
-            current = None
+            ended, current = current, None
         elif kind == "time":
             t = _TIME.match(rest)
             if not t:
