@@ -202,7 +202,7 @@ def _load_json(path: Path) -> tuple[Any, str]:
 
 def _where(path: Path, text: str, stat: str) -> str:
     """``file:line`` of a stat's key (LKP pretty-prints its JSON, a key per line)."""
-    at = text.find(json.dumps(stat) + ":")
+    at = text.find(json.dumps(stat, ensure_ascii=False) + ":")
     return f"{path}:{text.count(chr(10), 0, at) + 1}" if at >= 0 else str(path)
 
 
