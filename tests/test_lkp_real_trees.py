@@ -377,3 +377,27 @@ def test_global_verbose_flag_also_lists_what_was_skipped(eng, tree):
     rc, _, err = cli("-v", "import", "lkp", str(tree))
     assert rc == 0, err
     assert f"stackbench: note: skipped {lkp_tree.compiler_dir(tree) / 'matrix.json'}" in err
+
+
+def test_native_runs_zero_everywhere_is_no_row():
+    """Runs stackbench made itself (no LKP tree): a counter that is 0 in every run is left
+    out as unite-stats leaves out an integer counter; 0 in one kernel only stays a row."""
+    from test_lkp_table import make_dataset
+
+    from stackbench.resultsdb.tables import lkp as lkp_table
+
+    ds = make_dataset(
+        [
+            ("a", {"x.y": [1.0, 2.0, 3.0], "mmtests-vmstat.pswpin": [0, 0, 0], "z.w": [0, 0, 0]}),
+            ("b", {"x.y": [1.0, 2.0, 3.0], "mmtests-vmstat.pswpin": [0, 0, 0], "z.w": [5, 5, 5]}),
+        ]
+    )
+    out = lkp_table.render(ds, all_rows=True)
+    assert "pswpin" not in out and "-100.0%" not in out
+    assert "      0.00         +5e+102%       5.00        z.w\n" in out
+    # an imported LKP run keeps its stored zeros: LKP itself shows float zeros
+    for r in ds.runs.values():
+        r.meta["lkp_result_root"] = "/lkp/result/..."
+    assert "      0.00          -100.0%       0.00        mmtests-vmstat.pswpin\n" in (
+        lkp_table.render(ds, all_rows=True)
+    )

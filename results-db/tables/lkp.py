@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stackbench.resultsdb import query
-from stackbench.resultsdb.tables import lkp_fail, lkp_rule
+from stackbench.resultsdb.tables import lkp_fail, lkp_rule, lkp_unite
 
 ABS_WIDTH = 10
 REL_WIDTH = 10
@@ -324,7 +324,7 @@ def render(ds: query.Dataset, all_rows: bool = False, *, more: bool = True) -> s
     """
     single = len(ds.kernels) == 1
     parts = []
-    for g in build_groups(ds):
+    for g in lkp_unite.unite(build_groups(ds), ds):  # no 0 -> 0 rows, as in LKP
         if len(g.columns) < 2 and not single:
             continue
         # a lone kernel has nothing to be compared with: show all its stats
