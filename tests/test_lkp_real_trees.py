@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import shutil
 from pathlib import Path
 
 import lkp_tree
@@ -401,3 +402,38 @@ def test_native_runs_zero_everywhere_is_no_row():
     assert "      0.00          -100.0%       0.00        mmtests-vmstat.pswpin\n" in (
         lkp_table.render(ds, all_rows=True)
     )
+
+
+def test_stats_source_must_be_paths(eng, tree):
+    for stats in tree.rglob("stats.json"):
+        stats.unlink()
+    path = lkp_tree.compiler_dir(tree) / A / "matrix.json"
+    matrix = json.loads(path.read_text())
+    matrix["stats_source"] = 5
+    lkp_tree.save_json(matrix, path)
+    line = path.read_text().splitlines().index('  "stats_source": 5') + 1
+    with pytest.raises(InputError) as exc:
+        lkp.import_paths(eng, [str(tree)])
+    assert str(exc.value) == f"{path}:{line}: stats_source must be a list of paths"
+
+
+def test_non_finite_stat_names_file_and_line(eng, tree):
+    path = lkp_tree.compiler_dir(tree) / B / "1" / "stats.json"
+    path.write_text(
+        path.read_text().replace('"vm-scalability.median": 4401', '"vm-scalability.median": NaN')
+    )
+    line = path.read_text().splitlines().index('  "vm-scalability.median": NaN,') + 1
+    with pytest.raises(InputError) as exc:
+        lkp.import_paths(eng, [str(tree)])
+    assert str(exc.value) == f"{path}:{line}: stat 'vm-scalability.median' is not a finite number"
+
+
+def test_only_summaries_is_no_result(eng, tree):
+    """avg.json and stddev.json alone hold no runs: nothing to import, and it says so."""
+    only = tree.parent / "only"
+    only.mkdir()
+    shutil.copy(lkp_tree.compiler_dir(tree) / "avg.json", only / "avg.json")
+    notes: list[str] = []
+    with pytest.raises(InputError, match="no LKP results found"):
+        lkp.import_paths(eng, [str(only)], notes)
+    assert notes == [f"skipped {only / 'avg.json'}: a summary unite-stats derives from matrix.json"]

@@ -200,3 +200,22 @@ def test_failed_benchmark_gnu_time_status_line(eng, real_run):
     with eng.connect() as conn:
         rows = conn.execute(text("SELECT iteration, status, error FROM run ORDER BY 1")).all()
     assert [tuple(r) for r in rows] == [(0, "done", ""), (1, "failed", "thpscale exited with 3")]
+
+
+def test_corrupt_compressed_sysstate_is_refused(eng, real_run):
+    gz = real_run / "iter-0" / "tests-sysstate.gz"
+    gz.write_bytes(gz.read_bytes()[:40])
+    rc, out, err = cli("import", "mmtests", str(real_run))
+    assert (rc, out) == (1, "")
+    assert err.startswith(f"stackbench: error: {gz}: cannot read tests-sysstate")
+    assert err.count("\n") == 1
+
+
+def test_unreadable_stub_is_skipped_with_a_note(eng, real_run):
+    """The data is in tests-sysstate.gz; a stub beside it that is not bookkeeping is noted,
+    not refused."""
+    stub = real_run / "iter-1" / "tests-sysstate"
+    stub.write_text("not a bookkeeping line\n")
+    rc, out, err = cli("import", "mmtests", "--verbose", str(real_run))
+    assert rc == 0, err
+    assert f"stackbench: note: skipped {stub}: line 1: unexpected line" in err
