@@ -9,6 +9,7 @@ failure is an :class:`InputError` naming the source and what is wrong, on one li
 
 from __future__ import annotations
 
+import codecs
 import email
 import email.errors
 import email.header
@@ -24,6 +25,10 @@ from stackbench.errors import InputError
 # uploads are size-limited at the web layer too; this keeps the CLI and the hook honest
 MAX_MBOX_BYTES = 64 * 1024 * 1024
 MAX_PATCHES = 500
+# larger counters or versions are refused before anything is sized by them; the digit
+# bound also keeps int() far below Python's conversion limit
+MAX_VERSION = 10000
+_MAX_DIGITS = 9
 
 # mbox separator lines as git mailsplit accepts them: "From <addr-or-sha> <asctime date>"
 _FROM_LINE = re.compile(
@@ -197,7 +202,7 @@ def clean_date(value: object) -> str:
         return ""
     try:
         return email.utils.parsedate_to_datetime(text).isoformat()
-    except (TypeError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError, OverflowError):
         return text
 
 
@@ -247,13 +252,23 @@ def find_text(msg: email.message.Message) -> str:
         payload = part.get_payload(decode=True)
         if payload is None:
             continue
-        charset = part.get_content_charset() or "utf-8"
-        try:
-            text = payload.decode(charset, errors="replace")
-        except LookupError:
-            text = payload.decode("utf-8", errors="replace")
+        text = _decode(payload, part)
         chunks.append(text.replace("\r\n", "\n"))
     return "\n".join(chunks)
+
+
+def _decode(payload: bytes, part: email.message.Message) -> str:
+    """The payload as text in its declared charset, else UTF-8 with replacement characters.
+
+    A mail names any codec Python has, and some (idna, punycode, the bytes-to-bytes ones)
+    raise whatever they like on arbitrary bytes even with errors="replace"."""
+    try:
+        charset = part.get_content_charset() or "utf-8"
+        if codecs.lookup(charset)._is_text_encoding:
+            return payload.decode(charset, errors="replace")
+    except Exception:  # noqa: BLE001 - any codec failure means: fall back to UTF-8
+        pass
+    return payload.decode("utf-8", errors="replace")
 
 
 def find_diff_start(lines: list[str]) -> int | None:
@@ -280,8 +295,11 @@ def find_base_commit(text: str) -> str | None:
 # ---------------------------------------------------------------- parse_*
 
 
-def parse_prefix(words: list[str]) -> tuple[tuple[int, int] | None, int, bool, bool]:
-    """(counter, version, rfc, is_patch) from the subject's prefix words."""
+def parse_prefix(
+    words: list[str], source: str = "<mbox>"
+) -> tuple[tuple[int, int] | None, int, bool, bool]:
+    """(counter, version, rfc, is_patch) from the subject's prefix words; a counter beyond
+    :data:`MAX_PATCHES` or a version beyond :data:`MAX_VERSION` is refused."""
     counter = None
     version = 1
     rfc = False
@@ -290,15 +308,37 @@ def parse_prefix(words: list[str]) -> tuple[tuple[int, int] | None, int, bool, b
         up = w.upper()
         m = _COUNTER.match(w)
         if m:
-            counter = (int(m.group(1)), int(m.group(2)))
+            idx, total = (
+                _bounded(source, m.group(1), "patch number"),
+                _bounded(source, m.group(2), "series length"),
+            )
+            if total > MAX_PATCHES:
+                raise InputError(source, f"series of {total} patches: at most {MAX_PATCHES}")
+            counter = (idx, total)
         elif _VERSION.match(w):
-            version = int(w[1:])
+            version = _bounded(source, w[1:], "version")
+            if version > MAX_VERSION:
+                raise InputError(source, f"version v{version}: at most v{MAX_VERSION}")
         elif up == "RFC":
             rfc = True
             is_patch = True
         elif up.startswith("PATCH"):
             is_patch = True
     return counter, version, rfc, is_patch
+
+
+def _bounded(source: str, digits: str, what: str) -> int:
+    digits = digits.lstrip("0") or "0"
+    if len(digits) > _MAX_DIGITS:
+        raise InputError(source, f"{what} {_short(digits, 20)} is too large")
+    return int(digits)
+
+
+def _hunk_count(digits: str | None) -> int:
+    if digits is None:
+        return 1
+    # a count larger than any mbox can hold just means "to the end of the input"
+    return int(digits) if len(digits) <= _MAX_DIGITS else 10**_MAX_DIGITS
 
 
 def parse_diff(lines: list[str], start: int) -> tuple[str, int]:
@@ -331,8 +371,8 @@ def parse_diff(lines: list[str], start: int) -> tuple[str, int]:
             continue
         m = _HUNK.match(line)
         if m:
-            old = int(m.group(1)) if m.group(1) is not None else 1
-            new = int(m.group(2)) if m.group(2) is not None else 1
+            old = _hunk_count(m.group(1))
+            new = _hunk_count(m.group(2))
             i += 1
             while i < n and (old > 0 or new > 0):
                 h = lines[i]
@@ -391,12 +431,12 @@ def _strip_signature(text: str) -> str:
     return text
 
 
-def parse_mail(raw: bytes, position: int) -> _Mail:
+def parse_mail(raw: bytes, position: int, source: str = "<mbox>") -> _Mail:
     msg = email.message_from_bytes(raw, policy=email.policy.compat32)
     subject_raw = msg.get("Subject", "")
     is_reply = bool(_REPLY.match(clean_header(subject_raw)))
     subject, words = clean_subject(subject_raw)
-    counter, version, rfc, tagged = parse_prefix(words)
+    counter, version, rfc, tagged = parse_prefix(words, source)
     return _Mail(
         position=position,
         raw=raw,
@@ -429,7 +469,7 @@ def parse_mbox(data: bytes, *, source: str = "<mbox>") -> ParsedSeries:
     in ``ignored``. Gaps, duplicates, mixed versions or totals, a numbered patch without a
     diff, or no patches at all raise :class:`InputError`.
     """
-    mails = [parse_mail(raw, i) for i, raw in enumerate(find_mails(data, source))]
+    mails = [parse_mail(raw, i, source) for i, raw in enumerate(find_mails(data, source))]
 
     cover: _Mail | None = None
     patch_mails: list[tuple[_Mail, str, str, str]] = []
@@ -554,10 +594,12 @@ def _order(
                 continue  # the same mail saved twice
             raise InputError(source, f"patch {idx}/{total} appears twice")
         by_idx[idx] = pm
-    missing = [i for i in range(1, total + 1) if i not in by_idx]
-    if missing:
-        listed = ", ".join(f"{i}/{total}" for i in missing)
+    if len(by_idx) < total:
+        # total is bounded by MAX_PATCHES; the message names the first few gaps only
+        missing = [i for i in range(1, total + 1) if i not in by_idx]
+        listed = ", ".join(f"{i}/{total}" for i in missing[:10])
+        more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
         raise InputError(
-            source, f"series of {total} patches has {len(by_idx)}: missing patch {listed}"
+            source, f"series of {total} patches has {len(by_idx)}: missing patch {listed}{more}"
         )
     return [(i, total, by_idx[i]) for i in range(1, total + 1)]
