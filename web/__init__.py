@@ -23,6 +23,15 @@ DEFAULTS: dict[str, Any] = {
     # per user: at most SUBMIT_RATE_COUNT submissions in SUBMIT_RATE_WINDOW seconds
     "SUBMIT_RATE_COUNT": 20,
     "SUBMIT_RATE_WINDOW": 3600,
+    # per user: at most COMPARE_RATE_COUNT new comparisons (each computes tables and plots)
+    "COMPARE_RATE_COUNT": 30,
+    "COMPARE_RATE_WINDOW": 3600,
+    # more comparisons than this many kernels cost seconds each; refused outright
+    "COMPARE_MAX_KERNELS": 8,
+    # wrong passwords or git tokens: LOGIN_FAIL_COUNT per user name (three times that per
+    # client address) in LOGIN_FAIL_WINDOW seconds, then sign-in waits
+    "LOGIN_FAIL_COUNT": 10,
+    "LOGIN_FAIL_WINDOW": 900,
     "SESSION_COOKIE_HTTPONLY": True,
     "SESSION_COOKIE_SAMESITE": "Lax",
     # behind HTTPS (production): send the session cookie only over TLS
