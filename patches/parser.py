@@ -96,11 +96,13 @@ class ParsedSeries:
     ignored: list[str] = field(default_factory=list)
 
     def content_hash(self) -> str:
-        """A digest of the patches themselves, for series whose mails carry no Message-ID."""
+        """A digest of the patches themselves: two series with one Message-ID but other
+        patches are two series."""
         h = hashlib.sha256()
         for p in self.patches:
             h.update(f"{p.idx}/{p.total}\0{p.subject}\0{p.author_email}\0".encode())
-            h.update(p.diff.encode())
+            h.update(p.body.encode(errors="replace") + b"\0")
+            h.update(p.diff.encode(errors="replace"))
             h.update(b"\0")
         return h.hexdigest()
 
@@ -588,10 +590,16 @@ def _order(
         if idx > total:
             raise InputError(source, f"{_label(pm[0])}: index beyond the series length")
         if idx in by_idx:
-            first = by_idx[idx][0]
-            same_id = clean_msgid(first.msg.get("Message-ID"))
-            if same_id and same_id == clean_msgid(pm[0].msg.get("Message-ID")):
+            first = by_idx[idx]
+            if first[1:] == pm[1:] and first[0].subject == pm[0].subject:
                 continue  # the same mail saved twice
+            same_id = clean_msgid(first[0].msg.get("Message-ID"))
+            if same_id and same_id == clean_msgid(pm[0].msg.get("Message-ID")):
+                raise InputError(
+                    source,
+                    f"patch {idx}/{total} appears twice with Message-ID {_short(same_id)} "
+                    "but different content",
+                )
             raise InputError(source, f"patch {idx}/{total} appears twice")
         by_idx[idx] = pm
     if len(by_idx) < total:
