@@ -44,6 +44,9 @@ _NAME_ADDR = re.compile(r"^(.*?)\s*<([^<>\s]+@[^<>\s]+)>\s*$")
 _BASE_COMMIT = re.compile(r"^base-commit:\s*([0-9a-f]{7,64})\s*$", re.MULTILINE)
 _HUNK = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f\u0085\u2028\u2029]")
+# one addr-spec, without the RFC 5322 specials that would make it a list or a route
+# ("a,evil@x" is two addresses to an MTA); quoted local parts are not accepted
+_ADDR_SPEC = re.compile(r"[^\s<>()\[\]\\,;:@\"]+@[^\s<>()\[\]\\,;:@\"]+")
 # lines git puts between "diff --git" and the first hunk (or instead of hunks)
 _DIFF_HEADER_PREFIXES = (
     "index ",
@@ -189,12 +192,17 @@ def clean_address(value: object) -> tuple[str, str]:
         name, addr = email.utils.parseaddr(raw)
         name = clean_header(name)
         addr = clean_header(addr)
-    if not addr or "@" not in addr or " " in addr:
+    if not is_mail_address(addr):
         # an unparsable address: keep what was there as the name rather than invent one
         return clean_header(raw), ""
     if not name:
         name = addr.split("@", 1)[0]
     return name, addr
+
+
+def is_mail_address(addr: str) -> bool:
+    """True for one plain ``local@domain`` address that is safe in a To: header."""
+    return len(addr) <= 254 and _ADDR_SPEC.fullmatch(addr) is not None
 
 
 def clean_date(value: object) -> str:

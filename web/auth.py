@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 from werkzeug.security import check_password_hash, generate_password_hash
 
 from stackbench.errors import InputError, NotFoundError
+from stackbench.patches.parser import is_mail_address
 from stackbench.resultsdb.models import ApiToken, AppUser
 
 TOKEN_PREFIX = "sbt_"
@@ -46,6 +47,9 @@ def create_user(
     worker: bool = False,
 ) -> AppUser:
     name = clean_username(name)
+    email = email.strip()
+    if email and not is_mail_address(email):
+        raise InputError("user", f"invalid mail address {email[:120]!r} (one plain local@domain)")
     if s.scalar(select(AppUser).where(AppUser.name == name)) is not None:
         raise InputError("user", f"user '{name}' already exists")
     user = AppUser(
