@@ -296,3 +296,48 @@ def test_latin1_patch_submitted_by_upload_applies_from_its_bytes(eng, client, tm
     assert git(repo, "rev-parse", f"{head}^{{tree}}").decode().strip() == want
     with db(eng) as s:
         assert s.get(Series, sid).state == "applied"
+
+
+HOSTILE_SUBJECTS = [
+    "[PATCH 1/5000000] mm: x",
+    "[PATCH 1/10000000] mm: x",
+    "[PATCH 1/" + "9" * 5000 + "] mm: x",
+    "[PATCH v" + "9" * 5000 + "] mm: x",
+]
+
+
+@pytest.mark.parametrize("subject", HOSTILE_SUBJECTS)
+def test_hostile_numbers_are_a_short_400_on_api_and_form(eng, client, subject):
+    add_tree(eng)
+    add_user(eng, "alice")
+    mbox = (
+        "From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
+        f"From: A <a@example.org>\nSubject: {subject}\n\nx\n---\n"
+        "diff --git a/a.c b/a.c\n--- a/a.c\n+++ b/a.c\n@@ -1 +1 @@\n-a\n+b\n"
+    ).encode()
+    r = api_submit(client, add_token(eng, "alice"), mbox)
+    assert r.status_code == 400 and len(r.get_data()) < 2000, r.get_data()[:300]
+    login(client)
+    form = {
+        "csrf_token": csrf_of(client, "/submit"),
+        "tree": "mm",
+        "jobs": ["vm-scalability"],
+        "runs": "1",
+        "mbox": (io.BytesIO(mbox), "x.mbox"),
+    }
+    page = client.post("/submit", data=form, content_type="multipart/form-data")
+    assert page.status_code == 400 and 'id="error-mbox"' in page.get_data(as_text=True)
+    assert len(page.get_data()) < 50_000
+
+
+def test_idna_charset_part_is_accepted_not_a_500(eng, client):
+    add_tree(eng)
+    add_user(eng, "alice")
+    mbox = (
+        b"From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
+        b"From: A <a@example.org>\nSubject: [PATCH] mm: x\nMessage-ID: <idna@x>\n"
+        b"MIME-Version: 1.0\nContent-Type: text/plain; charset=idna\n\nx\n---\n"
+        b"diff --git a/a.c b/a.c\n--- a/a.c\n+++ b/a.c\n@@ -1 +1 @@\n-a\n+b\n"
+    )
+    r = api_submit(client, add_token(eng, "alice"), mbox, base="a" * 40)
+    assert r.status_code == 201, r.get_json()
