@@ -26,8 +26,8 @@ DEFAULTS: dict[str, Any] = {
     # per user: at most COMPARE_RATE_COUNT new comparisons (each computes tables and plots)
     "COMPARE_RATE_COUNT": 30,
     "COMPARE_RATE_WINDOW": 3600,
-    # more comparisons than this many kernels cost seconds each; refused outright
-    "COMPARE_MAX_KERNELS": 8,
+    # each kernel adds about a second to a comparison; a 31-patch series plus its base fits
+    "COMPARE_MAX_KERNELS": 32,
     # wrong passwords or git tokens: LOGIN_FAIL_COUNT per user name (three times that per
     # client address) in LOGIN_FAIL_WINDOW seconds, then sign-in waits
     "LOGIN_FAIL_COUNT": 10,
