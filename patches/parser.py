@@ -2,25 +2,33 @@
 saved mailboxes and lore.kernel.org mboxrd downloads.
 
 Structured the way patchwork's parser is: ``find_*`` helpers locate a piece of a mail,
-``parse_*`` helpers interpret it, ``clean_*`` helpers make a header value safe to store, show
-and reuse in mail headers (decoded RFC 2047, unfolded, no control characters). Every
-failure is an :class:`InputError` naming the source and what is wrong, on one line.
+``parse_*`` helpers interpret it, ``clean_*`` helpers (in :mod:`.mailheaders`) make a
+header value safe to store, show and reuse in mail headers (decoded RFC 2047, unfolded, no
+control characters). Every failure is an :class:`InputError` naming the source and what is
+wrong, on one line.
 """
 
 from __future__ import annotations
 
 import codecs
 import email
-import email.errors
-import email.header
 import email.message
 import email.policy
-import email.utils
 import hashlib
 import re
 from dataclasses import dataclass, field
 
 from stackbench.errors import InputError
+from stackbench.patches.mailheaders import (  # noqa: F401 - re-exported, parser's API
+    MSGID,
+    REPLY,
+    clean_address,
+    clean_date,
+    clean_header,
+    clean_msgid,
+    clean_subject,
+    is_mail_address,
+)
 
 # uploads are size-limited at the web layer too; this keeps the CLI and the hook honest
 MAX_MBOX_BYTES = 64 * 1024 * 1024
@@ -35,18 +43,10 @@ _FROM_LINE = re.compile(
     rb"^From \S+ +(?:[A-Z][a-z]{2} ){2}[ \d]?\d \d\d:\d\d(?::\d\d)?(?: [+-]?\w+)? \d{4}\s*$"
 )
 _HEADER_LINE = re.compile(rb"^[!-9;-~]+:[ \t]?")
-_PREFIX_GROUP = re.compile(r"^\s*\[([^\[\]]*)\]\s*")
-_REPLY = re.compile(r"^\s*(re|aw|fwd?|sv)\s*(\[\d+\])?\s*:", re.IGNORECASE)
 _COUNTER = re.compile(r"^0*(\d+)/0*(\d+)$")
 _VERSION = re.compile(r"^v(\d+)$", re.IGNORECASE)
-_MSGID = re.compile(r"<[^<>\s]+>")
-_NAME_ADDR = re.compile(r"^(.*?)\s*<([^<>\s]+@[^<>\s]+)>\s*$")
 _BASE_COMMIT = re.compile(r"^base-commit:\s*([0-9a-f]{7,64})\s*$", re.MULTILINE)
 _HUNK = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f\u0085\u2028\u2029]")
-# one addr-spec, without the RFC 5322 specials that would make it a list or a route
-# ("a,evil@x" is two addresses to an MTA); quoted local parts are not accepted
-_ADDR_SPEC = re.compile(r"[^\s<>()\[\]\\,;:@\"]+@[^\s<>()\[\]\\,;:@\"]+")
 # lines git puts between "diff --git" and the first hunk (or instead of hunks)
 _DIFF_HEADER_PREFIXES = (
     "index ",
@@ -124,96 +124,6 @@ class _Mail:
     rfc: bool
     tagged: bool  # [PATCH ...] or [RFC ...] in the subject
     text: str
-
-
-# ---------------------------------------------------------------- clean_*
-
-
-def clean_header(value: object) -> str:
-    """A header as one line of text: RFC 2047 words decoded, folding and any control
-    characters (CR/LF included, even when they were hidden in an encoded word) replaced by
-    spaces, runs of whitespace collapsed."""
-    if value is None:
-        return ""
-    if isinstance(value, email.header.Header):
-        raw = str(value)
-    else:
-        raw = str(value)
-    try:
-        text = str(email.header.make_header(email.header.decode_header(raw)))
-    except (LookupError, ValueError, UnicodeError, email.errors.HeaderParseError):
-        text = raw
-    # CR/LF hidden in an encoded word must not survive into anything that is later put in
-    # a mail header or a log line
-    text = _CONTROL.sub(" ", text)
-    return " ".join(text.split())
-
-
-def clean_subject(subject: str) -> tuple[str, list[str]]:
-    """The subject without ``Re:`` and bracketed prefixes, and the prefix words found
-    (``[RFC PATCH v3 2/5]`` -> ``["RFC", "PATCH", "v3", "2/5"]``)."""
-    text = clean_header(subject)
-    words: list[str] = []
-    while True:
-        m = _REPLY.match(text)
-        if m:
-            text = text[m.end() :]
-            continue
-        m = _PREFIX_GROUP.match(text)
-        if not m:
-            break
-        words.extend(w for w in re.split(r"[\s,]+", m.group(1)) if w)
-        text = text[m.end() :]
-    return text.strip(), words
-
-
-def clean_msgid(value: object) -> str | None:
-    """The first ``<id@host>`` of a Message-ID / In-Reply-To header, or None."""
-    text = clean_header(value)
-    m = _MSGID.search(text)
-    if m:
-        return m.group(0)[:995]
-    text = text.strip()
-    # some mailers drop the angle brackets; keep such ids if they look like one
-    if text and " " not in text and "@" in text:
-        return f"<{text[:993]}>"
-    return None
-
-
-def clean_address(value: object) -> tuple[str, str]:
-    """(name, email) of a From header; names are decoded, both are single-line."""
-    raw = " ".join(_CONTROL.sub(" ", str(value or "")).split())
-    m = _NAME_ADDR.match(raw)
-    if m:
-        # "Name <addr>": split before decoding, as a decoded name may hold ':' ',' '<'
-        name = clean_header(m.group(1)).strip().strip('"').replace('\\"', '"').strip()
-        addr = clean_header(m.group(2))
-    else:
-        name, addr = email.utils.parseaddr(raw)
-        name = clean_header(name)
-        addr = clean_header(addr)
-    if not is_mail_address(addr):
-        # an unparsable address: keep what was there as the name rather than invent one
-        return clean_header(raw), ""
-    if not name:
-        name = addr.split("@", 1)[0]
-    return name, addr
-
-
-def is_mail_address(addr: str) -> bool:
-    """True for one plain ``local@domain`` address that is safe in a To: header."""
-    return len(addr) <= 254 and _ADDR_SPEC.fullmatch(addr) is not None
-
-
-def clean_date(value: object) -> str:
-    """ISO 8601 when the Date header parses, else the cleaned header text."""
-    text = clean_header(value)
-    if not text:
-        return ""
-    try:
-        return email.utils.parsedate_to_datetime(text).isoformat()
-    except (TypeError, ValueError, IndexError, OverflowError):
-        return text
 
 
 # ---------------------------------------------------------------- find_*
@@ -444,7 +354,7 @@ def _strip_signature(text: str) -> str:
 def parse_mail(raw: bytes, position: int, source: str = "<mbox>") -> _Mail:
     msg = email.message_from_bytes(raw, policy=email.policy.compat32)
     subject_raw = msg.get("Subject", "")
-    is_reply = bool(_REPLY.match(clean_header(subject_raw)))
+    is_reply = bool(REPLY.match(clean_header(subject_raw)))
     subject, words = clean_subject(subject_raw)
     counter, version, rfc, tagged = parse_prefix(words, source)
     return _Mail(
@@ -558,7 +468,7 @@ def _find_parent(msg: email.message.Message) -> str | None:
     parent = clean_msgid(msg.get("In-Reply-To"))
     if parent:
         return parent
-    refs = _MSGID.findall(clean_header(msg.get("References")))
+    refs = MSGID.findall(clean_header(msg.get("References")))
     return refs[-1] if refs else None
 
 

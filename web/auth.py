@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from werkzeug.security import check_password_hash, generate_password_hash
 
 from stackbench.errors import InputError, NotFoundError
-from stackbench.patches.parser import is_mail_address
+from stackbench.patches.mailheaders import is_mail_address
 from stackbench.resultsdb.models import ApiToken, AppUser
 
 TOKEN_PREFIX = "sbt_"

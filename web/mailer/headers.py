@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from stackbench.errors import InputError
-from stackbench.patches.parser import is_mail_address
+from stackbench.patches.mailheaders import is_mail_address
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
 

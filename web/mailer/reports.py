@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import Engine, select
 
 from stackbench.errors import NotFoundError, StackbenchError
-from stackbench.patches.parser import is_mail_address
+from stackbench.patches.mailheaders import is_mail_address
 from stackbench.resultsdb.models import (
     AppUser,
     Bisect,
