@@ -341,3 +341,21 @@ def test_idna_charset_part_is_accepted_not_a_500(eng, client):
     )
     r = api_submit(client, add_token(eng, "alice"), mbox, base="a" * 40)
     assert r.status_code == 201, r.get_json()
+
+
+def test_api_client_sends_the_mbox_bytes_unchanged(eng, server):
+    from stackbench.apiclient import ApiClient
+    from stackbench.resultsdb.models import Series
+
+    add_tree(eng)
+    add_user(eng, "alice")
+    mbox = (
+        b"From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
+        b"From: J\xf6rg <j@example.org>\nSubject: [PATCH] mm: caf\xe9\n"
+        b"Content-Type: text/plain; charset=ISO-8859-1\n\nx\n---\n"
+        b"diff --git a/a.c b/a.c\n--- a/a.c\n+++ b/a.c\n@@ -1 +1 @@\n-/* caf\xe9 */\n+/* na\xefve */\n"
+    )
+    c = ApiClient(server, add_token(eng, "alice"))
+    sid = c.submit(mbox, tree="mm", base="a" * 40, jobs=["vm-scalability"], runs=1)["id"]
+    with db(eng) as s:
+        assert s.get(Series, sid).mbox == mbox
