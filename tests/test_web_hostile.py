@@ -359,3 +359,32 @@ def test_api_client_sends_the_mbox_bytes_unchanged(eng, server):
     sid = c.submit(mbox, tree="mm", base="a" * 40, jobs=["vm-scalability"], runs=1)["id"]
     with db(eng) as s:
         assert s.get(Series, sid).mbox == mbox
+
+
+def test_database_cut_mid_request_is_a_503_then_recovers(eng, db_url, client):
+    """What a PostgreSQL restart does to a request in flight: its backend is terminated."""
+    import psycopg
+
+    add_tree(eng)
+    make_series(eng)
+    admin_url = db_url.replace("postgresql+psycopg://", "postgresql://")
+    fired = []
+
+    def kill_once(conn, cursor, statement, params, context, executemany):
+        if not fired and "FROM series" in statement:
+            fired.append(True)
+            pid = conn.connection.dbapi_connection.info.backend_pid
+            with psycopg.connect(admin_url, autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+
+    event.listen(eng, "before_cursor_execute", kill_once)
+    try:
+        page = client.get("/")
+        api = client.get("/api/series")
+    finally:
+        event.remove(eng, "before_cursor_execute", kill_once)
+    assert fired
+    assert page.status_code == 503 and "database is unavailable" in page.get_data(as_text=True)
+    assert "Traceback" not in page.get_data(as_text=True)
+    assert api.status_code == 200  # the next request gets a fresh connection
+    assert client.get("/").status_code == 200

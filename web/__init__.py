@@ -98,6 +98,19 @@ def create_app(config: dict | None = None) -> Flask:
             return exc
         return render_template("error.html", error=exc), exc.code
 
+    from sqlalchemy import exc as sa_exc
+    from werkzeug.exceptions import ServiceUnavailable
+
+    @app.errorhandler(sa_exc.OperationalError)
+    @app.errorhandler(sa_exc.InterfaceError)
+    def database_gone(exc: Exception):
+        # a database restart or network cut: say so (503, retry later) instead of a bare 500;
+        # the pool pings connections, so the next request reconnects
+        app.logger.warning("database unavailable: %s", str(exc).splitlines()[0][:200])
+        return http_error(
+            ServiceUnavailable("the database is unavailable right now; try again in a moment")
+        )
+
     @app.after_request
     def security_headers(resp):
         # no inline scripts or foreign resources: the CSP makes an escaping slip harmless
