@@ -95,7 +95,7 @@ def mutated_mbox(draw: st.DrawFn) -> bytes:
 
 
 @settings(
-    max_examples=400,
+    max_examples=1000,
     derandomize=True,
     deadline=None,  # the bound is checked below, including tracemalloc's overhead
     database=None,
