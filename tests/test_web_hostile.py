@@ -93,6 +93,10 @@ def test_login_is_throttled_after_wrong_passwords(eng, app, client):
         s.execute(text("UPDATE login_failure SET created_at = now() - interval '1 day'"))
         s.commit()
     assert post_login(client).status_code == 303
+    # old failures are dropped when the next one is recorded
+    post_login(client, password="guess")
+    with db(eng) as s:
+        assert s.scalar(text("SELECT count(*) FROM login_failure")) == 1
 
 
 def _basic(name: str, secret: str) -> dict[str, str]:

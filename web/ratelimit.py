@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from flask import current_app
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from stackbench.resultsdb.models import Comparison, LoginFailure, Series
@@ -47,6 +47,13 @@ def login_blocked(s: Session, name: str, remote: str) -> bool:
 
 
 def record_login_failure(s: Session, name: str, remote: str) -> None:
+    # rows older than the window count for nothing: dropped here, so the table stays small
+    window = int(current_app.config["LOGIN_FAIL_WINDOW"])
+    s.execute(
+        delete(LoginFailure).where(
+            LoginFailure.created_at < datetime.now(UTC) - timedelta(seconds=2 * window)
+        )
+    )
     # committed at once: the failed request itself writes nothing else
     s.add(LoginFailure(name=name[:200], remote=remote))
     s.commit()
