@@ -392,3 +392,19 @@ def test_database_cut_mid_request_is_a_503_then_recovers(eng, db_url, client):
     assert "Traceback" not in page.get_data(as_text=True)
     assert api.status_code == 200  # the next request gets a fresh connection
     assert client.get("/").status_code == 200
+
+
+def test_login_page_with_a_hostile_next_renders(eng, client):
+    r = client.get("/login", query_string={"next": "/\n/evil.example"})
+    assert r.status_code == 200 and "evil.example" not in r.get_data(as_text=True)
+
+
+def test_cli_passwd_signs_the_user_out_of_the_web(eng, client, monkeypatch):
+    from stackbench.cli import main
+
+    add_user(eng, "alice")
+    post_login(client)
+    assert client.get("/account").status_code == 200
+    monkeypatch.setattr("sys.stdin", io.StringIO("another-password\n"))
+    assert main(["user", "passwd", "alice", "--password-stdin"]) == 0
+    assert client.get("/account").status_code == 302
