@@ -288,10 +288,8 @@ def submit(
             owner_id=owner_id,
             jobs=list(jobs) if jobs is not None else None,
             runs=runs,
+            mbox=mbox,  # the raw mails, so `git am` gets exactly what was submitted
         )
-        if "mbox_b64" not in series.meta:
-            # the raw mails, so `git am` gets exactly what was submitted
-            series.meta = {**series.meta, "mbox_b64": base64.b64encode(mbox).decode()}
         return series.id
 
 
@@ -523,9 +521,12 @@ def _series_mails(s: Session, series: Series) -> list[Any]:
     stored patch rows (series created by other front ends)."""
     from stackbench.patches.parser import parse_mbox
 
-    raw = series.meta.get("mbox_b64")
+    # series.mbox for every door since migration 0003; meta's copy for older CLI series
+    raw = series.mbox or (
+        base64.b64decode(series.meta["mbox_b64"]) if "mbox_b64" in series.meta else None
+    )
     if raw:
-        parsed = parse_mbox(base64.b64decode(raw), source=f"series {series.id}")
+        parsed = parse_mbox(raw, source=f"series {series.id}")
         if len(parsed.patches) == len(series.patches):
             return parsed.patches
     return [_RebuiltPatch(mail_from_patch(p)) for p in sorted(series.patches, key=lambda p: p.idx)]

@@ -71,7 +71,11 @@ def test_machine_without_runs_is_a_clear_error(eng, capsys):
 
 
 def test_comparison_page_warns_about_pooled_machines(eng, client):
+    from test_web_support import add_user, login
+
     ig.ingest(eng, _runs())
+    add_user(eng, "alice")
+    login(client)
     picked = client.get("/compare/new", query_string={"k": f"{BASE[:10]} {PATCH[:10]}"})
     assert picked.status_code == 303
     page = client.get(picked.headers["Location"]).get_data(as_text=True)

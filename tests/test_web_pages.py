@@ -63,6 +63,8 @@ def test_comparison_page_tables_verdicts_plots(eng, client):
     add_tree(eng)
     sid = make_series(eng)
     populate_results(eng, sid, runs=4)
+    add_user(eng, "alice")
+    login(client)
     r = client.get(f"/series/{sid}/compare", follow_redirects=True)
     assert r.status_code == 200
     html = r.get_data(as_text=True)
@@ -97,6 +99,8 @@ def test_compare_pick_form_every_metric_text_and_plots(eng, client):
 
     with db(eng) as s:
         commits = [s.get(KernelBuild, b).commit for b in build_ids]
+    add_user(eng, "alice")
+    login(client)  # starting a comparison needs an account
     picked = client.get("/compare/new", query_string={"k": f"{commits[0][:10]} {commits[2]}"})
     assert picked.status_code == 303
     key = picked.headers["Location"].rsplit("/", 1)[1]

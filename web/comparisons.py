@@ -83,14 +83,43 @@ def resolve_builds(s: Session, refs: list[str]) -> list[int]:
     return ids
 
 
-def get_or_create(s: Session, build_ids: list[int], opts: Options) -> Comparison:
+class QuotaExceeded(StackbenchError):
+    """The user started too many new comparisons lately (HTTP 429)."""
+
+
+def get_or_create(
+    s: Session, build_ids: list[int], opts: Options, *, owner_id: int | None = None
+) -> Comparison:
     key = comparison_key(build_ids, opts)
     s.execute(
         insert(Comparison)
-        .values(key=key, build_ids=build_ids, params=opts.as_dict(), result={})
+        .values(
+            key=key, build_ids=build_ids, params={**opts.as_dict(), "owner_id": owner_id}, result={}
+        )
         .on_conflict_do_nothing(index_elements=["key"])
     )
     return s.scalars(select(Comparison).where(Comparison.key == key)).one()
+
+
+def create_for(
+    s: Session, user_id: int, refs: list[str], opts: Options, *, max_kernels: int
+) -> Comparison:
+    """A comparison a signed-in user asks for: at most ``max_kernels`` kernels (the cost
+    grows with each), and a new one only within the user's quota; asking again for a
+    comparison that exists costs nothing."""
+    from stackbench.web import ratelimit
+
+    ids = resolve_builds(s, refs)
+    if len(ids) > max_kernels:
+        raise StackbenchError(f"{len(ids)} kernels: at most {max_kernels} per comparison")
+    key = comparison_key(ids, opts)
+    found = s.scalars(select(Comparison).where(Comparison.key == key)).one_or_none()
+    if found is not None:
+        return found
+    msg = ratelimit.check_comparison(s, user_id)
+    if msg:
+        raise QuotaExceeded(msg)
+    return get_or_create(s, ids, opts, owner_id=user_id)
 
 
 def fingerprint(conn, build_ids: list[int]) -> str:

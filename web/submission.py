@@ -97,7 +97,9 @@ def submit(s: Session, user: AppUser, req: Request) -> Series:
         except ImportError:
             errors["mbox"] = "the patch parser is not installed on this server"
     if parsed is not None and not base:
-        base = getattr(parsed, "base_commit", None) or (tree.default_base if tree else "") or ""
+        from stackbench.patches.store import resolve_base
+
+        base = resolve_base(parsed, None, tree.default_base if tree else None)
         if not base and tree is not None:
             errors["base"] = "the series has no base-commit: line and the tree no default base"
     if errors:
@@ -114,6 +116,7 @@ def submit(s: Session, user: AppUser, req: Request) -> Series:
             owner_id=user.id,
             jobs=list(req.jobs),
             runs=runs,
+            mbox=req.mbox,  # applied as sent, whatever its charset
         )
     except InputError as exc:
         raise FieldErrors({"mbox": exc.what}) from exc

@@ -3,13 +3,24 @@ at a permanent URL (/compare/<key>)."""
 
 from __future__ import annotations
 
-from flask import Blueprint, Response, abort, redirect, render_template, request, url_for
+from flask import (
+    Blueprint,
+    Response,
+    abort,
+    current_app,
+    g,
+    redirect,
+    render_template,
+    request,
+    url_for,
+)
 from markupsafe import Markup
 from sqlalchemy import select
 
 from stackbench.errors import NotFoundError, StackbenchError
 from stackbench.resultsdb.models import KernelBuild
 from stackbench.web import comparisons, dbsession, plots
+from stackbench.web.auth import login_required
 
 bp = Blueprint("compare", __name__)
 INLINE_PLOTS = 12
@@ -24,7 +35,9 @@ def pick():
 
 
 @bp.route("/compare/new")
+@login_required
 def create():
+    # computing a comparison costs seconds: only accounts start one, within a quota
     refs = [r for k in request.args.getlist("k") for r in k.split()]
     opts = comparisons.Options(
         all_rows=request.args.get("all") in ("1", "on", "true"),
@@ -32,7 +45,9 @@ def create():
     )
     s = dbsession.get()
     try:
-        ids = comparisons.resolve_builds(s, refs)
+        comp = comparisons.create_for(
+            s, g.user.id, refs, opts, max_kernels=current_app.config["COMPARE_MAX_KERNELS"]
+        )
     except StackbenchError as exc:
         s.rollback()
         recent = list(s.scalars(select(KernelBuild).order_by(KernelBuild.id.desc()).limit(40)))
@@ -40,9 +55,8 @@ def create():
             render_template(
                 "compare_pick.html", recent=recent, error=str(exc), kernels=" ".join(refs)
             ),
-            400,
+            429 if isinstance(exc, comparisons.QuotaExceeded) else 400,
         )
-    comp = comparisons.get_or_create(s, ids, opts)
     s.commit()
     return redirect(url_for("compare.show", key=comp.key), code=303)
 

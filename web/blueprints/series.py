@@ -13,9 +13,9 @@ from flask import (
     url_for,
 )
 from sqlalchemy import select
-from sqlalchemy.orm import selectinload
+from sqlalchemy.orm import defer, selectinload
 
-from stackbench.resultsdb.models import Event, KernelBuild, Run, RunLog, Series, Tree
+from stackbench.resultsdb.models import Event, KernelBuild, Patch, Run, RunLog, Series, Tree
 from stackbench.web import dbsession, filters, progress
 
 bp = Blueprint("series", __name__)
@@ -25,7 +25,21 @@ STATES = ["new", "applying", "applied", "apply-failed", "building", "running", "
 
 def filtered_series(tree: str, submitter: str, state: str, page: int, size: int):
     s = dbsession.get()
-    q = select(Series).options(selectinload(Series.patches), selectinload(Series.tree))
+    # the list shows titles and states: a patch's body and diff (megabytes for a big
+    # series) and the cover letter stay in the database
+    q = select(Series).options(
+        defer(Series.cover_letter),
+        selectinload(Series.patches).load_only(
+            Patch.id,
+            Patch.series_id,
+            Patch.idx,
+            Patch.total,
+            Patch.subject,
+            Patch.commit_sha,
+            Patch.state,
+        ),  # fmt: skip
+        selectinload(Series.tree),
+    )
     if tree:
         q = q.join(Tree, Tree.id == Series.tree_id).where(Tree.name == tree)
     if submitter:

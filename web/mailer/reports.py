@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 from sqlalchemy import Engine, select
 
 from stackbench.errors import NotFoundError, StackbenchError
+from stackbench.patches.mailheaders import is_mail_address
 from stackbench.resultsdb.models import (
+    AppUser,
     Bisect,
     Job,
     KernelBuild,
@@ -75,6 +77,10 @@ def series_report(eng: Engine, series_id: int, cfg: MailConfig | None = None) ->
         if series is None:
             raise NotFoundError(f"no series {series_id}")
         patches = list(series.patches)
+        owner = s.get(AppUser, series.owner_id) if series.owner_id else None
+        owner_email = owner.email if owner is not None and owner.email_verified else ""
+        if owner_email and not is_mail_address(owner_email):
+            owner_email = ""
         s.expunge_all()
     refs = _commit_refs(eng, series)
     total = len(patches)
@@ -99,7 +105,9 @@ def series_report(eng: Engine, series_id: int, cfg: MailConfig | None = None) ->
     else:
         lines.append("No results to compare yet.")
     lines.append("")
-    to = [series.submitter_email] if series.submitter_email else []
+    # never the From of the mbox (anyone can write any address there): the list and the
+    # submitting account's own verified address only
+    to = [owner_email] if owner_email else []
     if cfg.list_addr:
         to.append(cfg.list_addr)
     refs_hdr = [r for r in (series.in_reply_to, series.message_id) if r]
