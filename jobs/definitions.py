@@ -167,6 +167,13 @@ def parse(data: Any, *, path: Path | str = "<job>") -> JobDef:
                 _validate(item, sch, path, f"params.{key}[{i}]")
         else:
             _validate(value, sch, path, f"params.{key}")
+    for value in (
+        params.get("kconfig", [])
+        if isinstance(params.get("kconfig"), list)
+        else [params.get("kconfig")]
+    ):
+        if value:
+            _known_fragment(value, path)
     return JobDef(
         name=Path(path).stem,
         suite=suite,
@@ -178,6 +185,15 @@ def parse(data: Any, *, path: Path | str = "<job>") -> JobDef:
         path=Path(path),
         seed=data.get("seed", ""),
     )
+
+
+def _known_fragment(name: str, path: Path | str) -> None:
+    from stackbench.kernels import config as kconfig
+
+    try:
+        kconfig.fragment_path(name)
+    except NotFoundError as exc:
+        raise InputError(path, f"params.kconfig: {exc}") from None
 
 
 def _system_schema(key: str) -> dict[str, Any] | None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 THP = "/sys/kernel/mm/transparent_hugepage"
@@ -150,3 +151,36 @@ def mismatches(wanted: dict[str, str], got: dict[str, str]) -> list[str]:
         elif " ".join(str(v).split()) != seen:
             bad.append(f"knob {k}: asked for {v!r}, the kernel reads back {seen!r}")
     return bad
+
+
+def kconfig_problems(fragment: str, config_path: Path) -> list[str]:
+    """What the kernel's configuration (an artifact's ``config``) lacks of a fragment."""
+    from stackbench.kernels import config as kconfig
+
+    wanted = kconfig.parse_fragment(kconfig.fragment_path(fragment))
+    if not config_path.is_file():
+        return [f"kconfig {fragment}: the kernel's configuration is not available to check"]
+    final = kconfig.parse_config(config_path)
+    return [f"kconfig {fragment}: {m}" for m in kconfig.find_mismatches(wanted, final)]
+
+
+def boot_setup(plan: list[Any], config_path: Path) -> tuple[str, list[tuple[Any, str]]]:
+    """For one boot of ``plan`` (sub-jobs): the kernel command line additions, and the
+    sub-jobs that cannot run on this kernel with the reason (a config fragment it does not
+    satisfy, a command line parameter another job of the boot sets differently)."""
+    refused: list[tuple[Any, str]] = []
+    accepted: list[str] = []
+    for sj in plan:
+        setup: SystemSetup = sj.setup
+        if setup.kconfig:
+            problems = kconfig_problems(setup.kconfig, config_path)
+            if problems:
+                refused.append((sj, "; ".join(problems)))
+                continue
+        try:
+            plan_cmdline([*accepted, setup.cmdline])
+        except ValueError as exc:
+            refused.append((sj, str(exc)))
+            continue
+        accepted.append(setup.cmdline)
+    return plan_cmdline(accepted), refused
