@@ -71,6 +71,16 @@ SUITE_SOURCES: dict[str, tuple[str, ...]] = {
         "guest/run-stress-highalloc.sh",
     ),
 }
+# the experiments of the seeds (../shared/seeds) the seed-* definitions reproduce, and the
+# comparison that reads each one
+SEEDS: dict[str, tuple[str, str]] = {
+    "000": ("mm: enable >0 order folio memory compaction (Zi Yan)", "--style lkp"),
+    "001": ("mm: proactive compaction", "--style alloc-latency"),
+    "002": ("mm: page_alloc: freelist migratetype hygiene", "--style per-run --metric M"),
+    "003": ("mm/compaction: redesign compaction (Joonsoo Kim)", "--style order-success"),
+    "004": ("Increase success rates and reduce latency of compaction (Mel Gorman)",
+            "--style mmtests --table latency"),
+}  # fmt: skip
 # the scenario stage's sources: part of the version of jobs that have a scenario stage only
 SCENARIO_SOURCES = ("workloads/fragment.c", "guest/scenario.sh")
 
