@@ -172,3 +172,21 @@ def test_seed_styles_on_kernels_without_such_runs_are_clear_errors(fifty):
         render.render(fifty, ["vanilla"], style="alloc-latency")
     with pytest.raises(StackbenchError, match="no stress-highalloc attempts"):
         render.render(fifty, ["vanilla"], style="order-success")
+
+
+def test_series_report_mail_carries_the_seed_tables_when_it_has_such_runs(eng):
+    from test_mail import _cfg, _series
+
+    from stackbench.web.mailer import reports
+
+    sid = _series(eng)  # vm-scalability runs on base "b"*40 and 1/1 "c"*40
+    body = reports.series_report(eng, sid, _cfg(25)).body
+    assert "seed 001's layout" not in body and "seed 003's layout" not in body
+    params = {"scenario": "spread-25-movable", "order": 3, "attempts": 100}
+    for commit, name, got in (("b" * 40, "base", 25), ("c" * 40, "1/1", 40)):
+        ig.ingest(eng, _highalloc_runs(commit, name, [5] * 100, got, 1600, {}, params))
+    body = reports.series_report(eng, sid, _cfg(25)).body
+    assert "Allocation latency (seed 001's layout):" in body
+    assert "- With 1/1 (2 runs, 200 attempts of order 3, pass 1)" in body
+    assert "Order-N success beside compaction counters (seed 003's layout):" in body
+    assert re.search(r"^Success\(N\):\s+50\s+80$", body, re.M)
