@@ -120,3 +120,93 @@ def test_knobs_and_scenarios_on_a_real_kernel(monkeypatch, tmp_path):
     # seed 003's shape: order-3 attempts after the even 25% in unmovable pipes and a hogger
     assert len(spread.samples["stress-highalloc.latency-pass1"]) == 3000
     assert spread.samples["stress-highalloc.allocated-pass1"][0] > 0
+
+
+# the issue's job, and seed 003's shape, on the demo stack through the whole pipeline
+DEMO_JOBS = [
+    "stress-highalloc[thp_enabled=madvise,thp_defrag=madvise,vm.compaction_proactiveness=20,"
+    "scenario=fill-free-3of4,passes=1,load_fraction=0,alloc_fraction=0.3,pace_ms=0,gfp=hugetlb]",
+    "stress-highalloc[scenario=spread-25-movable|spread-25-unmovable,hogger=200,order=3,"
+    "attempts=3000,passes=1,load_fraction=0,pace_ms=0]",
+]
+STEADY_JOB = "stress-highalloc[passes=1,load_fraction=0,alloc_fraction=0.05,pace_ms=0]"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)
+def test_knob_jobs_on_the_demo_stack_and_the_seed_tables(eng, monkeypatch, tmp_path, capsys):
+    from kernelkit import require_kernel_tools, use_kernel_cache
+    from sqlalchemy import select
+    from sqlalchemy.orm import Session
+    from test_pipeline_e2e import builds_by_label, first_patch, runs_of
+
+    from stackbench.jobs import pipeline
+    from stackbench.resultsdb import ingest as ig
+    from stackbench.resultsdb.models import Job
+    from stackbench.resultsdb.tables import per_run, render
+
+    require_kernel_tools()
+    use_kernel_cache(monkeypatch)
+    settings = pipeline.Settings(cpus=2, mem_mb=1024, init_timeout_s=120)
+    sid = pipeline.submit(eng, first_patch("compaction-demo"), jobs=DEMO_JOBS, runs=2)
+    assert pipeline.run_series(eng, sid, settings=settings) == "done"
+    b = builds_by_label(eng, sid)
+    refs = [b["base"].commit, b["1"].commit]
+    for k in (b["base"], b["1"]):
+        runs = runs_of(eng, k.id)
+        assert sorted(r.status for r in runs) == ["done"] * 6, [r.error for r in runs]
+        with Session(eng) as s:
+            jobs = {j.id: j for j in s.scalars(select(Job))}
+        knobbed = [r for r in runs if "thp_enabled" in jobs[r.job_id].params]
+        # read back from the guest and stored with the run
+        assert len(knobbed) == 2
+        for r in knobbed:
+            assert r.meta["knobs"]["thp_enabled"] == "madvise"
+            assert r.meta["knobs"]["thp_defrag"] == "madvise"
+            assert r.meta["knobs"]["vm.compaction_proactiveness"] == "20"
+            assert r.sysstate["knobs"]["thp_enabled"] == "madvise"
+            assert "Node 0" in r.sysstate["scenario_start"]["/proc/buddyinfo"]
+
+    lkp = render.render(eng, refs, style="lkp", all_rows=True)
+    alloc = render.render(eng, refs, style="alloc-latency")
+    success = render.render(eng, refs, style="order-success")
+    with capsys.disabled():
+        print("\n" + lkp + "\n" + alloc + "\n" + success)
+    # LKP's header names the knobs as axes, the job's values under them
+    blocks = [blk for blk in lkp.split("=" * 89) if "thp_enabled" in blk]
+    assert blocks, lkp
+    keys, values = blocks[0].strip().splitlines()[:2]
+    axes = dict(zip(keys.rstrip(":").split("/"), values.strip().split("/"), strict=True))
+    assert axes["thp_enabled"] == axes["thp_defrag"] == "madvise"
+    assert axes["vm.compaction_proactiveness"] == "20"
+    assert axes["scenario"] == "fill-free-3of4"
+    assert alloc.count("  percentile latency\n") == 2 * 2  # two jobs with latencies, 2 kernels
+    assert "- With v6.1-debian (2 runs" in alloc and "Total 2M hugepages allocated = " in alloc
+    assert success.count("Success(N):") == 3  # the fill-free job and the two spread ones
+    assert "Test: spread-25-unmovable hogger=200 (order 3, 3000 attempts, pass 1" in success
+
+    # seed 002's view: 50 runs of one job on each kernel, one metric over the run index
+    for k in (b["base"], b["1"]):
+        kernel = ig.KernelSpec(k.commit, name=k.name, config_hash=k.config_hash,
+                               compiler=k.compiler)  # fmt: skip
+        machine = ig.MachineSpec(name="qemu-steady", kind="qemu", cpus=2, memory_mb=1024)
+        out = pipeline.run_job(
+            artifact=k.artifact_path, job=STEADY_JOB, runs=50, kernel=kernel, machine=machine,
+            settings=settings, workdir=tmp_path / k.commit[:8],
+        )  # fmt: skip
+        assert [r.status for r in out] == ["done"] * 50, {r.error for r in out}
+        ig.ingest(eng, out)
+    metric = "stress-highalloc.pass1"
+    with eng.connect() as conn:
+        from stackbench.resultsdb import query
+
+        ds = query.load(conn, query.resolve_kernels(conn, refs), machine="qemu-steady")
+    view = per_run.render(ds, metric)
+    svg = per_run.svg(ds, metric)
+    with capsys.disabled():
+        print("\n" + view)
+    lines = view.splitlines()
+    assert lines[1].split() == ["run", "v6.1-debian", b["1"].name]
+    assert lines[51].split()[0] == "50" and lines[52].split()[0] == "steady"
+    (tmp_path / "steady.svg").write_text(svg)
+    assert svg.count("<polyline") == 2

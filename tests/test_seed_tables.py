@@ -190,3 +190,12 @@ def test_series_report_mail_carries_the_seed_tables_when_it_has_such_runs(eng):
     assert "- With 1/1 (2 runs, 200 attempts of order 3, pass 1)" in body
     assert "Order-N success beside compaction counters (seed 003's layout):" in body
     assert re.search(r"^Success\(N\):\s+50\s+80$", body, re.M)
+
+
+def test_lkp_header_names_the_knobs(highalloc):
+    out = render.render(highalloc, ["vanilla", "patched"], style="lkp", all_rows=True)
+    print(out)
+    keys, values = out.splitlines()[1:3]
+    axes = dict(zip(keys.rstrip(":").split("/"), values.strip().split("/"), strict=True))
+    assert axes["scenario"] == "fill-free-3of4"
+    assert axes["vm.compaction_proactiveness"] == "20"
