@@ -14,6 +14,8 @@ from stackbench.errors import StackbenchError
 from stackbench.resultsdb import ingest as ig
 from stackbench.resultsdb.tables import per_run, render
 
+pytest_plugins = ["test_web_support"]
+
 VANILLA, PATCHED = "a" * 40, "b" * 40
 # seed 002's "Steals over 50 runs" (VANILLA PATCHED pairs, from its cover letter)
 STEALS = """1504 227 1557 6 1391 13 1080 26 1057 40 1156 6 805 46 736 20 1747 2 1699 34 1269 13 1858 12
@@ -199,3 +201,16 @@ def test_lkp_header_names_the_knobs(highalloc):
     axes = dict(zip(keys.rstrip(":").split("/"), values.strip().split("/"), strict=True))
     assert axes["scenario"] == "fill-free-3of4"
     assert axes["vm.compaction_proactiveness"] == "20"
+
+
+def test_comparison_page_shows_the_seed_tables(highalloc, client):
+    q = {"k": f"{VANILLA} {PATCHED}"}
+    r = client.get("/compare/new", query_string=q, follow_redirects=True)
+    html = r.get_data(as_text=True)
+    assert r.status_code == 200, html[:500]
+    assert "The seeds&#39; tables" in html or "The seeds' tables" in html
+    assert 'id="table-alloc-latency"' in html and 'id="table-order-success"' in html
+    key = r.request.path.rsplit("/", 1)[1]
+    text = client.get(f"/compare/{key}/alloc-latency.txt").get_data(as_text=True)
+    assert text.startswith("(all latency values are in microseconds)")
+    assert client.get(f"/compare/{key}/per-run.txt").status_code == 404
