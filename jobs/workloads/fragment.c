@@ -41,7 +41,7 @@
 #define PAGE 4096UL
 #define BLOCK_PAGES 512UL
 /* memory left to the kernel and the benchmark's runner when filling "all" free memory */
-#define RESERVE_KB (48UL * 1024)
+#define RESERVE_KB (32UL * 1024)
 
 static volatile sig_atomic_t stop;
 
