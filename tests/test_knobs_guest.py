@@ -1,7 +1,7 @@
 """System knobs and the scenario stage on a real kernel under QEMU: the knobs are applied
 and read back, a knob the kernel lacks fails its run with the reason, the scenario stage
 fragments memory (the fragmentation score says so), and vm.compaction_proactiveness=20 makes
-kcompactd compact proactively where 0 does not (seed 001). Uses the kernel tests' cache."""
+kcompactd compact proactively where 0 does not, down to its low threshold (seed 001). Uses the kernel tests' cache."""
 
 from __future__ import annotations
 
@@ -90,7 +90,8 @@ def test_knobs_and_scenarios_on_a_real_kernel(monkeypatch, tmp_path):
         "knob vm.no_such_knob: this kernel has no /proc/sys/vm/no_such_knob"
     )
     for r in (p0, p20, spread):
-        assert r.status == "done", r.error
+        tail = r.logs.get("scenario.log", b"").decode() + r.logs.get("dmesg", b"")[-3000:].decode()
+        assert r.status == "done", f"{r.error}\n{tail}"
     # the guest read the knobs back and they are stored with the run
     assert p20.meta["knobs"]["thp_enabled"] == "madvise"
     assert p20.meta["knobs"]["thp_defrag"] == "madvise"
@@ -107,16 +108,22 @@ def test_knobs_and_scenarios_on_a_real_kernel(monkeypatch, tmp_path):
         print(zone, before[zone]["score"], r.sysstate["fragmentation"]["start"][zone]["score"])
         assert before[zone]["score"] < 50
     assert p0.sysstate["fragmentation"]["start"][zone]["score"] > 90
-    # proactiveness 20 sets kcompactd to work through the settle time; 0 leaves it idle
-    daemon0 = p0.samples["scenario-vmstat.compact_daemon_migrate_scanned"][0]
-    daemon20 = p20.samples["scenario-vmstat.compact_daemon_migrate_scanned"][0]
-    print("compact_daemon_migrate_scanned", daemon0, daemon20)
-    assert daemon20 > 1000 and daemon20 > 10 * max(daemon0, 1)
-    # and it leaves memory less fragmented for the allocations
-    assert (
-        p20.sysstate["fragmentation"]["start"][zone]["score"]
-        < p0.sysstate["fragmentation"]["start"][zone]["score"]
-    )
+    # proactiveness 20 sets kcompactd to work through the settle time; 0 leaves it idle.
+    # Linux 6.1's proactive_compact_node() counts into compact_migrate_scanned and friends,
+    # not compact_daemon_* (only kcompactd's on-demand work does): with no direct compaction
+    # in the stage (compact_stall unchanged), that scanning is kcompactd's.
+    scen = {p: r.samples for p, r in ((0, p0), (20, p20))}
+    for p in (0, 20):
+        assert scen[p]["scenario-vmstat.compact_stall"] == [0.0]
+    scanned = {p: scen[p]["scenario-vmstat.compact_migrate_scanned"][0] for p in (0, 20)}
+    migrated = {p: scen[p]["scenario-vmstat.pgmigrate_success"][0] for p in (0, 20)}
+    print("scenario stage compact_migrate_scanned", scanned, "pgmigrate_success", migrated)
+    assert scanned[20] > 1000 and scanned[20] > 10 * max(scanned[0], 1)
+    assert migrated[20] > 100 and migrated[0] == 0
+    # and it leaves memory less fragmented for the allocations: below the low threshold
+    # (100 - proactiveness = 80) where 0 leaves it above the high one (90)
+    assert p20.sysstate["fragmentation"]["start"][zone]["score"] < 85
+    assert p0.sysstate["fragmentation"]["start"][zone]["score"] > 90
     # seed 003's shape: order-3 attempts after the even 25% in unmovable pipes and a hogger
     assert len(spread.samples["stress-highalloc.latency-pass1"]) == 3000
     assert spread.samples["stress-highalloc.allocated-pass1"][0] > 0

@@ -20,8 +20,11 @@
  *       touch up to max_mb of anonymous memory and write a small file, until stop_file
  *       exists (no ready file: it starts at once).
  *
- * Pages are found by physical frame number through /proc/self/pagemap (root only in the
- * guest); they are freed with MADV_DONTNEED so one mapping never becomes ~100000 VMAs.
+ * Pages are found by physical frame number through /proc/self/pagemap (root only) when the
+ * kernel has it (CONFIG_PROC_PAGE_MONITOR); without it, by virtual address in a 2 MB aligned
+ * mapping, as the seed's own program did ("for each 2M aligned section"): base pages
+ * faulted in order come mostly from contiguous free blocks. The summary line says which.
+ * Pages are freed with MADV_DONTNEED so one mapping never becomes ~100000 VMAs.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -40,8 +43,14 @@
 
 #define PAGE 4096UL
 #define BLOCK_PAGES 512UL
-/* memory left to the kernel and the benchmark's runner when filling "all" free memory */
-#define RESERVE_KB (32UL * 1024)
+/*
+ * Memory left free when filling "all" of it: MemAvailable (free memory less the
+ * watermarks and zone reserves) less this. Little, so that what is left in large blocks
+ * keeps the fragmentation score above proactive compaction's thresholds; more for pipes,
+ * whose bookkeeping the kernel allocates as we go.
+ */
+#define RESERVE_KB (8UL * 1024)
+#define RESERVE_PIPES_KB (64UL * 1024)
 
 static volatile sig_atomic_t stop;
 
@@ -75,15 +84,15 @@ static unsigned long meminfo_kb(const char *key)
 	return v;
 }
 
-static unsigned long fill_pages(void)
+static unsigned long fill_pages(unsigned long reserve_kb)
 {
 	unsigned long avail = meminfo_kb("MemAvailable");
 
-	if (avail <= RESERVE_KB * 2) {
+	if (avail <= reserve_kb * 2) {
 		fprintf(stderr, "fragment: only %lu kB available\n", avail);
 		exit(1);
 	}
-	unsigned long pages = (avail - RESERVE_KB) / 4;
+	unsigned long pages = (avail - reserve_kb) / 4;
 	const char *cap = getenv("FRAGMENT_MAX_MB");
 
 	/* host tests fill a few MB, never the host's memory */
@@ -105,13 +114,18 @@ static void ready(const char *path)
 }
 
 /* Anonymous base pages, every one touched; the caller frees some by pfn. */
+static const char *frames = "physical";
+
 static char *fill_anon(unsigned long pages)
 {
-	char *p = mmap(NULL, pages * PAGE, PROT_READ | PROT_WRITE,
+	size_t align = BLOCK_PAGES * PAGE;
+	char *p = mmap(NULL, pages * PAGE + align, PROT_READ | PROT_WRITE,
 		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 
 	if (p == MAP_FAILED)
 		die("mmap");
+	/* 2 MB aligned, so virtual 2 MB sections are whole when pagemap is missing */
+	p = (char *)(((uintptr_t)p + align - 1) & ~(uintptr_t)(align - 1));
 	/* base pages only: a THP would move 512 pages at once and its partial unmap would
 	 * only be freed later by the deferred split */
 	madvise(p, pages * PAGE, MADV_NOHUGEPAGE);
@@ -128,13 +142,18 @@ static unsigned long thin_by_pfn(char *p, unsigned long pages, int (*keep)(uint6
 	unsigned long kept = 0, run_start = 0, run_len = 0;
 	static uint64_t ents[BLOCK_PAGES];
 
-	if (fd < 0)
+	if (fd < 0 && errno != ENOENT)
 		die("/proc/self/pagemap");
+	if (fd < 0)
+		frames = "virtual";
 	for (unsigned long i = 0; i < pages; i++) {
 		uint64_t ent;
 		int drop;
 
-		if (i % BLOCK_PAGES == 0) {
+		if (fd < 0) {
+			/* no pagemap: the virtual page number stands in for the frame */
+			ents[i % BLOCK_PAGES] = (1ULL << 63) | ((uintptr_t)p / PAGE + i);
+		} else if (i % BLOCK_PAGES == 0) {
 			size_t n = pages - i < BLOCK_PAGES ? pages - i : BLOCK_PAGES;
 			off_t off = (off_t)(((uintptr_t)p / PAGE) + i) * 8;
 
@@ -162,7 +181,8 @@ static unsigned long thin_by_pfn(char *p, unsigned long pages, int (*keep)(uint6
 	}
 	if (run_len)
 		madvise(p + run_start * PAGE, run_len * PAGE, MADV_DONTNEED);
-	close(fd);
+	if (fd >= 0)
+		close(fd);
 	return kept;
 }
 
@@ -178,31 +198,31 @@ static int keep_spread(uint64_t pfn, long percent)
 
 static int mode_fill_free(long keep, const char *ready_file)
 {
-	unsigned long pages = fill_pages();
+	unsigned long pages = fill_pages(RESERVE_KB);
 	char *p = fill_anon(pages);
 	unsigned long kept = thin_by_pfn(p, pages, keep_block_tail, keep);
 
-	printf("fragment: fill-free filled %lu pages, kept %lu (%ld of every %lu)\n", pages,
-	       kept, keep, BLOCK_PAGES);
+	printf("fragment: fill-free filled %lu pages, kept %lu (%ld of every %lu, by %s "
+	       "address)\n", pages, kept, keep, BLOCK_PAGES, frames);
 	ready(ready_file);
 	return 0;
 }
 
 static int mode_spread_movable(long percent, const char *ready_file)
 {
-	unsigned long pages = fill_pages();
+	unsigned long pages = fill_pages(RESERVE_KB);
 	char *p = fill_anon(pages);
 	unsigned long kept = thin_by_pfn(p, pages, keep_spread, percent);
 
-	printf("fragment: spread movable filled %lu pages, kept %lu (%ld%%)\n", pages, kept,
-	       percent);
+	printf("fragment: spread movable filled %lu pages, kept %lu (%ld%%, by %s address)\n",
+	       pages, kept, percent, frames);
 	ready(ready_file);
 	return 0;
 }
 
 static int mode_spread_unmovable(long percent, const char *ready_file)
 {
-	unsigned long pages = fill_pages(), per_pipe = 256, npipes, kept = 0, i;
+	unsigned long pages = fill_pages(RESERVE_PIPES_KB), per_pipe = 256, npipes, kept = 0, i;
 	struct rlimit rl;
 	int (*fds)[2];
 	char buf[PAGE];
