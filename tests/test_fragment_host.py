@@ -50,7 +50,10 @@ def hold(fragment: Path, tmp_path: Path, *args: str) -> tuple[str, int]:
 @root_only
 def test_fill_free_keeps_the_last_quarter_of_every_2mb_block(fragment, tmp_path):
     out, rss = hold(fragment, tmp_path, "fill-free", "128")
-    m = re.match(r"fragment: fill-free filled 2048 pages, kept (\d+) \(128 of every 512, by physical address\)", out)
+    m = re.match(
+        r"fragment: fill-free filled 2048 pages, kept (\d+) \(128 of every 512, by physical address\)",
+        out,
+    )
     assert m, out
     # a quarter of 8 MB stays, within the blocks the fill only partly covered
     assert 256 <= int(m[1]) <= 1024
