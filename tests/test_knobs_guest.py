@@ -187,7 +187,7 @@ def test_knob_jobs_on_the_demo_stack_and_the_seed_tables(eng, monkeypatch, tmp_p
     assert axes["thp_enabled"] == axes["thp_defrag"] == "madvise"
     assert axes["vm.compaction_proactiveness"] == "20"
     assert axes["scenario"] == "fill-free-3of4"
-    assert alloc.count("  percentile latency\n") == 2 * 2  # two jobs with latencies, 2 kernels
+    assert alloc.count("  percentile latency\n") == 3 * 2  # three sub-jobs, two kernels
     assert "- With v6.1-debian (2 runs" in alloc and "Total 2M hugepages allocated = " in alloc
     assert success.count("Success(N):") == 3  # the fill-free job and the two spread ones
     assert "Test: spread-25-unmovable hogger=200 (order 3, 3000 attempts, pass 1" in success
