@@ -66,7 +66,7 @@ def test_spread_keeps_the_percentage(fragment, tmp_path):
     kept = int(re.match(r"fragment: spread movable filled 2048 pages, kept (\d+)", out)[1])
     assert 400 <= kept <= 620
     out, _ = hold(fragment, tmp_path, "spread", "25", "unmovable")
-    assert out.startswith("fragment: spread unmovable filled 2048 pages, kept ~512 in pipes")
+    assert out.startswith("fragment: spread unmovable filled 2048 pages, kept 512 in pipes (25%)")
 
 
 def test_hog_holds_its_megabytes(fragment, tmp_path):

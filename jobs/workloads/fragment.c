@@ -11,8 +11,8 @@
  *       Keep percent% of free memory, evenly spread (seed 003). movable: anonymous pages,
  *       kept when (pfn * percent) % 100 < percent, so the spread is over physical
  *       addresses. unmovable: pipe buffers (the kernel allocates them unmovable, so their
- *       pageblocks turn unmovable), interleaved over 100 pipe groups of which percent
- *       stay; the allocation order stands in for the physical order.
+ *       pageblocks turn unmovable), the i-th page allocated kept by the same rule; the
+ *       allocation order stands in for the physical order.
  *   fragment hog <megabytes> <ready_file>
  *       Hold that much anonymous memory.
  *   fragment churn <tasks> <max_mb> <stop_file>
@@ -222,12 +222,15 @@ static int mode_spread_movable(long percent, const char *ready_file)
 
 static int mode_spread_unmovable(long percent, const char *ready_file)
 {
-	unsigned long pages = fill_pages(RESERVE_PIPES_KB), per_pipe = 256, npipes, kept = 0, i;
+	unsigned long pages = fill_pages(RESERVE_PIPES_KB), per_pipe = 256, npipes, i;
+	unsigned long used[2] = { 0, 0 }, next[2];
 	struct rlimit rl;
 	int (*fds)[2];
 	char buf[PAGE];
 
-	npipes = (pages + per_pipe - 1) / per_pipe + 100;
+	/* two streams of pipes: page i goes to the kept one when (i * percent) % 100 < percent,
+	 * so kept pages alternate with freed ones in allocation order (25%: one in four) */
+	npipes = pages / per_pipe + 4;
 	rl.rlim_cur = rl.rlim_max = npipes * 2 + 64;
 	if (setrlimit(RLIMIT_NOFILE, &rl))
 		die("setrlimit RLIMIT_NOFILE");
@@ -235,32 +238,30 @@ static int mode_spread_unmovable(long percent, const char *ready_file)
 	if (!fds)
 		die("calloc");
 	memset(buf, 0x5a, sizeof(buf));
-	/* pipe p holds pages i with i % 100 == p % 100: 100 interleaved groups */
 	for (i = 0; i < npipes; i++) {
 		if (pipe(fds[i]))
 			die("pipe");
 		if (fcntl(fds[i][1], F_SETPIPE_SZ, (int)(per_pipe * PAGE)) < 0)
 			die("F_SETPIPE_SZ");
 	}
-	for (i = 0; i < pages; i++) {
-		unsigned long group = i % 100, slot = i / 100;
-		unsigned long pipe_no = (slot / per_pipe) * 100 + group;
+	/* kept pipes count up from 0, freed ones down from the end */
+	next[1] = 0;
+	next[0] = npipes - 1;
+	for (i = 0; i < pages && next[1] <= next[0]; i++) {
+		int keep = (long)((i * (unsigned long)percent) % 100) < percent;
+		unsigned long pipe_no = next[keep];
 
-		if (pipe_no >= npipes)
-			break;
 		if (write(fds[pipe_no][1], buf, PAGE) != (ssize_t)PAGE)
 			die("pipe write");
+		if (++used[keep] % per_pipe == 0)
+			next[keep] = keep ? next[keep] + 1 : next[keep] - 1;
 	}
-	for (i = 0; i < npipes; i++) {
-		if ((long)(i % 100) < percent) {
-			kept += per_pipe;
-			continue;
-		}
+	for (i = next[0]; i < npipes; i++) {
 		close(fds[i][0]);
 		close(fds[i][1]);
 	}
-	printf("fragment: spread unmovable filled %lu pages, kept ~%lu in pipes (%ld%%)\n", pages,
-	       kept > pages * percent / 100 ? pages * percent / 100 : kept, percent);
+	printf("fragment: spread unmovable filled %lu pages, kept %lu in pipes (%ld%%)\n", pages,
+	       used[1], percent);
 	ready(ready_file);
 	return 0;
 }
