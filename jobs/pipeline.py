@@ -805,6 +805,7 @@ def run_kernel(
     timings: dict[str, Any] | None = None,
 ) -> tuple[qemu.BootResult | None, list[RunData]]:
     """Boot one kernel with the whole plan and return the runs (failed ones included)."""
+    from stackbench.jobs import knobs
     from stackbench.jobs.collect import collect
     from stackbench.jobs.guest.initramfs import build_initramfs
 
@@ -822,6 +823,11 @@ def run_kernel(
             missing, kernel, machine, "failed",
             "the guest module for this suite was not built for this kernel", boot_id, {},
         )  # fmt: skip
+    # system knobs: the boot's command line, and jobs this kernel's config cannot run
+    append, refused = knobs.boot_setup(runnable, Path(bzimage).parent / "config")
+    for sj, why in refused:
+        runs += failure_runs([sj], kernel, machine, "failed", why, boot_id, {})
+        runnable.remove(sj)
     if not runnable:
         return None, runs
     module_ko = next((modules[m] for m in MODULE_FOR_SUITE.values() if m in modules), None)
@@ -841,6 +847,7 @@ def run_kernel(
         expect=GUEST_BANNER,
         expect_within_s=settings.init_timeout_s,
         on_line=on_line,
+        append=append,
     )
     timings["vm_s"] = timings.get("vm_s", 0.0) + res.duration_s
     console = {"console.log": _read_capped(res.console_path)}

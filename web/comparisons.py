@@ -178,7 +178,24 @@ def _render_tables(ds: query.Dataset, opts: Options) -> tuple[dict[str, Any], di
         errors["stackbench"] = "the stackbench verdict renderer is not installed on this server"
     except StackbenchError as exc:
         errors["stackbench"] = str(exc)
+    tables["seeds"] = _seed_tables(ds)
     return tables, errors
+
+
+def _seed_tables(ds: query.Dataset) -> list[dict[str, str]]:
+    """The seeds' layouts (001's latency percentiles, 003's Success/Success(N)) that these
+    results can fill; none when the comparison has no such runs."""
+    try:
+        from stackbench.resultsdb.tables import render
+    except ImportError:
+        return []
+    out = []
+    for style in ("alloc-latency", "order-success"):
+        try:
+            out.append({"style": style, "text": render.render_seed_style(ds, style)})
+        except StackbenchError:
+            continue
+    return out
 
 
 def _per_run(ds: query.Dataset, job_id: int, metric_id: int) -> list[list[float]]:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from stackbench import config, proc
 from stackbench.errors import InputError, StackbenchError
+from stackbench.jobs import knobs
 from stackbench.jobs.definitions import GUEST_DIR, WORKLOADS_DIR, SubJob
 
 BUSYBOX = Path("/bin/busybox")
@@ -31,8 +32,14 @@ PROGRAMS: dict[str, tuple[str, ...]] = {
     "usemem": ("usemem.c",),
     "readfile": ("readfile.c",),
     "thpscale": ("thpscale.c",),
+    "fragment": ("fragment.c",),
 }
-RUNNERS = ("run-vm-scalability.sh", "run-thpscale.sh", "run-stress-highalloc.sh")
+RUNNERS = (
+    "run-vm-scalability.sh",
+    "run-thpscale.sh",
+    "run-stress-highalloc.sh",
+    "scenario.sh",
+)
 MODULE_NAME = "stackbench_highalloc.ko"
 # the first line /init prints on the console: the guest reached its userspace (qemu.boot's
 # ``expect``)
@@ -235,6 +242,11 @@ def build_initramfs(
     cp.file("stackbench/versions", "".join(versions).encode())
     for sj in gp.subjobs:
         cp.file(f"stackbench/jobs/{sj.name}.env", env_text(sj).encode())
+        cp.file(f"stackbench/jobs/{sj.name}.knobs", knobs.knobs_text(sj.setup.knobs).encode())
+        cp.file(f"stackbench/jobs/{sj.name}.cmdline", (sj.setup.cmdline + "\n").encode())
+    cp.file(
+        "stackbench/knobs", knobs.all_paths_text([sj.setup.knobs for sj in gp.subjobs]).encode()
+    )
     data = cp.finish()
 
     out = Path(out)

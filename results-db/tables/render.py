@@ -21,6 +21,8 @@ def render(
     suite: str | None = None,
     machine: str | None = None,
     warn: Callable[[str], None] | None = None,
+    metric: str | None = None,
+    pass_no: int = 1,
 ) -> str:
     """The table of the stored kernels ``refs`` (base first). ``warn`` hears about runs of
     one job from several machines: they are pooled unless ``machine`` picks one."""
@@ -47,7 +49,31 @@ def render(
         from stackbench.resultsdb.tables import verdict
 
         return verdict.render(ds)
+    if style in SEED_STYLES:
+        return render_seed_style(ds, style, metric=metric, pass_no=pass_no)
     raise StackbenchError(f"unknown table style '{style}'")
+
+
+# the seeds' own layouts: 001's latency percentiles, 003's Success/Success(N), 002's per-run
+SEED_STYLES = ("alloc-latency", "order-success", "per-run")
+
+
+def render_seed_style(
+    ds: query.Dataset, style: str, *, metric: str | None = None, pass_no: int = 1
+) -> str:
+    if style == "alloc-latency":
+        from stackbench.resultsdb.tables import alloc_latency
+
+        return alloc_latency.render(ds, pass_no=pass_no)
+    if style == "order-success":
+        from stackbench.resultsdb.tables import order_success
+
+        return order_success.render(ds, pass_no=pass_no)
+    from stackbench.resultsdb.tables import per_run
+
+    if not metric:
+        raise StackbenchError("the per-run view needs --metric NAME")
+    return per_run.render(ds, metric)
 
 
 def pooled_warnings(

@@ -18,12 +18,27 @@ enough) or an mmtests run name.
                      locality|significance|highalloc,
                      or a monitor block with --monitor duration|vmstat
   --style stackbench every stat with stackbench's verdict: change, 95% interval, significance
-                     after false-discovery-rate control"""
+                     after false-discovery-rate control
+  --style alloc-latency   stress-highalloc attempt latency percentiles per kernel with the
+                     pages allocated (seed 001's table); --pass K picks the pass
+  --style order-success   order-N Success and Success(N) beside compact_* counters per
+                     scenario (seed 003's table)
+  --style per-run    --metric NAME over the run index per kernel, with whether it reaches a
+                     steady state (seed 002's view); --plot FILE.svg draws it"""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("kernels", nargs="+", metavar="KERNEL", help="base first")
-    p.add_argument("--style", choices=["lkp", "mmtests", "stackbench"], default="lkp")
+    p.add_argument(
+        "--style",
+        choices=["lkp", "mmtests", "stackbench", "alloc-latency", "order-success", "per-run"],
+        default="lkp",
+    )
+    p.add_argument("--metric", default=None, help="per-run: the metric to follow")
+    p.add_argument(
+        "--pass", dest="pass_no", type=int, default=1, help="alloc-latency, order-success: pass"
+    )
+    p.add_argument("--plot", default=None, metavar="FILE", help="per-run: write an SVG plot")
     p.add_argument("--all", action="store_true", help="lkp: every stat (as 'lkp ncompare -a')")
     p.add_argument(
         "--table",
@@ -47,16 +62,38 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+SEED_STYLES = ("alloc-latency", "order-success", "per-run")
+
+
+def write_plot(path: str, kernels: list[str], metric: str | None, machine: str | None) -> None:
+    """The per-run series as an SVG file (one line per kernel over the run index)."""
+    from stackbench.errors import InputError, StackbenchError
+    from stackbench.resultsdb import db, query
+    from stackbench.resultsdb.tables import per_run
+
+    if not metric:
+        raise StackbenchError("--plot draws the per-run view: give --style per-run --metric NAME")
+    with db.engine().connect() as conn:
+        ds = query.load(conn, query.resolve_kernels(conn, kernels), machine=machine)
+    try:
+        with open(path, "w") as fh:
+            fh.write(per_run.svg(ds, metric))
+    except OSError as exc:
+        raise InputError(path, f"cannot write the plot: {exc.strerror}") from None
+    print(f"stackbench: plot written to {path}", file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
     from stackbench import apiclient
 
     client = apiclient.client()
     if client is not None:
-        if args.table or args.monitor or args.machine:
+        if args.table or args.monitor or args.machine or args.style in SEED_STYLES:
             from stackbench.errors import StackbenchError
 
             raise StackbenchError(
-                "--table/--monitor/--machine are not available through STACKBENCH_URL; open the "
+                "--table/--monitor/--machine and the seed styles are not available through "
+                "STACKBENCH_URL; open the "
                 "comparison page, or unset STACKBENCH_URL to read the database"
             )
         out = client.compare(args.kernels, style=args.style, all_rows=args.all, suite=args.suite)
@@ -74,6 +111,10 @@ def run(args: argparse.Namespace) -> int:
             suite=args.suite,
             machine=args.machine,
             warn=lambda line: print(f"stackbench: warning: {line}", file=sys.stderr),
+            metric=args.metric,
+            pass_no=args.pass_no,
         )
+        if args.plot:
+            write_plot(args.plot, args.kernels, args.metric, args.machine)
     print(out, end="" if out.endswith("\n") else "\n")
     return 0

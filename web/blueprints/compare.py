@@ -139,6 +139,8 @@ def text_table(key: str, style: str):
         out = "\n".join(t["text"] for t in tables.get("mmtests", []))
     elif style in ("lkp", "stackbench"):
         out = tables.get(style) or ""
+    elif style in ("alloc-latency", "order-success"):
+        out = next((t["text"] for t in tables.get("seeds", []) if t["style"] == style), "")
     else:
         abort(404, f"unknown table style '{style}'")
     if not out:

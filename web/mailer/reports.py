@@ -49,6 +49,24 @@ def _table(eng: Engine, refs: list[str], **kw) -> str:
         return f"(no table: {exc})"
 
 
+# the seeds' layouts, in a report only when the series ran jobs they read
+SEED_TABLES = (
+    ("Allocation latency (seed 001's layout):", "alloc-latency"),
+    ("Order-N success beside compaction counters (seed 003's layout):", "order-success"),
+)
+
+
+def seed_tables(eng: Engine, refs: list[str]) -> list[str]:
+    out: list[str] = []
+    for title, style in SEED_TABLES:
+        try:
+            text = tables.render(eng, refs, style=style).rstrip("\n")
+        except StackbenchError:
+            continue  # no such runs in this series
+        out += ["", title, "", text]
+    return out
+
+
 def area_of(subject: str) -> str:
     """The subsystem prefix of a commit subject: 'mm/compaction: x' -> 'mm/compaction'."""
     m = re.match(r"\s*(?:\[[^\]]*\]\s*)*([\w./-]+(?:,\s*[\w./-]+)*):", subject)
@@ -102,6 +120,7 @@ def series_report(eng: Engine, series_id: int, cfg: MailConfig | None = None) ->
         lines.append(_table(eng, refs, style="lkp"))
         lines += ["", "mmtests comparison (thpscale):", ""]
         lines.append(_table(eng, refs, style="mmtests", suite="thpscale"))
+        lines += seed_tables(eng, refs)
     else:
         lines.append("No results to compare yet.")
     lines.append("")
