@@ -124,8 +124,7 @@ class BuildbotExecutor:
         outcome = RESULT_NAMES.get(build["results"], str(build["results"]))
         link = f"{self.master.url}#/builders/{build['builderid']}/builds/{build['number']}"
         step, tail = self._failed_step_tail(build["buildid"])
-        errors = [ln.strip() for ln in tail.splitlines() if "error" in ln.lower()]
-        why = (errors[-1] if errors else (tail.strip().splitlines() or [""])[-1])[:300]
+        why = first_error(tail)
         kind = "build failed" if name.startswith("build-") else f"{name} {outcome}"
         head = f"{what}: {kind}" + (f" in step '{step}'" if step else "")
         return (
@@ -198,8 +197,8 @@ class Dispatcher:
                 self._reconcile(sid, meta)
             elif how == "in-process" and state in ("applied", "building", "running"):
                 self._enqueue("run", sid)  # a dispatcher stopped mid-run: run it again
-        for sid in self._unreported():
-            lifecycle.queue_report(self.eng, sid)
+        for sid in self._unreported():  # finished while no dispatcher was there to report
+            self._report(sid, "finished")
 
     def _active(self) -> list[tuple[int, str, dict[str, Any]]]:
         # only series a front door handed over (lifecycle.create marks them): a foreground
@@ -258,7 +257,9 @@ class Dispatcher:
     def _run_in_process(self, sid: int) -> None:
         from stackbench.jobs import pipeline
 
-        pipeline.run_series(self.eng, sid)
+        state = pipeline.run_series(self.eng, sid)
+        if state in ("done", "failed"):
+            self._report(sid, state)
 
     # -- Buildbot
 
@@ -351,9 +352,14 @@ class Dispatcher:
             )  # fmt: skip
             for r in reasons:
                 lifecycle.event(self.eng, sid, f"series:{sid}", "failed", r)
+            self._report(sid, "failed")
             return
         lifecycle.set_state(self.eng, sid, "done",
                             f"{built} kernels built, {measured} benchmarks measured", error="")  # fmt: skip
+        self._report(sid, "done")
+
+    def _report(self, sid: int, state: str) -> None:
+        log.info("series %s: %s; %s", sid, state, lifecycle.queue_report(self.eng, sid))
 
     def _record_failed_builds(self, sid: int, failed: list[dict], reasons: list[str]) -> None:
         """A kernel whose build failed at Buildbot gets its ``build-failed`` row (with the log
@@ -414,13 +420,29 @@ def stored_failures(eng: Engine, sid: int, first_run: int) -> list[str]:
     out = []
     for name, commit, blog in builds:
         tail = "\n".join((blog or "").splitlines()[-LOG_TAIL_LINES:])
-        first = next((ln for ln in tail.splitlines() if "error" in ln.lower()), "")
-        out.append(f"{name or commit[:12]}: build failed" + (f": {first.strip()}" if first
-                   else "") + (f"\n{tail}" if tail else ""))  # fmt: skip
+        first = first_error(tail)
+        out.append(f"{name or commit[:12]}: build failed" + (f": {first}" if first else "")
+                   + (f"\n{tail}" if tail else ""))  # fmt: skip
     for name, status, n, error in runs:
         why = (error or "").splitlines()[0] if error else ""
         out.append(f"{name}: {n} run(s) {status}" + (f" ({why})" if why else ""))
     return out
+
+
+def first_error(tail: str) -> str:
+    """The line that says why: the compiler's first ``error:``, else make's last error
+    line, else the last line."""
+    lines = [ln.strip() for ln in tail.splitlines() if ln.strip()]
+    for pick in (
+        lambda: next(ln for ln in lines if "error:" in ln),
+        lambda: next(ln for ln in reversed(lines) if "error" in ln.lower()),
+        lambda: lines[-1],
+    ):
+        try:
+            return pick()[:300]
+        except (StopIteration, IndexError):
+            continue
+    return ""
 
 
 def _last_run_id(eng: Engine) -> int:

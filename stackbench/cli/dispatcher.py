@@ -27,14 +27,17 @@ def run(args: argparse.Namespace) -> int:
     from stackbench.jobs.dispatch import Dispatcher, hold_lock
     from stackbench.resultsdb import db
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", force=True)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s", force=True)
+    logging.getLogger("stackbench").setLevel(logging.INFO)
     eng = db.engine()
     disp = Dispatcher(eng)
     signal.signal(signal.SIGTERM, lambda *_: disp.stop.set())
     lock = hold_lock(eng, lambda: not disp.stop.is_set())
     if lock is None:
         return 0
-    logging.info("dispatcher: working on %s", eng.url.render_as_string(hide_password=True))
+    logging.getLogger("stackbench").info(
+        "dispatcher: working on %s", eng.url.render_as_string(hide_password=True)
+    )
     try:
         disp.run(poll=args.poll)
     finally:

@@ -1,0 +1,245 @@
+"""Every submission runs: with the services up (the dispatcher, a Buildbot master, a worker
+posting to the web API), a series submitted through a front door reaches ``done`` (runs
+stored, report mail queued) or ``failed`` with the reason, and nothing else is run by hand.
+
+Real PostgreSQL, real Buildbot master and worker, real web API, real ``git am`` and
+``git push``; the kernel builds and guest runs are the worker's ``--dry-kernel`` ones (see
+tests/test_buildbot_fanout.py), and a kernel that does not build is a worker command that
+fails the way make does.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select, text
+from sqlalchemy.orm import Session
+
+pytest.importorskip("buildbot")
+pytest.importorskip("buildbot_worker")
+
+from test_buildbot_fanout import start_web, start_worker, wait_for  # noqa: E402
+
+from stackbench.jobs import dispatcher_service, services  # noqa: E402
+from stackbench.jobs.buildbot import client  # noqa: E402
+from stackbench.resultsdb.models import KernelBuild, MailOutbox, Run, Series  # noqa: E402
+
+JOB = "vm-scalability"
+RUNS = 2
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "Alice Dev",
+    "GIT_AUTHOR_EMAIL": "alice.dev@example.org",
+    "GIT_COMMITTER_NAME": "Alice Dev",
+    "GIT_COMMITTER_EMAIL": "alice.dev@example.org",
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
+# what a worker shows when make fails; the series must carry this line and the log address
+MAKE_ERROR = "mm/compaction.c:42:9: error: 'cc' undeclared (first use in this function)"
+FAILING_WORKER = """\
+import os, sys
+argv = sys.argv[1:]
+if argv[:2] == ["worker", "build"] and argv[argv.index("--name") + 1].startswith("2/2-"):
+    print("  CC      mm/compaction.o")
+    print({error!r})
+    print("make: *** [scripts/Makefile.build:250: mm/compaction.o] Error 1")
+    sys.exit(2)
+os.execv({argv0!r}, {argv!r} + argv)
+"""
+
+
+def git(cwd: Path, *args: str) -> str:
+    env = {**os.environ, **GIT_ENV, "HOME": str(cwd)}
+    p = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True)
+    assert p.returncode == 0, f"git {args}: {p.stdout}{p.stderr}"
+    return p.stdout.strip()
+
+
+@pytest.fixture
+def tree(tmp_path, monkeypatch):
+    """A small kernel tree ``tiny`` (a git repository with a tag ``v0``), and a clone with
+    two mm patches on top; (tree repo, clone, base sha)."""
+    repo = tmp_path / "tiny"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "mm").mkdir()
+    (repo / "mm" / "compaction.c").write_text("int compaction;\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
+    git(repo, "tag", "v0")
+    work = tmp_path / "work"
+    git(tmp_path, "clone", "-q", str(repo), str(work))
+    for i in (1, 2):
+        with open(work / "mm" / "compaction.c", "a") as fh:
+            fh.write(f"int step{i};\n")
+        git(work, "commit", "-q", "-am", f"mm/compaction: step {i}\n\nBecause {i}.")
+    defs = tmp_path / "trees"
+    defs.mkdir()
+    (defs / "tiny.yaml").write_text(
+        f"name: tiny\ndescription: test tree\nsource:\n  path: {repo}\ndefault_base: v0\n"
+    )
+    monkeypatch.setenv("STACKBENCH_TREES", str(defs))
+    return repo, work, git(repo, "rev-parse", "v0")
+
+
+def add_account(name: str, email: str, worker: bool = False) -> str:
+    from stackbench.resultsdb import db
+    from stackbench.web import auth
+
+    with db.session() as s:
+        user = auth.create_user(s, name, password=f"pw-{name}-1", worker=worker)
+        user.email = email
+        return auth.create_token(s, user, f"token of {name}")
+
+
+def failing_worker_command(tmp_path: Path) -> list[str]:
+    argv = services.stackbench_argv()
+    script = tmp_path / "stackbench-failing-build"
+    script.write_text(
+        f"#!{sys.executable}\n" + FAILING_WORKER.format(error=MAKE_ERROR, argv0=argv[0], argv=argv)
+    )
+    script.chmod(0o755)
+    return [str(script)]
+
+
+@pytest.fixture
+def stack(eng, tmp_path, monkeypatch, request):
+    """What `stackbench up` runs, on loopback: the web API, a Buildbot master with one
+    dry-kernel worker, and the dispatcher service. ``request.param``: True for a worker
+    whose build of patch 2/2 fails."""
+    failing = getattr(request, "param", False)
+    server, web_url = start_web(tmp_path)
+    base = tmp_path / "bb"
+    extra = {
+        "dry_kernel": True,
+        "dry_seconds": 0.5,
+        "jobs": [JOB],
+        "runs": RUNS,
+        "kernel_configs": [{"tree": "linux-6.1", "config": "tiny-guest"}],
+    }
+    if failing:
+        extra["stackbench"] = failing_worker_command(tmp_path)
+    worker = {"name": "w1", "kind": "qemu", "cpus": 2, "memory_mb": 1024}
+    cfg = services.create_master(base / "master", [worker], extra=extra)
+    master = client.embedded_master_at(base / "master")
+    monkeypatch.setenv("STACKBENCH_BUILDBOT_URL", master.url)
+    monkeypatch.setenv("STACKBENCH_BUILDBOT_USER", master.user)
+    monkeypatch.setenv("STACKBENCH_BUILDBOT_PASSWORD", master.password)
+    monkeypatch.setenv("STACKBENCH_MAIL_LIST", "mm-list@example.org")
+    monkeypatch.setenv("STACKBENCH_PUBLIC_URL", web_url)
+    wb = None
+    try:
+        services.start_master(base / "master")
+        wb = start_worker(base, cfg, "w1", web_url)
+        print(dispatcher_service.start())
+        assert dispatcher_service.running_pid(), dispatcher_service.logfile().read_text()
+        yield web_url, master
+    finally:
+        print(dispatcher_service.stop())
+        if wb is not None:
+            services.stop_worker(wb)
+        services.stop_master(base / "master")
+        server.shutdown()
+        log = dispatcher_service.logfile()
+        if log.exists():
+            print(log.read_text()[-4000:])
+
+
+def finished(eng, sid: int) -> Series | None:
+    """The series once it ended and its report mail was queued (or said why not)."""
+    with Session(eng) as s:
+        x = s.get(Series, sid)
+        if x is None or x.state not in ("done", "failed") or "report_mail" not in x.meta:
+            return None
+        list(x.patches)  # loaded for the caller
+        s.expunge_all()
+        return x
+
+
+def post_series(web_url: str, token: str, mbox: str) -> int:
+    import json
+
+    body = {"mbox": mbox, "tree": "tiny", "jobs": [JOB], "runs": RUNS}
+    req = urllib.request.Request(
+        f"{web_url}/api/series",
+        data=json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        assert resp.status == 201
+        return int(json.loads(resp.read())["id"])
+
+
+def page(web_url: str, sid: int) -> str:
+    with urllib.request.urlopen(f"{web_url}/series/{sid}", timeout=30) as resp:
+        return resp.read().decode()
+
+
+def test_api_submission_reaches_done_with_runs_and_report_mail(eng, tree, stack):
+    web_url, master = stack
+    _repo, work, base = tree
+    token = add_account("alice", "alice@example.org")
+    mbox = git(work, "format-patch", "--stdout", f"{base}..HEAD") + "\n"
+
+    sid = post_series(web_url, token, mbox)
+    x = wait_for(f"series {sid} to finish", lambda: finished(eng, sid), timeout=300, every=1)
+    assert x.state == "done", (x.state, x.error)
+    assert x.error == ""
+    with Session(eng) as s:
+        commits = [x.base_commit, *(p.commit_sha for p in s.get(Series, sid).patches)]
+        runs = s.execute(
+            select(KernelBuild.commit, Run.iteration, Run.status)
+            .join(Run, Run.build_id == KernelBuild.id)
+            .where(KernelBuild.commit.in_(commits))
+        ).all()
+        mails = list(s.scalars(select(MailOutbox)))
+    # base + 2 patches, one job, RUNS runs each: all measured, nothing twice
+    assert sorted((c, i) for c, i, _st in runs) == sorted(
+        (c, i) for c in commits for i in range(RUNS)
+    )
+    assert {st for *_x, st in runs} == {"done"}
+    (mail,) = mails
+    assert mail.to_addrs == ["alice@example.org", "mm-list@example.org"]
+    assert mail.subject.startswith("Re: [PATCH 0/2]") or "step" in mail.subject
+    assert f"/series/{sid}" in mail.body and "State: done" in mail.body
+    html = page(web_url, sid)
+    assert f"report mail #{mail.id} queued to alice@example.org, mm-list@example.org" in html
+    # one buildset for the series: the dispatcher never submitted it twice
+    sets = [b for b in master.get("buildsets")["buildsets"] if not b["parent_buildid"]]
+    assert len(sets) == 1
+
+
+@pytest.mark.parametrize("stack", [True], indirect=True)
+def test_failed_build_fails_the_series_with_the_reason_on_its_page(eng, tree, stack):
+    web_url, master = stack
+    _repo, work, base = tree
+    token = add_account("alice", "alice@example.org")
+    mbox = git(work, "format-patch", "--stdout", f"{base}..HEAD") + "\n"
+
+    sid = post_series(web_url, token, mbox)
+    x = wait_for(f"series {sid} to finish", lambda: finished(eng, sid), timeout=300, every=1)
+    assert x.state == "failed", (x.state, x.error)
+    (bad,) = [p.commit_sha for p in x.patches if p.idx == 2]
+    assert x.error.startswith(f"2/2-{bad[:8]}: build failed in step 'build kernel': {MAKE_ERROR}")
+    assert f"(log: {master.url}#/builders/" in x.error
+    with eng.connect() as conn:
+        status = conn.execute(
+            text("SELECT status, log FROM kernel_build WHERE commit = :c"), {"c": bad}
+        ).one()
+        measured = conn.execute(
+            text(
+                "SELECT count(*) FROM run r JOIN kernel_build k ON k.id = r.build_id "
+                "WHERE r.status = 'done'"
+            )
+        ).scalar_one()
+    # the kernel's row says why, with make's last lines
+    assert status.status == "build-failed" and "Error 1" in status.log
+    # the kernels that did build were still measured
+    assert measured == 2 * RUNS
+    html = page(web_url, sid)
+    assert "build failed" in html and "error: &#39;cc&#39; undeclared" in html
