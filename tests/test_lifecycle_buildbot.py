@@ -243,3 +243,37 @@ def test_failed_build_fails_the_series_with_the_reason_on_its_page(eng, tree, st
     assert measured == 2 * RUNS
     html = page(web_url, sid)
     assert "build failed" in html and "error: &#39;cc&#39; undeclared" in html
+
+
+def test_git_push_over_http_reaches_done(eng, tree, stack):
+    web_url, _master = stack
+    _repo, work, base = tree
+    token = add_account("alice", "alice@example.org")
+    url = web_url.replace("http://", f"http://alice:{token}@") + "/git/intake.git"
+    env = {**os.environ, **GIT_ENV, "HOME": str(work), "GIT_TERMINAL_PROMPT": "0"}
+    p = subprocess.run(
+        ["git", "push", "-o", f"runs={RUNS}", "-o", f"jobs={JOB}", url, f"HEAD:refs/for/tiny/{base}"],
+        cwd=work, env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    with Session(eng) as s:
+        (sid,) = s.scalars(select(Series.id)).all()
+    assert f"{web_url}/series/{sid}" in p.stderr
+
+    x = wait_for(f"series {sid} to finish", lambda: finished(eng, sid), timeout=300, every=1)
+    assert x.state == "done", (x.state, x.error)
+    assert x.source == "push" and x.meta["report_mail"]["to"][0] == "alice@example.org"
+    with eng.connect() as conn:
+        measured = conn.execute(
+            text(
+                "SELECT count(DISTINCT (k.commit, r.iteration)) FROM run r "
+                "JOIN kernel_build k ON k.id = r.build_id WHERE r.status = 'done' "
+                "AND k.commit = ANY(:c)"
+            ),
+            {"c": [x.base_commit, *(p.commit_sha for p in x.patches)]},
+        ).scalar_one()
+    # the pushed commits as pushed (no git am): base + 2 commits, RUNS runs each
+    assert [p.commit_sha for p in x.patches] == git(
+        work, "rev-list", "--reverse", f"{base}..HEAD"
+    ).split()
+    assert measured == 3 * RUNS
