@@ -23,21 +23,16 @@ from sqlalchemy.orm import Session
 pytest.importorskip("buildbot")
 pytest.importorskip("buildbot_worker")
 
-from test_buildbot_fanout import start_web, start_worker, wait_for  # noqa: E402
+from test_buildbot_fanout import start_web, start_worker  # noqa: E402
+from test_lifecycle_support import GIT_ENV, finished, git, wait_for  # noqa: E402
 
 from stackbench.jobs import dispatcher_service, services  # noqa: E402
 from stackbench.jobs.buildbot import client  # noqa: E402
 from stackbench.resultsdb.models import KernelBuild, MailOutbox, Run, Series  # noqa: E402
 
+pytest_plugins = ["test_lifecycle_support"]
 JOB = "vm-scalability"
 RUNS = 2
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "Alice Dev",
-    "GIT_AUTHOR_EMAIL": "alice.dev@example.org",
-    "GIT_COMMITTER_NAME": "Alice Dev",
-    "GIT_COMMITTER_EMAIL": "alice.dev@example.org",
-    "GIT_CONFIG_NOSYSTEM": "1",
-}
 # what a worker shows when make fails; the series must carry this line and the log address
 MAKE_ERROR = "mm/compaction.c:42:9: error: 'cc' undeclared (first use in this function)"
 FAILING_WORKER = """\
@@ -50,40 +45,6 @@ if argv[:2] == ["worker", "build"] and argv[argv.index("--name") + 1].startswith
     sys.exit(2)
 os.execv({argv0!r}, {argv!r} + argv)
 """
-
-
-def git(cwd: Path, *args: str) -> str:
-    env = {**os.environ, **GIT_ENV, "HOME": str(cwd)}
-    p = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True)
-    assert p.returncode == 0, f"git {args}: {p.stdout}{p.stderr}"
-    return p.stdout.strip()
-
-
-@pytest.fixture
-def tree(tmp_path, monkeypatch):
-    """A small kernel tree ``tiny`` (a git repository with a tag ``v0``), and a clone with
-    two mm patches on top; (tree repo, clone, base sha)."""
-    repo = tmp_path / "tiny"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    (repo / "mm").mkdir()
-    (repo / "mm" / "compaction.c").write_text("int compaction;\n")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "base")
-    git(repo, "tag", "v0")
-    work = tmp_path / "work"
-    git(tmp_path, "clone", "-q", str(repo), str(work))
-    for i in (1, 2):
-        with open(work / "mm" / "compaction.c", "a") as fh:
-            fh.write(f"int step{i};\n")
-        git(work, "commit", "-q", "-am", f"mm/compaction: step {i}\n\nBecause {i}.")
-    defs = tmp_path / "trees"
-    defs.mkdir()
-    (defs / "tiny.yaml").write_text(
-        f"name: tiny\ndescription: test tree\nsource:\n  path: {repo}\ndefault_base: v0\n"
-    )
-    monkeypatch.setenv("STACKBENCH_TREES", str(defs))
-    return repo, work, git(repo, "rev-parse", "v0")
 
 
 def add_account(name: str, email: str, worker: bool = False) -> str:
@@ -147,17 +108,6 @@ def stack(eng, tmp_path, monkeypatch, request):
         log = dispatcher_service.logfile()
         if log.exists():
             print(log.read_text()[-4000:])
-
-
-def finished(eng, sid: int) -> Series | None:
-    """The series once it ended and its report mail was queued (or said why not)."""
-    with Session(eng) as s:
-        x = s.get(Series, sid)
-        if x is None or x.state not in ("done", "failed") or "report_mail" not in x.meta:
-            return None
-        list(x.patches)  # loaded for the caller
-        s.expunge_all()
-        return x
 
 
 def post_series(web_url: str, token: str, mbox: str) -> int:
