@@ -324,6 +324,7 @@ class Dispatcher:
         except StackbenchError as exc:
             log.warning("series %s: Buildbot not reachable: %s", sid, exc)
             return
+        attach_builds(self.eng, sid)
         names = {b["buildid"]: bb.builder(b["builderid"]) for b in builds}
         kernel_builds = [b for b in builds if names[b["buildid"]].startswith("build-")]
         benches = [b for b in builds if names[b["buildid"]].startswith("bench-")]
@@ -394,6 +395,19 @@ def series_kernels(eng: Engine, sid: int) -> list[tuple[str, str]]:
                 raise StackbenchError(f"series {sid}: patch {p.idx} has no commit")
             out.append((p.commit_sha, kernel_name(p.idx, p.total, p.commit_sha)))
         return out
+
+
+def attach_builds(eng: Engine, sid: int) -> None:
+    """Tie the kernels the workers stored to the series' patches, so its page's matrix
+    shows them (an upload knows the commit, not the patch row)."""
+    with eng.begin() as conn:
+        conn.execute(
+            text(
+                "UPDATE kernel_build k SET series_id = :s, patch_id = p.id FROM patch p "
+                "WHERE p.series_id = :s AND k.commit = p.commit_sha AND k.series_id IS NULL"
+            ),
+            {"s": sid},
+        )
 
 
 def stored_failures(eng: Engine, sid: int, first_run: int) -> list[str]:

@@ -103,6 +103,26 @@ def known_tree(s: Session, name: str) -> Tree | None:
     return register_tree(s, tree)
 
 
+@dataclass
+class TreeChoice:
+    name: str
+    default_base: str
+
+
+def tree_choices(s: Session) -> list[TreeChoice]:
+    """Trees a series may target: those in the database and those defined by YAML (a fresh
+    installation has only the latter; :func:`check` registers one when it is used)."""
+    seen = {t.name: TreeChoice(t.name, t.default_base or "") for t in s.scalars(select(Tree))}
+    try:
+        from stackbench.kernels import trees
+
+        for t in trees.list_trees():
+            seen.setdefault(t.name, TreeChoice(t.name, t.default_base))
+    except StackbenchError:
+        pass  # a broken YAML tree is reported where it is used, not on every form
+    return [seen[n] for n in sorted(seen)]
+
+
 def check(
     s: Session,
     *,

@@ -227,3 +227,54 @@ def test_git_push_over_http_reaches_done(eng, tree, stack):
         work, "rev-list", "--reverse", f"{base}..HEAD"
     ).split()
     assert measured == 3 * RUNS
+
+
+@pytest.fixture
+def chromium():
+    chromium = Path("/usr/bin/chromium")
+    if not chromium.exists():
+        pytest.skip(f"{chromium} not installed (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(
+            executable_path=str(chromium), headless=True, args=["--no-sandbox", "--no-first-run"]
+        )
+        yield b
+        b.close()
+
+
+@pytest.mark.browser
+def test_web_form_in_a_browser_reaches_done(eng, tree, stack, chromium):
+    """A logged-in user submits by the form in chromium and watches the series page go to
+    done and name the report mail, with nothing else run."""
+    from playwright.sync_api import expect
+
+    web_url, _master = stack
+    _repo, work, base = tree
+    add_account("alice", "alice@example.org")
+    mbox = git(work, "format-patch", "--stdout", f"{base}..HEAD") + "\n"
+    page = chromium.new_context().new_page()
+    page.set_default_timeout(30_000)
+    page.goto(web_url + "/login")
+    page.fill("#name", "alice")
+    page.fill("#password", "pw-alice-1")
+    page.click("#login-button")
+    page.wait_for_url(web_url + "/")
+
+    page.goto(web_url + "/submit")
+    page.fill("#mbox_text", mbox)
+    page.select_option("#tree", "tiny")  # a YAML tree the database has not seen yet
+    page.check(f"input[name=jobs][value={JOB}]")
+    page.fill("#runs", str(RUNS))
+    page.click("#submit-button")
+    page.wait_for_url("**/series/*")
+    sid = int(page.url.rsplit("/", 1)[1])
+    # the page follows the series by itself (it polls and reloads while pending)
+    expect(page.locator("#series-state")).to_have_text("done", timeout=300_000)
+    expect(page.locator("#report-mail")).to_contain_text(
+        "queued to alice@example.org, mm-list@example.org", timeout=60_000
+    )
+    assert page.locator("td.cell .st-done").count() == 3  # base and both commits
+    x = finished(eng, sid)
+    assert x is not None and x.source == "web" and x.meta["runs"] == RUNS
