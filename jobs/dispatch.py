@@ -72,7 +72,8 @@ class BuildbotExecutor:
         """The buildset of an earlier submission with this key (a dispatcher that stopped
         between submitting and recording it)."""
         for bs in self.master.get("buildsets?order=-bsid&limit=50")["buildsets"]:
-            if self._submission_of(int(bs["bsid"])) == submission:
+            # the fan-out's triggered buildsets carry the key too: only the submitted one
+            if bs["parent_buildid"] is None and self._submission_of(int(bs["bsid"])) == submission:
                 return int(bs["bsid"])
         return None
 

@@ -97,3 +97,77 @@ def test_down_with_nothing_running_says_so(eng):
     from stackbench.jobs import dispatcher_service
 
     assert dispatcher_service.stop() == "dispatcher: not running"
+
+
+def _dispatch_until(eng, check, master=None, timeout: float = 120.0):
+    """Run a real Dispatcher (its loop and its local worker) until ``check()`` holds."""
+    import threading
+
+    from stackbench.jobs.dispatch import Dispatcher
+
+    d = Dispatcher(eng, master=master)
+    t = threading.Thread(target=d.run, kwargs={"poll": 0.3}, daemon=True)
+    t.start()
+    try:
+        return wait_for("the dispatcher", check, timeout=timeout, every=0.3)
+    finally:
+        d.stop.set()
+        t.join(10)
+
+
+def _submit(tmp_path, work, base, *extra) -> int:
+    from stackbench.cli import main
+
+    mbox = tmp_path / "series.mbox"
+    mbox.write_text(git(work, "format-patch", "--stdout", f"{base}..HEAD") + "\n")
+    assert main(["submit", "--mbox", str(mbox), "--tree", "tiny", "--no-wait", *extra]) == 0
+    with Session(db_engine()) as s:
+        return s.scalars(select(Series.id).order_by(Series.id.desc())).first()
+
+
+def db_engine():
+    from stackbench.resultsdb import db
+
+    return db.engine()
+
+
+def test_series_that_does_not_apply_ends_apply_failed_with_the_patch(eng, tree, tmp_path):
+    repo, work, base = tree
+    # the tree moved on: the file the patches touch was rewritten
+    (repo / "mm" / "compaction.c").write_text("long rewritten;\n")
+    git(repo, "commit", "-q", "-am", "rewrite compaction")
+    git(repo, "tag", "v1")
+    sid = _submit(tmp_path, work, base, "--base", "v1")
+    _dispatch_until(eng, lambda: _state(eng, sid) == "apply-failed", master=lambda: None)
+    with Session(eng) as s:
+        x = s.get(Series, sid)
+        assert x.error.startswith("patch 1/2 'mm/compaction: step 1' does not apply")
+        assert [p.state for p in x.patches] == ["apply-failed", "skipped"]
+        assert "dispatch" not in x.meta  # nothing was handed to an executor
+
+
+def test_unreachable_buildbot_keeps_the_series_waiting_and_says_why(eng, tree, tmp_path):
+    from stackbench.jobs.buildbot.client import Master
+
+    _repo, work, base = tree
+    sid = _submit(tmp_path, work, base)
+
+    def waiting():
+        with eng.connect() as conn:
+            return conn.execute(
+                text("SELECT message FROM event WHERE series_id = :s AND message LIKE 'waiting%'"),
+                {"s": sid},
+            ).scalar()
+
+    # port 1 on loopback: nothing listens there
+    msg = _dispatch_until(eng, waiting, master=lambda: Master("http://127.0.0.1:1/"))
+    assert msg.startswith("waiting for Buildbot: cannot reach Buildbot at http://127.0.0.1:1/")
+    with Session(eng) as s:
+        x = s.get(Series, sid)
+        # applied and left for the master: not run elsewhere, not failed
+        assert x.state == "applied" and "dispatch" not in x.meta
+
+
+def _state(eng, sid: int) -> str:
+    with Session(eng) as s:
+        return s.get(Series, sid).state

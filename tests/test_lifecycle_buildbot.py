@@ -278,3 +278,35 @@ def test_web_form_in_a_browser_reaches_done(eng, tree, stack, chromium):
     assert page.locator("td.cell .st-done").count() == 3  # base and both commits
     x = finished(eng, sid)
     assert x is not None and x.source == "web" and x.meta["runs"] == RUNS
+
+
+def test_dispatcher_stopped_mid_series_picks_it_up_without_a_second_buildset(eng, tree, stack):
+    from stackbench.jobs.dispatch import BuildbotExecutor, series_kernels
+
+    web_url, master = stack
+    _repo, work, base = tree
+    token = add_account("alice", "alice@example.org")
+    mbox = git(work, "format-patch", "--stdout", f"{base}..HEAD") + "\n"
+    sid = post_series(web_url, token, mbox)
+
+    def handed_over():
+        with Session(eng) as s:
+            return (s.get(Series, sid).meta or {}).get("dispatch")
+
+    d = wait_for("the hand-over to Buildbot", handed_over, timeout=120)
+    assert dispatcher_service.stop().startswith("dispatcher: stopped")
+    # a dispatcher that died between submitting and recording submits again: it finds the
+    # buildset of the same submission key instead of making a second one
+    again = BuildbotExecutor(master).submit(
+        sid, d["submission"], series_kernels(eng, sid), [JOB], RUNS
+    )
+    assert again == d["buildset"]
+    assert "started" in dispatcher_service.start()
+
+    x = wait_for(f"series {sid} to finish", lambda: finished(eng, sid), timeout=300, every=1)
+    assert x.state == "done", (x.state, x.error)
+    sets = [b for b in master.get("buildsets")["buildsets"] if not b["parent_buildid"]]
+    assert [b["bsid"] for b in sets] == [d["buildset"]]
+    with eng.connect() as conn:
+        runs = conn.execute(text("SELECT count(*), count(DISTINCT idempotency_key) FROM run")).one()
+    assert tuple(runs) == (3 * RUNS, 3 * RUNS)  # nothing measured twice
