@@ -192,6 +192,8 @@ class Dispatcher:
             how = (meta.get("dispatch") or {}).get("executor")
             if state in ("new", "applying") and not how:
                 self._enqueue("apply", sid)
+            elif state == "applied" and not how and meta.get("push") and "fetched" not in meta:
+                self._enqueue("fetch", sid)
             elif state == "applied" and not how:
                 self._hand_over(sid, meta)
             elif how == "buildbot" and state in ("building", "running"):
@@ -240,6 +242,8 @@ class Dispatcher:
             try:
                 if what == "apply":
                     self._apply(sid)
+                elif what == "fetch":
+                    self._fetch(sid)
                 else:
                     self._run_in_process(sid)
             except Exception as exc:  # recorded on the series; the service goes on
@@ -254,6 +258,23 @@ class Dispatcher:
         from stackbench.jobs import pipeline
 
         pipeline.apply_only(self.eng, sid)  # records applied / apply-failed itself
+
+    def _fetch(self, sid: int) -> None:
+        """Pushed commits live in the intake repository: copy them into the tree's
+        repository, where this machine's builds (in-process or its local worker) look."""
+        from stackbench.jobs import pipeline
+        from stackbench.kernels import trees
+
+        with Session(self.eng) as s:
+            series = s.get(Series, sid)
+            name = series.tree.name if series is not None and series.tree else ""
+        try:
+            tree = trees.load_tree(name)
+        except StackbenchError:
+            tree = None  # a tree only the database knows: its workers fetch for themselves
+        if tree is not None:
+            pipeline._fetch_pushed(self.eng, sid, trees.ensure_repo(tree))
+        lifecycle.update_meta(self.eng, sid, fetched=tree is not None)
 
     def _run_in_process(self, sid: int) -> None:
         from stackbench.jobs import pipeline

@@ -171,3 +171,26 @@ def test_unreachable_buildbot_keeps_the_series_waiting_and_says_why(eng, tree, t
 def _state(eng, sid: int) -> str:
     with Session(eng) as s:
         return s.get(Series, sid).state
+
+
+def test_pushed_commits_that_are_gone_fail_the_series_with_the_reason(eng, tree, tmp_path):
+    from stackbench.jobs import lifecycle
+    from stackbench.patches import intake
+    from stackbench.patches.apply import ApplyResult
+
+    _repo, work, base = tree
+    head = git(work, "rev-parse", "HEAD")
+    parsed = intake.series_from_push(work, "tiny", base, head)
+    gone = tmp_path / "intake-that-was-removed.git"
+    with Session(eng) as s, s.begin():
+        checked = lifecycle.check(s, tree="tiny", jobs=["thpscale"], runs=1)
+        checked.base = base
+        result = ApplyResult(base_sha=base, commits=[p.commit_sha for p in parsed.patches], ok=True)
+        sid = lifecycle.create(
+            s, parsed, checked, source="push", applied=result,
+            meta={"push": {"repo": str(gone), "ref": "refs/for/tiny/x", "head": head}},
+        ).id  # fmt: skip
+    _dispatch_until(eng, lambda: _state(eng, sid) == "failed", master=lambda: None)
+    with Session(eng) as s:
+        x = s.get(Series, sid)
+        assert x.error == f"fetch failed: pushed commits of series {sid} are gone: {gone}"

@@ -197,7 +197,7 @@ def test_failed_build_fails_the_series_with_the_reason_on_its_page(eng, tree, st
 
 def test_git_push_over_http_reaches_done(eng, tree, stack):
     web_url, _master = stack
-    _repo, work, base = tree
+    repo, work, base = tree
     token = add_account("alice", "alice@example.org")
     url = web_url.replace("http://", f"http://alice:{token}@") + "/git/intake.git"
     env = {**os.environ, **GIT_ENV, "HOME": str(work), "GIT_TERMINAL_PROMPT": "0"}
@@ -227,6 +227,8 @@ def test_git_push_over_http_reaches_done(eng, tree, stack):
         work, "rev-list", "--reverse", f"{base}..HEAD"
     ).split()
     assert measured == 3 * RUNS
+    # this machine builds from the tree's repository: the pushed commits were copied there
+    assert git(repo, "cat-file", "-t", x.patches[-1].commit_sha) == "commit"
 
 
 @pytest.fixture
