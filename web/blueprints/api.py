@@ -64,6 +64,8 @@ def series_json(x: Series, commits: list[progress.Commit] | None = None) -> dict
         "message_id": x.message_id,
         "jobs": (x.meta or {}).get("jobs", []),
         "runs": (x.meta or {}).get("runs"),
+        "progress": (x.meta or {}).get("progress"),
+        "report_mail": (x.meta or {}).get("report_mail"),
         "created_at": _iso(x.created_at),
         "patches": [
             {

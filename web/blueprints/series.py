@@ -86,7 +86,8 @@ def load_series(series_id: int) -> Series:
 
 def state_key(x: Series, commits: list[progress.Commit]) -> str:
     """Changes whenever anything shown on the series page changes state."""
-    parts = [x.state] + [
+    parts = [x.state, str((x.meta or {}).get("progress", "")), str("report_mail" in (x.meta or {}))]
+    parts += [
         c.state + "".join(f"{j}:{cell.state}:{len(cell.runs)}" for j, cell in c.cells.items())
         for c in commits
     ]
