@@ -126,6 +126,13 @@ class SubJob:
     def suite_source(self) -> str:
         return "upstream" if self.upstream else "builtin"
 
+    def provenance(self) -> dict[str, Any]:
+        """What a run records about where its benchmark came from (run meta)."""
+        out: dict[str, Any] = {"suite_source": self.suite_source}
+        if self.upstream is not None:
+            out["upstream"] = {"url": self.upstream.url, "commit": self.upstream.commit}
+        return out
+
     def job_spec(self):  # -> stackbench.resultsdb.ingest.JobSpec
         from stackbench.resultsdb.ingest import JobSpec
 

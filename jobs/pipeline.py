@@ -785,7 +785,7 @@ def failure_runs(
                 status=status,
                 error=error,
                 logs=dict(logs),
-                meta={"subjob": sj.name, "boot_id": boot_id},
+                meta={"subjob": sj.name, "boot_id": boot_id, **sj.provenance()},
             )
             data.idempotency_key = hashlib.sha256(f"{data.key()}\0{boot_id}".encode()).hexdigest()
             out.append(data)

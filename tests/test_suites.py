@@ -298,3 +298,62 @@ def test_upstream_thpscale_logs_parse_like_builtin(built, tmp_path):
     benv = {**env, "SB_BIN": str(sbin), "SB_OUT": str(bout)}
     res = proc.run([BUSYBOX, "sh", d.GUEST_DIR / "run-thpscale.sh"], env=benv, timeout=120)
     assert names == set(thpscale.parse_dir(bout))
+
+
+def test_run_kernel_fails_upstream_jobs_whose_source_does_not_build(monkeypatch, tmp_path):
+    from stackbench.resultsdb.ingest import KernelSpec
+
+    monkeypatch.setenv("STACKBENCH_HOME", str(tmp_path / "home"))
+    repo = tmp_path / "vm-scalability.git"
+    head = make_repo(repo)  # a repository without usemem
+    job = d.parse({
+        "suite": "vm-scalability", "runs": 2,
+        "params": {"test": "anon-w-seq", "suite_source": "upstream"},
+        "upstream": {"url": str(repo), "commit": head},
+    })  # fmt: skip
+    plan = d.expand(job, guest_mem_mb=1024, guest_cpus=2)
+    bzimage = tmp_path / "bzImage"
+    bzimage.write_bytes(b"never booted")
+    res, runs = pipeline.run_kernel(
+        bzimage, {}, plan, kernel=KernelSpec(commit="c" * 40),
+        settings=pipeline.Settings(accel="tcg"), workdir=tmp_path / "vm", boot_id="b1",
+    )  # fmt: skip
+    assert res is None  # nothing left to boot
+    assert [(r.iteration, r.status) for r in runs] == [(0, "failed"), (1, "failed")]
+    assert f"upstream vm-scalability at {head[:12]}:" in runs[0].error
+    assert "building usemem failed" in runs[0].error
+    assert runs[0].meta["suite_source"] == "upstream"
+    assert runs[0].meta["upstream"] == {"url": str(repo), "commit": head}
+    assert not (tmp_path / "vm").exists()
+
+
+def test_upstream_and_builtin_runs_of_one_job_are_never_pooled(eng, monkeypatch, tmp_path):
+    from stackbench.resultsdb.ingest import KernelSpec, MachineSpec, RunData, ingest
+    from stackbench.resultsdb.tables import render
+
+    monkeypatch.delenv("STACKBENCH_SUITE_URL_VM_SCALABILITY", raising=False)
+    monkeypatch.delenv(suites.MIRROR_ENV, raising=False)
+    repo = tmp_path / "vm-scalability.git"
+    head = make_repo(repo)  # reachable, so upstream may be asked for (nothing is built here)
+    params = {"test": "anon-w-seq", "suite_source": ["upstream", "builtin"]}
+    job = d.parse({"suite": "vm-scalability", "params": params,
+                   "upstream": {"url": str(repo), "commit": head}})  # fmt: skip
+    up, builtin = d.expand(job, guest_mem_mb=1024, guest_cpus=2)
+    kernel = KernelSpec(commit="a" * 40, name="base")
+    machine = MachineSpec(name="qemu-x", kind="qemu")
+    runs = [
+        RunData(job=sj.job_spec(), kernel=kernel, machine=machine, iteration=i,
+                samples={"vm-scalability.throughput": [value]}, meta=sj.provenance())
+        for sj, values in ((up, (1000, 1002)), (builtin, (5000, 5004)))
+        for i, value in enumerate(values)
+    ]  # fmt: skip
+    ingest(eng, runs)
+    warnings: list[str] = []
+    out = render.render(eng, ["base"], style="lkp", all_rows=True, warn=warnings.append)
+    assert warnings == []
+    groups = [g for g in out.split("=" * 40) if "throughput" in g]
+    assert len(groups) == 2, out
+    up_group = next(g for g in groups if "suite_source" in g)
+    bi_group = next(g for g in groups if "suite_source" not in g)
+    assert head[:12] in up_group and "1001" in up_group and "5002" not in up_group
+    assert "5002" in bi_group and "1001" not in bi_group
