@@ -357,3 +357,41 @@ def test_upstream_and_builtin_runs_of_one_job_are_never_pooled(eng, monkeypatch,
     bi_group = next(g for g in groups if "suite_source" not in g)
     assert head[:12] in up_group and "1001" in up_group and "5002" not in up_group
     assert "5002" in bi_group and "1001" not in bi_group
+
+
+def thpscale_runs(up_version: str) -> list:
+    from stackbench.resultsdb import ingest as ig
+
+    out = []
+    jobs = (
+        (ig.JobSpec("thpscale", "thpscale", {"max_threads": 1, "suite_source": "upstream"},
+                    up_version), 1000.0),
+        (ig.JobSpec("thpscale", "thpscale", {"max_threads": 1},
+                    d.suite_version("thpscale")), 5000.0),
+    )  # fmt: skip
+    for job, level in jobs:
+        for it in range(2):
+            faults = [level + it, level + 10 + it, level + 20 + it]
+            samples = {"thpscale.fault-both-1": faults, "thpscale.fault-huge-1": faults}
+            out.append(ig.RunData(job, ig.KernelSpec("b" * 40, name="base"),
+                                  ig.MachineSpec("qemu-x"), it, samples))  # fmt: skip
+    return out
+
+
+def test_mmtests_tables_refuse_to_pool_upstream_and_builtin(eng, capsys):
+    from stackbench import cli
+    from stackbench.resultsdb import ingest as ig
+
+    ig.ingest(eng, thpscale_runs(f"upstream-1+{MMTESTS_COMMIT}+0123456789ab"))
+    assert cli.main(["compare", "--style", "mmtests", "base"]) != 0
+    err = capsys.readouterr().err
+    assert "thpscale: these kernels have runs of upstream and builtin thpscale" in err
+    assert "--suite-source upstream" in err and "Traceback" not in err
+
+    assert cli.main(["compare", "--style", "mmtests", "--suite-source", "upstream", "base"]) == 0
+    up = capsys.readouterr().out
+    assert cli.main(["compare", "--style", "mmtests", "--suite-source", "builtin", "base"]) == 0
+    builtin = capsys.readouterr().out
+    amean = [ln for ln in up.splitlines() if ln.startswith("Amean") and "fault-both-1" in ln]
+    assert amean and "1010.50" in amean[0], up
+    assert "5010.50" in builtin and "1010.50" not in builtin
