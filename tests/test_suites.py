@@ -395,3 +395,33 @@ def test_mmtests_tables_refuse_to_pool_upstream_and_builtin(eng, capsys):
     amean = [ln for ln in up.splitlines() if ln.startswith("Amean") and "fault-both-1" in ln]
     assert amean and "1010.50" in amean[0], up
     assert "5010.50" in builtin and "1010.50" not in builtin
+
+
+def test_a_source_that_never_answers_is_unavailable_not_a_hang(monkeypatch, tmp_path):
+    import socket
+    import threading
+
+    monkeypatch.setenv("STACKBENCH_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(suites, "LS_REMOTE_TIMEOUT_S", 2)
+    suites._reachable.cache_clear()
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+    held: list[socket.socket] = []
+    threading.Thread(target=lambda: held.append(srv.accept()[0]), daemon=True).start()
+    url = f"git://127.0.0.1:{srv.getsockname()[1]}/vm-scalability.git"
+    try:
+        ok, why = suites.available(suites.Upstream(url=url, commit="2" * 40))
+    finally:
+        for s in (*held, srv):
+            s.close()
+    assert not ok and why == f"cannot reach {url}: no answer in 2 s"
+
+
+def test_upstream_runner_without_its_suite_fails_the_run(tmp_path):
+    env = {"TEST": "anon-w-seq", "NR_TASK": "1", "RUNTIME_S": "5", "SIZE_BYTES": "0",
+           "MEM_PERMILLE": "1", "MEM_BYTES": str(8 * MB), "SB_WORK": str(tmp_path),
+           "SB_UPSTREAM": str(tmp_path / "absent")}  # fmt: skip
+    res = run_runner("run-vm-scalability-upstream.sh", env)
+    assert res.returncode == 2
+    assert "absent/vm-scalability" in res.stdout
