@@ -106,11 +106,15 @@ def collect(ds: query.Dataset, suite: str, prefix: str | None = None) -> dict[st
     return out
 
 
+class MixedSourcesError(StackbenchError):
+    """A suite's runs come from upstream and builtin programs: one table each, not one."""
+
+
 def refuse_mixed_sources(ds: query.Dataset, suite: str) -> None:
     """Upstream and builtin runs of a suite measure different programs: never one column."""
     sources = {j.suite_source for j in ds.jobs.values() if j.suite == suite}
     if {"upstream", "builtin"} <= sources:
-        raise StackbenchError(
+        raise MixedSourcesError(
             f"{suite}: these kernels have runs of upstream and builtin {suite}, which are not "
             "pooled; pick one with --suite-source upstream or --suite-source builtin"
         )
