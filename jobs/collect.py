@@ -220,7 +220,7 @@ def collect_run(
         iteration=iteration,
         samples={},
         source=source,
-        meta={"subjob": sj.name, "resolved": dict(sj.resolved)},
+        meta={"subjob": sj.name, "resolved": dict(sj.resolved), **sj.provenance()},
     )
     if boot_id:
         data.meta["boot_id"] = boot_id

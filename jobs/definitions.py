@@ -25,7 +25,7 @@ import jsonschema
 import yaml
 
 from stackbench.errors import InputError, NotFoundError
-from stackbench.jobs import knobs
+from stackbench.jobs import knobs, suites
 from stackbench.schema import read_yaml
 
 HERE = Path(__file__).resolve().parent
@@ -83,6 +83,12 @@ SEEDS: dict[str, tuple[str, str]] = {
 }  # fmt: skip
 # the scenario stage's sources: part of the version of jobs that have a scenario stage only
 SCENARIO_SOURCES = ("workloads/fragment.c", "guest/scenario.sh")
+# our side of an upstream suite (how LKP and mmtests run it): its hash joins the commit in
+# the suite version
+UPSTREAM_RUNNERS: dict[str, tuple[str, ...]] = {
+    "vm-scalability": ("guest/run-vm-scalability-upstream.sh", "guest/upstream-bin"),
+    "thpscale": ("guest/run-thpscale-upstream.sh",),
+}
 
 
 @dataclass
@@ -96,6 +102,8 @@ class JobDef:
     description: str = ""
     path: Path | None = None
     seed: str = ""
+    # the suite's upstream repository and pinned commit (jobs/suites.py)
+    upstream: suites.Upstream | None = None
 
 
 @dataclass
@@ -111,6 +119,19 @@ class SubJob:
     timeout_s: int = DEFAULT_TIMEOUT_S
     # system knobs, command line, config fragment and scenario stage (jobs/knobs.py)
     setup: knobs.SystemSetup = field(default_factory=knobs.SystemSetup)
+    # set when the sub-job runs the upstream suite (suite_source=upstream)
+    upstream: suites.Upstream | None = None
+
+    @property
+    def suite_source(self) -> str:
+        return "upstream" if self.upstream else "builtin"
+
+    def provenance(self) -> dict[str, Any]:
+        """What a run records about where its benchmark came from (run meta)."""
+        out: dict[str, Any] = {"suite_source": self.suite_source}
+        if self.upstream is not None:
+            out["upstream"] = {"url": self.upstream.url, "commit": self.upstream.commit}
+        return out
 
     def job_spec(self):  # -> stackbench.resultsdb.ingest.JobSpec
         from stackbench.resultsdb.ingest import JobSpec
@@ -194,6 +215,7 @@ def parse(data: Any, *, path: Path | str = "<job>") -> JobDef:
         description=data.get("description", ""),
         path=Path(path),
         seed=data.get("seed", ""),
+        upstream=suites.Upstream(**data["upstream"]) if "upstream" in data else None,
     )
 
 
@@ -262,10 +284,20 @@ def expand(job: JobDef, *, guest_mem_mb: int, guest_cpus: int) -> list[SubJob]:
         params = dict(DEFAULTS[job.suite])
         params.update(zip(keys, combo, strict=True))
         test = str(params.get("test", job.suite))
+        source = suites.choose(
+            job.suite, params.pop("suite_source", None), job.upstream, str(job.path or job.name)
+        )
         setup = knobs.split(params)
         resolved = RESOLVERS[job.suite](job, params, guest_mem_mb, guest_cpus)
         resolved.update(setup.env())
-        version = suite_version(job.suite, scenario=bool(setup.stage))
+        upstream = job.upstream if source == "upstream" else None
+        if upstream is not None:
+            # only upstream jobs name their source: builtin ones keep their old identity
+            params["suite_source"] = "upstream"
+            resolved["SB_RUNNER"] = f"run-{job.suite}-upstream.sh"
+            version = upstream_version(job.suite, upstream, scenario=bool(setup.stage))
+        else:
+            version = suite_version(job.suite, scenario=bool(setup.stage))
         subjobs.append(
             SubJob(
                 suite=job.suite,
@@ -278,6 +310,7 @@ def expand(job: JobDef, *, guest_mem_mb: int, guest_cpus: int) -> list[SubJob]:
                 resolved=resolved,
                 timeout_s=job.timeout_s,
                 setup=setup,
+                upstream=upstream,
             )
         )
     seen: set[str] = set()
@@ -381,9 +414,10 @@ RESOLVERS = {
 # ---- versions -------------------------------------------------------------------------------
 
 
-def source_files(suite: str, *, scenario: bool = False) -> list[Path]:
+def source_files(suite: str, *, scenario: bool = False, upstream: bool = False) -> list[Path]:
     files: list[Path] = []
-    for rel in SUITE_SOURCES[suite] + (SCENARIO_SOURCES if scenario else ()):
+    table = UPSTREAM_RUNNERS if upstream else SUITE_SOURCES
+    for rel in table[suite] + (SCENARIO_SOURCES if scenario else ()):
         p = HERE / rel
         if p.is_dir():
             files += sorted(f for f in p.rglob("*") if f.is_file() and "__pycache__" not in f.parts)
@@ -392,11 +426,21 @@ def source_files(suite: str, *, scenario: bool = False) -> list[Path]:
     return files
 
 
+def _files_hash(files: list[Path]) -> str:
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.relative_to(HERE).as_posix().encode() + b"\0")
+        h.update(f.read_bytes() + b"\0")
+    return h.hexdigest()[:12]
+
+
 def suite_version(suite: str, *, scenario: bool = False) -> str:
     """``builtin-N+<hash>``: the builtin programs' version and the hash of their sources
     (with the scenario stage's for jobs that have one)."""
-    h = hashlib.sha256()
-    for f in source_files(suite, scenario=scenario):
-        h.update(f.relative_to(HERE).as_posix().encode() + b"\0")
-        h.update(f.read_bytes() + b"\0")
-    return f"{BUILTIN_VERSION}+{h.hexdigest()[:12]}"
+    return f"{BUILTIN_VERSION}+{_files_hash(source_files(suite, scenario=scenario))}"
+
+
+def upstream_version(suite: str, up: suites.Upstream, *, scenario: bool = False) -> str:
+    """``upstream-N+<commit>+<hash>``: the upstream commit and the hash of our runner."""
+    files = source_files(suite, scenario=scenario, upstream=True)
+    return suites.version(up, _files_hash(files))

@@ -213,6 +213,7 @@ def parse_job_spec(spec: str, runs: int | None = None) -> JobDef:
         data["description"] = job.description
     parsed = definitions.parse(data, path=f"job {spec}")
     parsed.name = job.name
+    parsed.upstream = job.upstream  # the pinned repository stays with the named job
     return parsed
 
 
@@ -785,7 +786,7 @@ def failure_runs(
                 status=status,
                 error=error,
                 logs=dict(logs),
-                meta={"subjob": sj.name, "boot_id": boot_id},
+                meta={"subjob": sj.name, "boot_id": boot_id, **sj.provenance()},
             )
             data.idempotency_key = hashlib.sha256(f"{data.key()}\0{boot_id}".encode()).hexdigest()
             out.append(data)
@@ -807,7 +808,7 @@ def run_kernel(
     """Boot one kernel with the whole plan and return the runs (failed ones included)."""
     from stackbench.jobs import knobs
     from stackbench.jobs.collect import collect
-    from stackbench.jobs.guest.initramfs import build_initramfs
+    from stackbench.jobs.guest.initramfs import build_initramfs, upstream_files
 
     accel = settings.accel
     if accel == "auto":
@@ -828,6 +829,14 @@ def run_kernel(
     for sj, why in refused:
         runs += failure_runs([sj], kernel, machine, "failed", why, boot_id, {})
         runnable.remove(sj)
+    # upstream suites are fetched and built here; a sub-job whose source fails is failed
+    for sj in [sj for sj in runnable if sj.upstream is not None]:
+        try:
+            upstream_files([sj])
+        except StackbenchError as exc:
+            why = f"upstream {sj.suite} at {sj.upstream.commit[:12]}: {exc}"
+            runs += failure_runs([sj], kernel, machine, "failed", why, boot_id, {})
+            runnable.remove(sj)
     if not runnable:
         return None, runs
     module_ko = next((modules[m] for m in MODULE_FOR_SUITE.values() if m in modules), None)

@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from stackbench.errors import NotFoundError
+from stackbench.errors import NotFoundError, StackbenchError
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,14 @@ class JobRow:
     params: dict[str, Any]
     suite_version: str
     runner: str
+
+    @property
+    def suite_source(self) -> str:
+        """upstream or builtin for stackbench's own runs ("" for imported results): upstream
+        jobs carry ``suite_source`` in their params (jobs/suites.py)."""
+        if (self.params or {}).get("suite_source") == "upstream":
+            return "upstream"
+        return "builtin" if self.suite_version.startswith("builtin-") else ""
 
 
 @dataclass
@@ -120,8 +128,10 @@ def load(
     suite: str | None = None,
     machine: str | None = None,
     statuses: tuple[str, ...] = ("done",),
+    suite_source: str | None = None,
 ) -> Dataset:
-    """Every sample of the given kernels' runs (optionally of one suite, one machine)."""
+    """Every sample of the given kernels' runs (optionally of one suite, one machine, one
+    suite source: upstream, or builtin meaning every job that is not upstream)."""
     ds = Dataset(kernels=kernels)
     ids = [k.id for k in kernels]
     if not ids:
@@ -134,6 +144,12 @@ def load(
     if machine:
         where_sql += " AND m.name = :machine"
         params["machine"] = machine
+    if suite_source == "upstream":
+        where_sql += " AND j.params->>'suite_source' = 'upstream'"
+    elif suite_source == "builtin":
+        where_sql += " AND coalesce(j.params->>'suite_source', '') <> 'upstream'"
+    elif suite_source is not None:
+        raise StackbenchError(f"unknown suite source '{suite_source}' (upstream or builtin)")
     for r in conn.execute(
         text(
             "SELECT r.id, r.job_id, r.build_id, coalesce(m.name, ''), coalesce(m.kind, ''), "

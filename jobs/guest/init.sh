@@ -184,7 +184,8 @@ run_bench() { # <name> <suite> <run dir> <timeout_s>; sets rc
 		SB_BIN=$SB/bin SB_CASES=$SB/cases SB_WORK=/tmp/work SB_OUT=$d
 		SB_MODULE=$SB/modules/stackbench_highalloc.ko
 		set +a
-		exec timeout -s KILL "$tmo" sh "$SB/guest/run-$suite.sh"
+		# SB_RUNNER (from the .env): an upstream suite's runner (jobs/suites.py)
+		exec timeout -s KILL "$tmo" sh "$SB/guest/${SB_RUNNER:-run-$suite.sh}"
 	) < /dev/null > "$d/output" 2> "$d/stderr"
 	rc=$?
 	snapshot "$d" after

@@ -91,6 +91,11 @@ def job_axes(job: query.JobRow) -> dict[str, str]:
         if v is None or isinstance(v, (dict, list)):
             continue
         axes[str(k)] = str(v)
+    if axes.get("suite_source") == "upstream":
+        # the upstream commit the job ran (its suite version is upstream-N+<commit>+<hash>)
+        parts = job.suite_version.split("+")
+        if len(parts) == 3:
+            axes["suite_commit"] = parts[1][:12]
     return {k: v for k, v in axes.items() if v != ""}
 
 

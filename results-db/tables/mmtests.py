@@ -89,6 +89,7 @@ def collect(ds: query.Dataset, suite: str, prefix: str | None = None) -> dict[st
     with different mmtests checkouts still line up."""
     prefix = f"{suite}." if prefix is None else prefix
     job_ids = {j.id for j in ds.jobs.values() if j.suite == suite}
+    refuse_mixed_sources(ds, suite)
     order = {r.id: (r.iteration, r.id) for r in ds.runs.values()}
     out: dict[str, Series] = {}
     for (job_id, metric_id), per_build in ds.values.items():
@@ -103,6 +104,20 @@ def collect(ds: query.Dataset, suite: str, prefix: str | None = None) -> dict[st
             for run_id in sorted(per_run, key=lambda r: order[r]):
                 s.runs[build_id].append(per_run[run_id])
     return out
+
+
+class MixedSourcesError(StackbenchError):
+    """A suite's runs come from upstream and builtin programs: one table each, not one."""
+
+
+def refuse_mixed_sources(ds: query.Dataset, suite: str) -> None:
+    """Upstream and builtin runs of a suite measure different programs: never one column."""
+    sources = {j.suite_source for j in ds.jobs.values() if j.suite == suite}
+    if {"upstream", "builtin"} <= sources:
+        raise MixedSourcesError(
+            f"{suite}: these kernels have runs of upstream and builtin {suite}, which are not "
+            "pooled; pick one with --suite-source upstream or --suite-source builtin"
+        )
 
 
 # ---------------------------------------------------------------- layout

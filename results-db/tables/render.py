@@ -23,6 +23,7 @@ def render(
     warn: Callable[[str], None] | None = None,
     metric: str | None = None,
     pass_no: int = 1,
+    suite_source: str | None = None,
 ) -> str:
     """The table of the stored kernels ``refs`` (base first). ``warn`` hears about runs of
     one job from several machines: they are pooled unless ``machine`` picks one."""
@@ -30,7 +31,7 @@ def render(
         raise StackbenchError("compare needs at least one kernel")
     with eng.connect() as conn:
         kernels = query.resolve_kernels(conn, refs)
-        ds = query.load(conn, kernels, suite=suite, machine=machine)
+        ds = query.load(conn, kernels, suite=suite, machine=machine, suite_source=suite_source)
     if not ds.runs:
         on = f" on machine {machine}" if machine else ""
         raise StackbenchError("no results stored for " + ", ".join(refs) + on)

@@ -60,6 +60,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="only runs on this machine (by default, runs of a job on several machines are "
         "pooled, with a warning)",
     )
+    p.add_argument(
+        "--suite-source",
+        choices=["upstream", "builtin"],
+        default=None,
+        help="only runs of upstream suites, or only builtin ones (the mmtests tables refuse "
+        "to put both in one column)",
+    )
 
 
 SEED_STYLES = ("alloc-latency", "order-success", "per-run")
@@ -88,11 +95,18 @@ def run(args: argparse.Namespace) -> int:
 
     client = apiclient.client()
     if client is not None:
-        if args.table or args.monitor or args.machine or args.style in SEED_STYLES:
+        if (
+            args.table
+            or args.monitor
+            or args.machine
+            or args.suite_source
+            or args.style in SEED_STYLES
+        ):
             from stackbench.errors import StackbenchError
 
             raise StackbenchError(
-                "--table/--monitor/--machine and the seed styles are not available through "
+                "--table/--monitor/--machine/--suite-source and the seed styles are not "
+                "available through "
                 "STACKBENCH_URL; open the "
                 "comparison page, or unset STACKBENCH_URL to read the database"
             )
@@ -113,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
             warn=lambda line: print(f"stackbench: warning: {line}", file=sys.stderr),
             metric=args.metric,
             pass_no=args.pass_no,
+            suite_source=args.suite_source,
         )
         if args.plot:
             write_plot(args.plot, args.kernels, args.metric, args.machine)
