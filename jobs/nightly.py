@@ -243,9 +243,9 @@ def _policy_for(row: TrackedBranch, policy: Policy | None) -> Policy:
     p = DEFAULT
     if meta.get("max_runs"):
         p = replace(p, max_runs=int(meta["max_runs"]))
-    if meta.get("runs"):
-        p = p.starting_at(int(meta["runs"]))
-    return p
+    # the looks are re-planned from the start to the cap either way: a cap beyond the last
+    # default look is a look of its own, and the error budget must be split over it too
+    return p.starting_at(int(meta.get("runs") or p.start_runs))
 
 
 def _subjobs(jobs: list[str]) -> list[str]:

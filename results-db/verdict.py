@@ -124,9 +124,20 @@ class Policy:
         m = self.margin.get(kind, self.margin.get("", 0.04))
         return max(m, self.effect_floor(kind))
 
+    def schedule(self) -> tuple[int, ...]:
+        """Every look the sequential rule takes from ``start_runs`` to the cap, as
+        :meth:`next_look` walks it (a cap beyond the last planned look is one more look)."""
+        n = min(self.start_runs, self.max_runs)
+        out = [n]
+        while (n := self.next_look(n)) and n > out[-1]:
+            out.append(n)
+        return tuple(out)
+
     @property
     def n_looks(self) -> int:
-        return max(1, len(self.looks))
+        """The looks the error budget is split over: those the rule really takes, never
+        fewer than the planned ones (a caller may judge at any of them)."""
+        return max(1, len(self.schedule()), len(self.looks))
 
     def starting_at(self, runs: int) -> Policy:
         """The same rule for a pipeline that starts with ``runs`` per side: the first look

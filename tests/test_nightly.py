@@ -501,3 +501,23 @@ def test_a_drifted_step_is_placed_by_the_bad_kernel_too(shift):
     res = bisect(m, commits[1:], "c0", higher_is_better=True, kind="throughput", policy=wide)
     assert res.state == "found" and res.culprit == "c5", [s.as_dict() for s in res.steps]
     assert any("than bad" in s.reason or "equivalent to bad" in s.reason for s in res.steps)
+
+
+def _looks_walked(policy) -> list[int]:
+    n, seen = policy.start_runs, [policy.start_runs]
+    while (n := policy.next_look(n)) and n > seen[-1]:
+        seen.append(n)
+    return seen
+
+
+@pytest.mark.parametrize(
+    ("runs", "max_runs"), [(None, 40), (None, 12), (3, 40), (None, None), (7, None)]
+)
+def test_the_error_budget_is_split_over_every_look_the_branch_takes(eng, runs, max_runs):
+    nightly.sync_tracked(eng, tracked(runs=runs, max_runs=max_runs))
+    pol = nightly._policy_for(branch_row(eng), None)
+    walked = _looks_walked(pol)
+    assert walked[-1] == (max_runs or 20)
+    # alpha per look times the looks really taken stays within the documented budget
+    assert pol.n_looks >= len(walked)
+    assert pol.alpha / pol.n_looks * len(walked) <= nightly.DEFAULT.alpha
