@@ -7,8 +7,9 @@ is skipped, never called bad. A step still undecided against the good kernel is 
 judged against the known-bad one: equivalent to it is bad, clearly better than it and nearer
 the good kernel is good (host load drifts over a bisect's minutes, so a commit may sit outside
 both ends' noise bands yet plainly on one side). The first bad commit is then confirmed against its parent with
-extra runs, and the result carries a confidence; when skips hide the answer, the result is
-inconclusive and lists the candidates.
+fresh runs (none a step has seen), and the result carries a confidence, 1 - p times the
+policy's looks (Bonferroni, as the rule spends alpha); when skips hide the answer, or fresh
+runs refute the culprit, the result is inconclusive and lists the candidates.
 
 Measuring is injected (:class:`Measurer`) so the same logic runs against real kernels (the
 pipeline builds, boots and runs the job, reusing stored builds and runs) and in unit tests.
@@ -66,6 +67,40 @@ class BisectResult:
 
 def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values)
+
+
+class _Seen:
+    """The measurer, remembering how many values of each commit a step has seen, so the
+    confirmation can ask for runs no step has used."""
+
+    def __init__(self, m: Measurer) -> None:
+        self.m = m
+        self.seen: dict[str, int] = {}
+
+    def measure(self, commit: str, runs: int) -> list[float] | None:
+        values = self.m.measure(commit, runs)
+        if values is not None:
+            self.seen[commit] = max(self.seen.get(commit, 0), len(values))
+        return values
+
+    def fresh(self, commit: str, runs: int) -> list[float] | None:
+        """``runs`` values of ``commit`` that no step has seen (None: fewer than 2). Runs
+        stored before the bisection (the nightly's, which opened the regression) count as
+        seen too."""
+        before = self.seen.get(commit)
+        if before is None:
+            stored = self.m.measure(commit, 0)
+            if stored is None:
+                return None
+            before = len(stored)
+        values = self.m.measure(commit, before + runs)
+        if values is None or len(values) - before < 2:
+            return None
+        self.seen[commit] = len(values)
+        return values[before:]
+
+    def built(self) -> int:
+        return self.m.built()
 
 
 def classify(
@@ -147,7 +182,8 @@ def bisect(
     the known-good ``good``. ``on_step`` sees each step as soon as it is classified."""
     if not commits:
         return BisectResult("failed", None, None, None, message="no commits between good and bad")
-    if m.measure(good, policy.start_runs) is None:
+    sm = _Seen(m)
+    if sm.measure(good, policy.start_runs) is None:
         return BisectResult(
             "failed", None, None, None, message=f"good commit {good} cannot be measured"
         )
@@ -163,7 +199,7 @@ def bisect(
             break
         idx = order[0]
         step = classify(
-            m,
+            sm,
             good,
             commits[idx],
             higher_is_better=higher_is_better,
@@ -190,13 +226,14 @@ def bisect(
             None,
             steps,
             candidates,
-            m.built(),
+            sm.built(),
             f"{len(candidates)} candidates: skipped commits hide the first bad one",
         )
     culprit = commits[hi]
-    # confirm: the culprit against its own parent, at the largest look
-    confirm_ref = m.measure(parent, policy.max_runs)
-    culprit_values = m.measure(culprit, policy.max_runs)
+    # confirm: the culprit against its own parent on fresh runs (the runs that made the
+    # steps' verdicts would only repeat them), judged by the same rule
+    confirm_ref = sm.fresh(parent, policy.max_runs)
+    culprit_values = sm.fresh(culprit, policy.max_runs) if confirm_ref is not None else None
     confidence = None
     state: Literal["found", "inconclusive"] = "found"
     message = ""
@@ -207,11 +244,16 @@ def bisect(
             confirm_ref, culprit_values, higher_is_better=higher_is_better, kind=kind, policy=policy
         )
         if v.outcome == "changed" and v.direction == "worse":
-            confidence = 1.0 - (v.p_value or 0.0)
+            # the rule spent alpha / looks at this look: Bonferroni over the looks
+            confidence = 1.0 - min(1.0, (v.p_value or 0.0) * policy.n_looks)
         else:
             state = "inconclusive"
-            message = f"culprit vs parent is {v.outcome} ({v.label})"
-            candidates = [culprit]
+            message = (
+                f"fresh runs do not confirm {culprit[:12]} against its parent "
+                f"({v.label}): the steps that pointed at it are in doubt, so every commit "
+                "of the range is a candidate"
+            )
+            candidates = list(commits)
     return BisectResult(
         state,
         culprit if state == "found" else None,
@@ -219,6 +261,6 @@ def bisect(
         confidence,
         steps,
         candidates if state != "found" else [culprit],
-        m.built(),
+        sm.built(),
         message,
     )
