@@ -19,8 +19,9 @@ Per branch and night:
 1. resolve the head; build it (a stored build or a stored build failure is reused);
 2. no baseline yet: measure the head and make it the baseline (``state: baseline``);
 3. otherwise measure the baseline and the head (runs already stored count), judge every
-   metric with a direction with :func:`verdict.judge_many`, and while some metric is
-   undecided add runs to both sides at the policy's next look, up to the cap;
+   metric with a direction with :func:`verdict.judge_many`, and while a headline metric
+   (:func:`verdict.is_headline`) is undecided add runs to both sides at the policy's next
+   look, up to the cap (an undecided counter or duration alone measures nothing more);
 4. every metric judged changed for the worse opens a regression (one row per job, metric,
    good and bad kernel: a second run of the same night finds it and opens nothing);
 5. nothing regressed: the head becomes the new baseline and the regressions open against
@@ -53,7 +54,7 @@ from stackbench import schema
 from stackbench.errors import InputError, NotFoundError, StackbenchError
 from stackbench.jobs import bisect_runner as br
 from stackbench.resultsdb.models import KernelBuild, Metric, Regression, TrackedBranch, Tree
-from stackbench.resultsdb.verdict import DEFAULT, Policy, Verdict, judge_many
+from stackbench.resultsdb.verdict import DEFAULT, Policy, Verdict, is_headline, judge_many
 
 log = logging.getLogger(__name__)
 
@@ -300,8 +301,15 @@ def judge_job(
             for m in metrics
         }
         out.verdicts = judge_many(pairs, policy) if pairs else {}
+        # only a headline metric that is still undecided is worth more boots of both kernels;
+        # a noisy counter or duration stays undecided and is reported as such
         wanted = max(
-            (v.runs_wanted for v in out.verdicts.values() if v.outcome == "undecided"), default=0
+            (
+                v.runs_wanted
+                for n, v in out.verdicts.items()
+                if v.outcome == "undecided" and is_headline(pairs[n][3], pairs[n][2])
+            ),
+            default=0,
         )
         have = min(out.runs_base, out.runs_head)
         if not wanted or wanted <= have or wanted <= runs or have < runs:

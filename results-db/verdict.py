@@ -157,6 +157,17 @@ class Policy:
 
 DEFAULT = Policy()
 
+# The metrics a reader acts on: a kind with a preferred direction that is a result of the
+# benchmark itself. Counters (vmstat, NUMA locality) explain a change but are not one;
+# durations follow the throughput and the host's load; variability is a property of the
+# noise. Only these keep a comparison running or fill the default verdict section.
+HEADLINE_KINDS = ("throughput", "latency", "percent")
+
+
+def is_headline(kind: str, higher_is_better: bool | None) -> bool:
+    """Does a metric of this kind and direction matter on its own (see HEADLINE_KINDS)?"""
+    return higher_is_better is not None and kind in HEADLINE_KINDS
+
 
 @dataclass
 class Verdict:

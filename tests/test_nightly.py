@@ -521,3 +521,28 @@ def test_the_error_budget_is_split_over_every_look_the_branch_takes(eng, runs, m
     # alpha per look times the looks really taken stays within the documented budget
     assert pol.n_looks >= len(walked)
     assert pol.alpha / pol.n_looks * len(walked) <= nightly.DEFAULT.alpha
+
+
+class NoisyDurationLab(FakeLab):
+    """Throughput as FakeLab; the job's elapsed time scatters by 30% (a busy host)."""
+
+    def _duration(self, idx):
+        return {"duration.elapsed": [float(self.rng.normal(5.0, 1.5))]}
+
+
+def test_an_undecided_duration_alone_measures_nothing_more(eng, mail_env):
+    lab = NoisyDurationLab(n=2, noise=5.0)
+    night(eng, lab)
+    lab.head = 1
+    (job,) = night(eng, lab)["branches"][0]["jobs"]
+    assert job["verdicts"].get("unchanged") == 1  # the throughput, decided at the first look
+    assert job["verdicts"].get("undecided") == 1  # the duration
+    assert (job["runs_base"], job["runs_head"]) == (5, 5)
+
+
+def test_an_undecided_headline_metric_gets_more_runs(eng, mail_env):
+    lab = FakeLab(n=2, noise=40.0)  # throughput CoV 4%: not decided at 5 runs
+    night(eng, lab)
+    lab.head = 1
+    (job,) = night(eng, lab)["branches"][0]["jobs"]
+    assert job["runs_head"] > 5 and job["runs_base"] == job["runs_head"]
