@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 NAME = "compare"
 ORDER = 31
@@ -17,14 +16,22 @@ enough) or an mmtests run name.
   --style mmtests    compare-mmtests.pl's tables (thpscale era): --table latency|counts|
                      locality|significance|highalloc,
                      or a monitor block with --monitor duration|vmstat
-  --style stackbench every stat with stackbench's verdict: change, 95% interval, significance
-                     after false-discovery-rate control"""
+  --style stackbench stackbench's verdicts: change, 95% interval, significance after
+                     false-discovery-rate control; the changed and undecided headline
+                     metrics, largest first, and a line counting the rest (--all: every row)
+
+Runs are keyed by machine: when a job's runs come from several machines, pick one with
+--machine NAME or pool them with --pool-machines (the table's first line then says so)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("kernels", nargs="+", metavar="KERNEL", help="base first")
     p.add_argument("--style", choices=["lkp", "mmtests", "stackbench"], default="lkp")
-    p.add_argument("--all", action="store_true", help="lkp: every stat (as 'lkp ncompare -a')")
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help="lkp: every stat (as 'lkp ncompare -a'); stackbench: every metric's row",
+    )
     p.add_argument(
         "--table",
         choices=["latency", "counts", "locality", "significance", "highalloc"],
@@ -42,8 +49,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--machine",
         default=None,
-        help="only runs on this machine (by default, runs of a job on several machines are "
-        "pooled, with a warning)",
+        help="only runs on this machine (needed when a job's runs come from several)",
+    )
+    p.add_argument(
+        "--pool-machines",
+        action="store_true",
+        help="pool the runs of several machines into one column (the header says so)",
     )
 
 
@@ -52,12 +63,13 @@ def run(args: argparse.Namespace) -> int:
 
     client = apiclient.client()
     if client is not None:
-        if args.table or args.monitor or args.machine:
+        if args.table or args.monitor or args.machine or args.pool_machines:
             from stackbench.errors import StackbenchError
 
             raise StackbenchError(
-                "--table/--monitor/--machine are not available through STACKBENCH_URL; open the "
-                "comparison page, or unset STACKBENCH_URL to read the database"
+                "--table/--monitor/--machine/--pool-machines are not available through "
+                "STACKBENCH_URL; open the comparison page, or unset STACKBENCH_URL to read "
+                "the database"
             )
         out = client.compare(args.kernels, style=args.style, all_rows=args.all, suite=args.suite)
     else:
@@ -73,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
             monitor=args.monitor,
             suite=args.suite,
             machine=args.machine,
-            warn=lambda line: print(f"stackbench: warning: {line}", file=sys.stderr),
+            pool_machines=args.pool_machines,
         )
     print(out, end="" if out.endswith("\n") else "\n")
     return 0
