@@ -26,10 +26,16 @@ from stackbench.resultsdb.verdict import DEFAULT, Policy, judge
 StepVerdict = Literal["good", "bad", "skip"]
 
 
+# one commit's values: one per run (every run its own boot) or {boot: per-run values}, boots
+# in the order they ran
+Values = list[float] | dict[str, list[float]]
+
+
 class Measurer(Protocol):
-    def measure(self, commit: str, runs: int) -> list[float] | None:
-        """At least ``runs`` per-run values of the metric on ``commit`` (stored runs count),
-        or None when the commit cannot be measured (build or boot failure)."""
+    def measure(self, commit: str, runs: int) -> Values | None:
+        """At least ``runs`` units (boots; runs when every run is its own boot) of the
+        metric on ``commit`` (stored ones count), or None when the commit cannot be measured
+        (build or boot failure)."""
 
     def built(self) -> int:
         """How many kernels had to be built so far (reused builds do not count)."""
@@ -65,8 +71,20 @@ class BisectResult:
     message: str = ""
 
 
-def _mean(values: Sequence[float]) -> float:
-    return sum(values) / len(values)
+def _mean(values: Values) -> float:
+    """The mean of the units (boot means, or runs)."""
+    if isinstance(values, dict):
+        units = [sum(v) / len(v) for v in values.values() if v]
+    else:
+        units = list(values)
+    return sum(units) / len(units)
+
+
+def _after(values: Values, before: int) -> Values:
+    """The units after the first ``before`` (boots keep the order they ran in)."""
+    if isinstance(values, dict):
+        return dict(list(values.items())[before:])
+    return values[before:]
 
 
 class _Seen:
@@ -77,13 +95,13 @@ class _Seen:
         self.m = m
         self.seen: dict[str, int] = {}
 
-    def measure(self, commit: str, runs: int) -> list[float] | None:
+    def measure(self, commit: str, runs: int) -> Values | None:
         values = self.m.measure(commit, runs)
         if values is not None:
             self.seen[commit] = max(self.seen.get(commit, 0), len(values))
         return values
 
-    def fresh(self, commit: str, runs: int) -> list[float] | None:
+    def fresh(self, commit: str, runs: int) -> Values | None:
         """``runs`` values of ``commit`` that no step has seen (None: fewer than 2). Runs
         stored before the bisection (the nightly's, which opened the regression) count as
         seen too."""
@@ -97,7 +115,7 @@ class _Seen:
         if values is None or len(values) - before < 2:
             return None
         self.seen[commit] = len(values)
-        return values[before:]
+        return _after(values, before)
 
     def built(self) -> int:
         return self.m.built()
@@ -145,8 +163,8 @@ def classify(
 def _against_bad(
     m: Measurer,
     bad: str | None,
-    values: list[float],
-    good_ref: list[float],
+    values: Values,
+    good_ref: Values,
     runs: int,
     higher_is_better: bool | None,
     kind: str,

@@ -218,7 +218,7 @@ def track(
 class JobOutcome:
     job: str  # the sub-job's spec
     job_id: int
-    runs_base: int = 0
+    runs_base: int = 0  # boots (the verdict's unit; a run without a boot id is one)
     runs_head: int = 0
     verdicts: dict[str, Verdict] = field(default_factory=dict)
     worse: list[str] = field(default_factory=list)
@@ -260,13 +260,10 @@ def _subjobs(jobs: list[str]) -> list[str]:
     return out
 
 
-def _measure(eng: Engine, lab: br.Lab, tree: str, bid: int, job: str, jid: int, runs: int) -> int:
-    """Top the stored runs of the job on a kernel up to ``runs``; the count of done runs."""
-    have = br.done_runs(eng, bid, jid)
-    if have < runs:
-        lab.run(eng, tree, bid, job, runs - have)
-        have = br.done_runs(eng, bid, jid)
-    return have
+def _measure(eng: Engine, lab: br.Lab, tree: str, bid: int, job: str, jid: int, boots: int) -> int:
+    """Top the job's stored boots on a kernel up to ``boots`` (the verdict's unit); the count
+    of boots with finished runs."""
+    return br.top_up_boots(eng, lab, tree, bid, job, jid, boots)[0]
 
 
 def judge_job(
@@ -293,8 +290,8 @@ def judge_job(
         ]
         pairs = {
             m.name: (
-                br.per_run_values(eng, base_id, jid, m.id),
-                br.per_run_values(eng, head_id, jid, m.id),
+                br.per_boot_values(eng, base_id, jid, m.id),
+                br.per_boot_values(eng, head_id, jid, m.id),
                 m.higher_is_better,
                 m.kind,
             )

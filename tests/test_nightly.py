@@ -546,3 +546,70 @@ def test_an_undecided_headline_metric_gets_more_runs(eng, mail_env):
     lab.head = 1
     (job,) = night(eng, lab)["branches"][0]["jobs"]
     assert job["runs_head"] > 5 and job["runs_base"] == job["runs_head"]
+
+
+class BootLab(FakeLab):
+    """Each call is one boot of ``runs_per_boot`` runs sharing that boot's offset (the host's
+    load during the boot): CoV 3% between boots, 0.3% between runs of a boot."""
+
+    runs_per_boot = 2
+
+    def __init__(self, *args, slow_boot=None, **kw):
+        super().__init__(*args, **kw)
+        self.calls: list[tuple[str, int]] = []
+        self.slow_boot = slow_boot  # (commit index, boot number): that boot's host is 20% slow
+
+    def run(self, eng, tree, build_id, job, runs):
+        with Session(eng) as s:
+            commit = s.get(KernelBuild, build_id).commit
+        idx = self.history.index(commit)
+        n_boot = sum(1 for c, _ in self.calls if c == commit)
+        self.calls.append((commit, runs))
+        self.boots += 1
+        offset = 1 + 0.03 * self.rng.normal()
+        if self.slow_boot == (idx, n_boot):
+            offset *= 0.8
+        ((_name, spec),) = br.job_spec_strings(job)
+        data = [
+            ig.RunData(
+                job=spec,
+                kernel=ig.KernelSpec(
+                    commit, config_name="fake", config_hash="fake", compiler="fake", tree=tree
+                ),
+                machine=ig.MachineSpec("fake-qemu", kind="qemu", cpus=2, memory_mb=1024),
+                iteration=i,
+                samples={METRIC: [float(1000 * offset * (1 + 0.003 * self.rng.normal()))]},
+                source="fake",
+                meta={"boot_id": f"{commit[:8]}-boot-{n_boot}"},
+                idempotency_key=f"boot-{commit}-{n_boot}-{i}",
+            )
+            for i in range(runs)
+        ]
+        ig.ingest(eng, data)
+
+
+def test_runs_are_grouped_by_boot_and_boots_are_added_one_call_each(eng, mail_env):
+    lab = BootLab(n=2)
+    night(eng, lab)
+    assert lab.calls == [(lab.history[0], 2)] * 5  # five boots of two runs: the first look
+    lab.head = 1
+    (job,) = night(eng, lab)["branches"][0]["jobs"]
+    assert job["runs_base"] == job["runs_head"] >= 5  # boots, not runs
+    with Session(eng) as s:
+        head_runs = s.scalar(
+            select(func.count())
+            .select_from(Run)
+            .join(KernelBuild, KernelBuild.id == Run.build_id)
+            .where(KernelBuild.commit == lab.history[1])
+        )
+    assert head_runs == 2 * job["runs_head"]
+
+
+def test_one_slow_boot_of_a_neutral_head_opens_no_regression(eng, mail_env):
+    # the head's first boot ran on a slow host: both of its runs are 20% low; judged as ten
+    # independent runs that is a 4% drop with a tight interval, judged by boots it is noise
+    lab = BootLab(n=2, slow_boot=(1, 0), seed=11)
+    night(eng, lab)
+    lab.head = 1
+    (b,) = night(eng, lab)["branches"]
+    assert b["regressions"] == [] and b["state"] == "unchanged", b
