@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from stackbench.resultsdb.verdict import DEFAULT, Policy, judge
+from stackbench.resultsdb.verdict import DEFAULT, Policy, Verdict, judge
 
 StepVerdict = Literal["good", "bad", "skip"]
 
@@ -101,20 +101,24 @@ class _Seen:
             self.seen[commit] = max(self.seen.get(commit, 0), len(values))
         return values
 
-    def fresh(self, commit: str, runs: int) -> Values | None:
-        """``runs`` values of ``commit`` that no step has seen (None: fewer than 2). Runs
-        stored before the bisection (the nightly's, which opened the regression) count as
-        seen too."""
+    def mark(self, commit: str) -> int | None:
+        """How many units of ``commit`` exist before the confirmation: those a step has
+        seen, and runs stored before the bisection (the nightly's, which opened the
+        regression). None when it cannot be measured."""
         before = self.seen.get(commit)
         if before is None:
             stored = self.m.measure(commit, 0)
             if stored is None:
                 return None
             before = len(stored)
+        return before
+
+    def fresh(self, commit: str, before: int, runs: int) -> Values | None:
+        """``runs`` units of ``commit`` after its first ``before`` (None: fewer than 2)."""
         values = self.m.measure(commit, before + runs)
         if values is None or len(values) - before < 2:
             return None
-        self.seen[commit] = len(values)
+        self.seen[commit] = max(self.seen.get(commit, 0), len(values))
         return _after(values, before)
 
     def built(self) -> int:
@@ -248,19 +252,14 @@ def bisect(
             f"{len(candidates)} candidates: skipped commits hide the first bad one",
         )
     culprit = commits[hi]
-    # confirm: the culprit against its own parent on fresh runs (the runs that made the
-    # steps' verdicts would only repeat them), judged by the same rule
-    confirm_ref = sm.fresh(parent, policy.max_runs)
-    culprit_values = sm.fresh(culprit, policy.max_runs) if confirm_ref is not None else None
+    confirmed = _confirm(sm, parent, culprit, higher_is_better, kind, policy)
     confidence = None
     state: Literal["found", "inconclusive"] = "found"
     message = ""
-    if confirm_ref is None or culprit_values is None:
+    if confirmed is None:
         state, message = "inconclusive", "the culprit or its parent cannot be measured again"
     else:
-        v = judge(
-            confirm_ref, culprit_values, higher_is_better=higher_is_better, kind=kind, policy=policy
-        )
+        v = confirmed
         if v.outcome == "changed" and v.direction == "worse":
             # the rule spent alpha / looks at this look: Bonferroni over the looks
             confidence = 1.0 - min(1.0, (v.p_value or 0.0) * policy.n_looks)
@@ -282,3 +281,30 @@ def bisect(
         sm.built(),
         message,
     )
+
+
+def _confirm(
+    sm: _Seen,
+    parent: str,
+    culprit: str,
+    higher_is_better: bool | None,
+    kind: str,
+    policy: Policy,
+) -> Verdict | None:
+    """The culprit against its own parent on fresh units only (the ones that made the
+    steps' verdicts would just repeat them), at the policy's looks from its first to the
+    cap; None when either cannot be measured again."""
+    marks = {c: sm.mark(c) for c in (parent, culprit)}
+    if None in marks.values():
+        return None
+    n = policy.start_runs
+    while True:
+        ref = sm.fresh(parent, marks[parent] or 0, n)
+        new = sm.fresh(culprit, marks[culprit] or 0, n) if ref is not None else None
+        if ref is None or new is None:
+            return None
+        v = judge(ref, new, higher_is_better=higher_is_better, kind=kind, policy=policy)
+        have = min(len(ref), len(new))
+        if v.outcome != "undecided" or not v.runs_wanted or v.runs_wanted <= have:
+            return v
+        n = v.runs_wanted

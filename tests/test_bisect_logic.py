@@ -101,10 +101,10 @@ class Recording(Simulated):
         return values
 
 
-def _confirm_values(sim: Recording, commit: str) -> list[float]:
-    """The values of ``commit`` in its last measurement that no earlier one had."""
+def _confirm_values(sim: Recording, res, commit: str) -> list[float]:
+    """The values of ``commit`` in its last measurement that its bisect step had not seen."""
+    before = max(s.runs for s in res.steps if s.commit == commit)
     mine = [v for c, v in sim.handed if c == commit]
-    before = max((len(v) for v in mine[:-1]), default=0)
     return mine[-1][before:]
 
 
@@ -115,9 +115,9 @@ def test_confirmation_uses_fresh_runs_and_reports_bonferroni_confidence():
     sim = Recording(commits, bad_from=4, drop=0.04, seed=3)
     res = bisect(sim, commits[1:], "c0", higher_is_better=True, kind="throughput")
     assert res.state == "found" and res.culprit == "c4"
-    parent, culprit = _confirm_values(sim, "c3"), _confirm_values(sim, "c4")
-    # fresh: as many runs as the cap, none of which a step had seen
-    assert len(parent) == len(culprit) == DEFAULT.max_runs
+    parent, culprit = _confirm_values(sim, res, "c3"), _confirm_values(sim, res, "c4")
+    # fresh: at least the first look's worth, none of which a step had seen
+    assert len(parent) == len(culprit) >= DEFAULT.start_runs
     v = judge(parent, culprit, higher_is_better=True, kind="throughput")
     assert v.label == "worse"
     assert res.confidence == 1 - min(1.0, v.p_value * DEFAULT.n_looks)
