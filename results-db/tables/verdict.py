@@ -1,23 +1,25 @@
-"""stackbench's own comparison table: every metric with a verdict that can be trusted.
+"""stackbench's own comparison table: the verdicts that matter, each one that can be trusted.
 
 The first kernel is the base. One block per job (suite, test, parameters), in the same job
-order as the LKP table; inside it one sub-block per later kernel with one row per metric,
-ordered by metric name:
+order as the LKP table; inside it one sub-block per later kernel. By default a block lists
+its changed and undecided headline metrics (:func:`verdict.is_headline`), largest change
+first, and one line counting the rows it hides; ``all_rows`` lists every metric by name:
 
-    metric   base mean   new mean   change   [95% CI]   verdict   q   runs
+    metric   base mean   new mean   change   [95% CI]   verdict   q   boots
 
-* Values are per RUN: the mean of that run's samples. A latency metric has thousands of
-  samples per run, but they share one boot's memory layout, so pooling them would call any
-  boot-to-boot difference significant; the run is the independent unit. Base and new mean
-  are the means of those per-run values.
-* change is the relative difference of means with Welch's 95% interval; for latency metrics
-  (the rank path of :mod:`stackbench.resultsdb.verdict`) it is the Hodges-Lehmann ratio, the
-  median of all pairwise new/base ratios, with its distribution-free interval.
+* The unit is the BOOT: each run is the mean of its samples, each boot the mean of its runs
+  (runs of one boot share its memory layout and the host's load, so they are not
+  independent; see :mod:`stackbench.resultsdb.boots`). Base and new mean are the means of
+  the runs.
+* change is the relative difference of means with Welch's 95% interval on boot means; for
+  latency metrics (the rank path of :mod:`stackbench.resultsdb.verdict`) it is the
+  Hodges-Lehmann ratio, the median of all pairwise new/base ratios, with its
+  distribution-free interval.
 * verdict: ``better`` / ``worse`` (changed, direction from the metric), ``changed`` (a metric
-  with no preferred direction), ``~`` (shown to be within the minimum effect), ``undecided``
-  (needs more runs: the runs column says how many per side), ``n/a`` (a side with fewer than
-  two runs). Significance is controlled with Benjamini-Hochberg across ALL rows of the table;
-  q is that adjusted p-value.
+  with no preferred direction), ``~`` (shown to be within the kind's equivalence margin),
+  ``undecided`` (needs more boots: the boots column says how many per side), ``n/a`` (a side
+  with fewer than two runs). Significance is controlled with Benjamini-Hochberg across ALL
+  rows of the comparison, shown or not; q is that adjusted p-value.
 """
 
 from __future__ import annotations
