@@ -163,8 +163,8 @@ def _render_tables(ds: query.Dataset, opts: Options) -> tuple[dict[str, Any], di
     try:
         from stackbench.resultsdb.tables import verdict
 
-        # the page's verdict section picks its rows itself; the text is the whole table
-        tables["stackbench"] = verdict.render(ds, all_rows=True)
+        # as the CLI prints it: headline changes by default, every row with all_rows
+        tables["stackbench"] = verdict.render(ds, all_rows=opts.all_rows)
     except ImportError:
         errors["stackbench"] = "the stackbench verdict renderer is not installed on this server"
     except StackbenchError as exc:
@@ -240,7 +240,7 @@ def compute(eng: Engine, build_ids: list[int], opts: Options) -> dict[str, Any]:
             result["errors"]["all"] = (
                 f"runs of these kernels come from {len(result['machines'])} machines "
                 f"({', '.join(result['machines'])}): runs are compared per machine; pick "
-                "one below, or pool them (the tables then say so)"
+                "one machine, or pool them (the tables then say so)"
             )
             return result
         result["pooled"] = (
