@@ -14,7 +14,8 @@ then one mean per boot, then the rule). Per cell it prints:
 * P2/P5/P10: share of comparisons with a real 2%, 5%, 10% regression called worse,
 * mean boots and runs per side the sequential rule used (A/A and 5% shift),
 * naive: the same rule fed every run as an independent sample (what stackbench did before
-  boots were units); its FPR is what the issue measured (40% at boot CoV 2%).
+  boots were units), on the same boots; with every run of a kernel in ONE boot, as the
+  pipeline measured, it is worse still (issue 11 measured 40%).
 
 Then the floors the default policy must meet, and the latency (rank test) path.
 
