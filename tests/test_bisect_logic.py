@@ -132,3 +132,27 @@ def test_a_fluke_step_is_refuted_by_fresh_runs_and_the_range_stays_open():
     assert res.state == "inconclusive" and res.culprit is None
     assert "c4" in res.candidates and res.candidates != ["c2"]
     assert "fresh runs do not confirm c2" in res.message
+
+
+class RefusesAgain(Simulated):
+    """Measures each commit once; asked for more runs later, ``dead`` no longer boots."""
+
+    def __init__(self, *args, dead, **kw):
+        super().__init__(*args, **kw)
+        self.dead = dead
+        self.asked: dict[str, int] = {}
+
+    def measure(self, commit, runs):
+        first = self.asked.setdefault(commit, runs)
+        if commit == self.dead and runs > first:
+            return None
+        return super().measure(commit, runs)
+
+
+def test_a_culprit_that_cannot_be_measured_again_is_not_confirmed():
+    commits = [f"c{i}" for i in range(5)]
+    sim = RefusesAgain(commits, bad_from=2, dead="c2")
+    res = bisect(sim, commits[1:], "c0", higher_is_better=True, kind="throughput")
+    assert res.state == "inconclusive" and res.culprit is None and res.confidence is None
+    assert res.candidates == ["c2"]  # the steps found it; only the confirmation is missing
+    assert res.message == "the culprit or its parent cannot be measured again"

@@ -613,3 +613,20 @@ def test_one_slow_boot_of_a_neutral_head_opens_no_regression(eng, mail_env):
     lab.head = 1
     (b,) = night(eng, lab)["branches"]
     assert b["regressions"] == [] and b["state"] == "unchanged", b
+
+
+class DeadLab(FakeLab):
+    """Builds, but no run ever finishes: nothing is stored."""
+
+    def run(self, eng, tree, build_id, job, runs):
+        self.boots += 1
+
+
+def test_boots_that_store_nothing_end_the_top_up(eng):
+    lab = DeadLab(n=1)
+    bid = lab.build(eng, TREE, lab.history[0])
+    (jid,) = br.job_ids(eng, JOB)
+    assert br.top_up_boots(eng, lab, TREE, bid, JOB, jid, 5) == (0, 1)
+    lab.runs_per_boot = 2
+    assert br.top_up_boots(eng, lab, TREE, bid, JOB, jid, 5) == (0, 1)
+    assert lab.boots == 2
