@@ -386,8 +386,10 @@ def _open_regression(
             "p_value": v.p_value,
             "q_value": v.q_value,
             "test": v.test,
-            "n_base": v.n_base,
+            "n_base": v.n_base,  # boots, the verdict's unit
             "n_new": v.n_new,
+            "runs_base": v.runs_base,
+            "runs_new": v.runs_new,
             "source": "nightly",
         },
     )
