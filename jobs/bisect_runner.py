@@ -187,7 +187,9 @@ def failed_runs(eng: Engine, build_id: int, job_id: int) -> int:
 
 
 # A run's boot: the pipeline and the labs store it as meta.boot_id; a run without one (an
-# import, a synthetic lab) is its own boot.
+# import, a synthetic lab) is its own boot. Once the run table has a boot column (``run.boot``,
+# from the rounds-of-boots plan), it goes first: coalesce(r.boot, r.meta->>'boot_id', ...),
+# as stackbench.resultsdb.boots.boot_key already does for loaded rows.
 _BOOT_SQL = "coalesce(r.meta->>'boot_id', 'run-' || r.id::text)"
 
 
