@@ -186,11 +186,10 @@ def failed_runs(eng: Engine, build_id: int, job_id: int) -> int:
         ).scalar_one()
 
 
-# A run's boot: the pipeline and the labs store it as meta.boot_id; a run without one (an
-# import, a synthetic lab) is its own boot. Once the run table has a boot column (``run.boot``,
-# from the rounds-of-boots plan), it goes first: coalesce(r.boot, r.meta->>'boot_id', ...),
-# as stackbench.resultsdb.boots.boot_key already does for loaded rows.
-_BOOT_SQL = "coalesce(r.meta->>'boot_id', 'run-' || r.id::text)"
+# A run's boot: the run.boot_id column of the rounds-of-boots plan (migration 0003), else
+# meta.boot_id (the pipeline and the labs set it), else the run alone (an import, a synthetic
+# lab). The column is read through to_jsonb so this works before and after the migration.
+_BOOT_SQL = "coalesce(to_jsonb(r)->>'boot_id', r.meta->>'boot_id', 'run-' || r.id::text)"
 
 
 def done_boots(eng: Engine, build_id: int, job_id: int) -> int:

@@ -1,9 +1,10 @@
 """Boots as the unit of a comparison: one side's runs grouped by boot, the warm-up rule, and
 one value per boot (see :mod:`stackbench.resultsdb.verdict`).
 
-A boot key is whatever identifies one boot of one kernel on one machine: the run row's boot
-column when the executor stores one, else ``run.meta["boot_id"]`` (set by the pipeline and
-the bisect lab), else the run itself (imports and older rows: every run its own boot).
+A boot key is whatever identifies one boot of one kernel on one machine: the run row's
+``boot_id`` column (migration 0003 of the rounds-of-boots plan) when the row carries it, else
+``run.meta["boot_id"]`` (set by the pipeline and the bisect lab), else the run itself
+(imports and older rows: every run its own boot).
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ def _clean(values: Sequence[float]) -> np.ndarray:
 
 
 def boot_key(run: Any) -> Hashable:
-    """The boot of a run row (query.RunRow or models.Run): ``run.boot`` when the row has
-    one, else ``meta["boot_id"]``, else the run alone."""
-    key = getattr(run, "boot", None)
+    """The boot of a run row (query.RunRow or models.Run): its ``boot_id`` attribute when
+    the row has one, else ``meta["boot_id"]``, else the run alone."""
+    key = getattr(run, "boot_id", None)
     if key in (None, ""):
         key = (getattr(run, "meta", None) or {}).get("boot_id")
     return ("run", run.id) if key in (None, "") else key

@@ -96,9 +96,9 @@ def test_warmup_needs_enough_boots_and_is_decided_on_both_sides_together():
 
 
 def test_boot_key_prefers_the_column_then_meta_then_the_run():
-    assert boots.boot_key(SimpleNamespace(id=7, boot="b-1", meta={"boot_id": "x"})) == "b-1"
+    assert boots.boot_key(SimpleNamespace(id=7, boot_id="b-1", meta={"boot_id": "x"})) == "b-1"
     assert boots.boot_key(SimpleNamespace(id=7, meta={"boot_id": "x"})) == "x"
-    assert boots.boot_key(SimpleNamespace(id=7, boot=None, meta={})) == ("run", 7)
+    assert boots.boot_key(SimpleNamespace(id=7, boot_id=None, meta={})) == ("run", 7)
 
 
 def test_per_boot_groups_runs_in_run_order():
