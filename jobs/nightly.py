@@ -10,8 +10,8 @@ added from the web admin. A YAML file::
     branch: master             # a branch (or any ref) of the tree's repository
     jobs:                      # job specs, as `stackbench submit --jobs` takes them
       - vm-scalability[test=anon-w-seq,runtime=30s]
-    runs: 5                    # runs per kernel to start with (more when undecided)
-    max_runs: 20               # the cap per kernel
+    runs: 5                    # boots per kernel to start with (more when undecided)
+    max_runs: 20               # the cap per kernel, in boots (the verdict's unit)
     enabled: true
 
 Per branch and night:
@@ -282,7 +282,7 @@ def judge_job(
     runs = policy.start_runs
     while True:
         if progress:
-            progress(f"{job}: {runs} runs per kernel")
+            progress(f"{job}: {runs} boots per kernel")
         out.runs_base = _measure(eng, lab, tree, base_id, job, jid, runs)
         out.runs_head = _measure(eng, lab, tree, head_id, job, jid, runs)
         metrics = [
