@@ -304,7 +304,7 @@ def judge_job(
             (
                 v.runs_wanted
                 for n, v in out.verdicts.items()
-                if v.outcome == "undecided" and is_headline(pairs[n][3], pairs[n][2])
+                if v.outcome == "undecided" and is_headline(n, pairs[n][3], pairs[n][2])
             ),
             default=0,
         )

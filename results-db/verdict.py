@@ -47,6 +47,7 @@ against LKP's and mmtests' rules.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -157,16 +158,29 @@ class Policy:
 
 DEFAULT = Policy()
 
-# The metrics a reader acts on: a kind with a preferred direction that is a result of the
-# benchmark itself. Counters (vmstat, NUMA locality) explain a change but are not one;
-# durations follow the throughput and the host's load; variability is a property of the
-# noise. Only these keep a comparison running or fill the default verdict section.
+# The metrics a reader acts on. For the suites stackbench ships, each suite's own result:
+# vm-scalability's throughput, thpscale's huge-page fault latencies and huge-page success,
+# stress-highalloc's success rates. Their other metrics (free_time, fault-base, NUMA locality,
+# vmstat counters, durations) explain a change but are not one, and a rank-tested latency
+# cannot decide before 10 boots: as a headline, every job would run that long. For other
+# suites (imports), a kind with a preferred direction that is a result of the benchmark.
+# Only headline metrics keep a comparison measuring or fill the default verdict section.
 HEADLINE_KINDS = ("throughput", "latency", "percent")
+HEADLINES: dict[str, tuple[str, ...]] = {
+    "vm-scalability": (r"^vm-scalability\.throughput$",),
+    "thpscale": (r"^thpscale\.fault-(huge|both)-\d+$", r"^thpscale\.Percentage huge-\d+$"),
+    "stress-highalloc": (r"^stress-highalloc\.",),
+}
 
 
-def is_headline(kind: str, higher_is_better: bool | None) -> bool:
-    """Does a metric of this kind and direction matter on its own (see HEADLINE_KINDS)?"""
-    return higher_is_better is not None and kind in HEADLINE_KINDS
+def is_headline(name: str, kind: str, higher_is_better: bool | None) -> bool:
+    """Does this metric matter on its own (see HEADLINES and HEADLINE_KINDS)?"""
+    if higher_is_better is None:
+        return False
+    patterns = HEADLINES.get(name.split(".", 1)[0])
+    if patterns is not None:
+        return any(re.search(p, name) for p in patterns)
+    return kind in HEADLINE_KINDS
 
 
 @dataclass

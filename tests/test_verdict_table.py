@@ -62,7 +62,7 @@ def _rows(text: str) -> dict[tuple[str, str], list[str]]:
         m = re.match(r"\s+new:\s+(\S+)", line)
         if m:
             kernel = m.group(1)
-        elif line.startswith("  vm-scalability."):
+        elif re.match(r"  [\w-]+\.\S", line):
             cells = re.split(r"\s{2,}", line.strip())
             rows[(kernel, cells[0])] = cells
     return rows
@@ -143,26 +143,58 @@ def test_cli_compare_style_stackbench(three):
     assert "across the 4 rows" in out
 
 
-def test_default_view_lists_changed_and_undecided_headline_metrics_largest_first(three):
+def test_default_view_lists_changed_and_undecided_headline_metrics(three):
     out = _cli("base", "slow", "same")
     rows = _rows(out)
-    # slow: the free_time latency (+20%, undecided at 5 boots) before the throughput (-10%)
-    assert [k for k in rows if k[0] == "slow"] == [
-        ("slow", "vm-scalability.free_time"),
-        ("slow", "vm-scalability.throughput"),
-    ]
+    # slow: the throughput (-10%, worse); free_time is vm-scalability's side metric
+    assert [k for k in rows if k[0] == "slow"] == [("slow", "vm-scalability.throughput")]
     assert [k for k in rows if k[0] == "same"] == []  # nothing changed or undecided
     lines = out.splitlines()
     slow_rest, same_rest = [ln for ln in lines if "more rows not shown" in ln]
-    # the rest of slow: migrate_mbps (n/a, one run) is headline; workload is a count
     assert slow_rest == (
-        "  2 more rows not shown (headline: 1 n/a; other metrics: 1 ~); --all lists them"
+        "  3 more rows not shown (other metrics: 1 n/a, 1 undecided, 1 ~); --all lists them"
     )
-    assert "headline: 1 n/a, 2 ~; other metrics: 1 ~" in same_rest
+    assert same_rest == (
+        "  4 more rows not shown (headline: 1 ~; other metrics: 1 n/a, 2 ~); --all lists them"
+    )
     assert "  no headline metric changed or undecided" in lines
     # the FDR still spans every row, shown or not
     assert "across the 8 rows" in out
+    assert "need" not in out  # no headline metric asks for more boots
+
+
+THP = ig.JobSpec("thpscale", "thpscale", {"thp": "always"})
+
+
+def _thp_runs(commit: str, name: str, huge: float, both: float, seed: int) -> list[ig.RunData]:
+    rng = np.random.default_rng(seed)
+    return [
+        ig.RunData(
+            job=THP,
+            kernel=ig.KernelSpec(commit, name=name),
+            machine=ig.MachineSpec("qemu-vm", cpus=2),
+            iteration=it,
+            samples={
+                "thpscale.fault-huge-1": [huge * (1 + 0.01 * rng.normal())],
+                "thpscale.fault-both-1": [both * (1 + 0.01 * rng.normal())],
+                "thpscale.fault-base-1": [50 * (1 + 0.2 * it)],  # a side metric, wild
+                "thpscale.Percentage huge-1": [90 + 0.1 * rng.normal()],
+            },
+        )
+        for it in range(5)
+    ]
+
+
+def test_default_view_orders_headline_metrics_by_the_size_of_their_change(eng):
+    ig.ingest(eng, _thp_runs(BASE, "base", 100.0, 200.0, 1))
+    ig.ingest(eng, _thp_runs(SLOW, "slow", 130.0, 220.0, 2))  # +30% and +10% latency
+    out = render.render(eng, ["base", "slow"], style="stackbench")
+    rows = _rows(out)
+    assert list(rows) == [("slow", "thpscale.fault-huge-1"), ("slow", "thpscale.fault-both-1")]
+    # latencies decide from 10 boots on (rank test): undecided, and the footer says so
+    assert {r[5] for r in rows.values()} == {"undecided"}
     assert "undecided headline metrics need 10 boots per side to decide." in out
+    assert "2 more rows not shown (headline: 1 ~; other metrics: 1 undecided)" in out
 
 
 def test_all_lists_every_row_by_name(three):

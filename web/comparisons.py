@@ -271,7 +271,7 @@ def compute(eng: Engine, build_ids: list[int], opts: Options) -> dict[str, Any]:
                 "higher_is_better": met.higher_is_better,
                 "kind": met.kind,
                 "counter": is_counter(met.name),
-                "headline": is_headline(met.kind, met.higher_is_better),
+                "headline": is_headline(met.name, met.kind, met.higher_is_better),
                 "values": _per_run(ds, job_id, metric_id),
                 "verdicts": [],
             }

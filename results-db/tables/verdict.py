@@ -193,7 +193,9 @@ def render(
     if not blocks:
         raise StackbenchError("no metric has results for the base and a later kernel")
     headline = {
-        m.name for m in ds.metrics.values() if verdict.is_headline(m.kind, m.higher_is_better)
+        m.name
+        for m in ds.metrics.values()
+        if verdict.is_headline(m.name, m.kind, m.higher_is_better)
     }
     base = ds.kernels[0]
     n_rows = sum(len(rows) for _j, _k, rows in blocks)
