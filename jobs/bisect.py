@@ -160,7 +160,7 @@ def classify(
             return Step(commit, side[0], n, v.change_pct, reason=side[1])
         if not v.runs_wanted or v.runs_wanted <= n or v.runs_wanted <= runs:
             # capped, or the measurer gave fewer runs than asked and asking again won't help
-            return Step(commit, "skip", n, v.change_pct, reason=f"{v.outcome} at {n} runs")
+            return Step(commit, "skip", n, v.change_pct, reason=f"{v.outcome} at {n} boots")
         runs = v.runs_wanted
 
 

@@ -550,7 +550,7 @@ class _RecordingMeasurer(StoredMeasurer):
         if self.progress:
             pct = f" {step.change_pct:+.1f}%" if step.change_pct is not None else ""
             why = f" ({step.reason})" if step.reason else ""
-            self.progress(f"step {step.commit[:12]}: {step.verdict}{pct}{why}, {step.runs} runs")
+            self.progress(f"step {step.commit[:12]}: {step.verdict}{pct}{why}, {step.runs} boots")
 
 
 def _step_dict(eng: Engine, step: Step, builds: dict[str, int | None]) -> dict[str, Any]:
