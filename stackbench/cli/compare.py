@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 NAME = "compare"
 ORDER = 31
@@ -17,14 +16,18 @@ enough) or an mmtests run name.
   --style mmtests    compare-mmtests.pl's tables (thpscale era): --table latency|counts|
                      locality|significance|highalloc,
                      or a monitor block with --monitor duration|vmstat
-  --style stackbench every stat with stackbench's verdict: change, 95% interval, significance
-                     after false-discovery-rate control
+  --style stackbench stackbench's verdicts: change, 95% interval, significance after
+                     false-discovery-rate control; the changed and undecided headline
+                     metrics, largest first, and a line counting the rest (--all: every row)
   --style alloc-latency   stress-highalloc attempt latency percentiles per kernel with the
                      pages allocated (seed 001's table); --pass K picks the pass
   --style order-success   order-N Success and Success(N) beside compact_* counters per
                      scenario (seed 003's table)
   --style per-run    --metric NAME over the run index per kernel, with whether it reaches a
-                     steady state (seed 002's view); --plot FILE.svg draws it"""
+                     steady state (seed 002's view); --plot FILE.svg draws it
+
+Runs are keyed by machine: when a job's runs come from several machines, pick one with
+--machine NAME or pool them with --pool-machines (the table's first line then says so)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -39,7 +42,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--pass", dest="pass_no", type=int, default=1, help="alloc-latency, order-success: pass"
     )
     p.add_argument("--plot", default=None, metavar="FILE", help="per-run: write an SVG plot")
-    p.add_argument("--all", action="store_true", help="lkp: every stat (as 'lkp ncompare -a')")
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help="lkp: every stat (as 'lkp ncompare -a'); stackbench: every metric's row",
+    )
     p.add_argument(
         "--table",
         choices=["latency", "counts", "locality", "significance", "highalloc"],
@@ -57,8 +64,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--machine",
         default=None,
-        help="only runs on this machine (by default, runs of a job on several machines are "
-        "pooled, with a warning)",
+        help="only runs on this machine (needed when a job's runs come from several)",
+    )
+    p.add_argument(
+        "--pool-machines",
+        action="store_true",
+        help="pool the runs of several machines into one column (the header says so)",
     )
     p.add_argument(
         "--suite-source",
@@ -99,16 +110,16 @@ def run(args: argparse.Namespace) -> int:
             args.table
             or args.monitor
             or args.machine
+            or args.pool_machines
             or args.suite_source
             or args.style in SEED_STYLES
         ):
             from stackbench.errors import StackbenchError
 
             raise StackbenchError(
-                "--table/--monitor/--machine/--suite-source and the seed styles are not "
-                "available through "
-                "STACKBENCH_URL; open the "
-                "comparison page, or unset STACKBENCH_URL to read the database"
+                "--table/--monitor/--machine/--pool-machines/--suite-source and the seed "
+                "styles are not available through STACKBENCH_URL; open the comparison page, "
+                "or unset STACKBENCH_URL to read the database"
             )
         out = client.compare(args.kernels, style=args.style, all_rows=args.all, suite=args.suite)
     else:
@@ -128,6 +139,7 @@ def run(args: argparse.Namespace) -> int:
             metric=args.metric,
             pass_no=args.pass_no,
             suite_source=args.suite_source,
+            pool_machines=args.pool_machines,
         )
         if args.plot:
             write_plot(args.plot, args.kernels, args.metric, args.machine)

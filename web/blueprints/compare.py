@@ -24,7 +24,6 @@ from stackbench.web.auth import login_required
 
 bp = Blueprint("compare", __name__)
 INLINE_PLOTS = 12
-SHOWN_UNFLAGGED = 20
 
 
 @bp.route("/compare")
@@ -42,6 +41,8 @@ def create():
     opts = comparisons.Options(
         all_rows=request.args.get("all") in ("1", "on", "true"),
         suite=request.args.get("suite") or None,
+        machine=request.args.get("machine") or None,
+        pool_machines=request.args.get("pool") in ("1", "on", "true"),
     )
     s = dbsession.get()
     try:
@@ -91,8 +92,8 @@ def _fragment(comp: comparisons.Found, result: dict) -> str:
         else:
             lazy.append(m)
     charts = [{"m": m, "svg": plots.bar_chart(m["metric"], labels, m["values"])} for m in counters]
-    # the page shows what changed; a comparison where nothing did still shows its top rows
-    shown = flagged or ordered[:SHOWN_UNFLAGGED]
+    # the verdict section: changed and undecided headline metrics, and a line for the rest
+    shown, rest = comparisons.verdict_section(ordered, bool((comp.params or {}).get("all_rows")))
     return render_template(
         "_compare_body.html",
         comp=comp,
@@ -101,6 +102,8 @@ def _fragment(comp: comparisons.Found, result: dict) -> str:
         flagged=flagged,
         ordered=ordered,
         shown=shown,
+        rest=rest,
+        kernel_refs=" ".join(f"#{k['id']}" for k in result["kernels"]),
         inline=inline,
         lazy=lazy,
         charts=charts,
