@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 NAME = "compare"
 ORDER = 31
@@ -135,7 +136,6 @@ def run(args: argparse.Namespace) -> int:
             monitor=args.monitor,
             suite=args.suite,
             machine=args.machine,
-            warn=lambda line: print(f"stackbench: warning: {line}", file=sys.stderr),
             metric=args.metric,
             pass_no=args.pass_no,
             suite_source=args.suite_source,
