@@ -204,6 +204,10 @@ def test_lkp_header_names_the_knobs(highalloc):
 
 
 def test_comparison_page_shows_the_seed_tables(highalloc, client):
+    from test_web_support import add_user, login
+
+    add_user(highalloc, "alice")  # starting a comparison needs an account
+    login(client)
     q = {"k": f"{VANILLA} {PATCHED}"}
     r = client.get("/compare/new", query_string=q, follow_redirects=True)
     html = r.get_data(as_text=True)

@@ -9,17 +9,16 @@ import pytest
 from test_verdict_table import BASE, SAME, SLOW, _runs
 
 from stackbench.resultsdb import ingest as ig
-from stackbench.web import comparisons
 
 pytest_plugins = ["test_web_support"]
 
 
 @pytest.fixture(autouse=True)
-def fresh_caches(monkeypatch):
-    # each test's database starts empty, so build ids (and comparison keys) repeat: the
-    # per-process caches must not serve the previous test's page
-    for name, size in (("RESULTS", 32), ("CACHE", 64), ("_RECENT", 256)):
-        monkeypatch.setattr(comparisons, name, comparisons.RenderCache(size))
+def signed_in(eng, client):
+    from test_web_support import add_user, login
+
+    add_user(eng, "alice")  # starting a comparison needs an account
+    login(client)
 
 
 def _section(page: str) -> str:
