@@ -24,17 +24,9 @@ def logfile() -> Path:
 
 
 def running_pid() -> int | None:
-    try:
-        pid = int(pidfile().read_text().strip())
-    except (FileNotFoundError, ValueError):
-        return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None
-    except PermissionError:
-        pass
-    return pid
+    from stackbench import proc
+
+    return proc.live_pid(pidfile())
 
 
 def start(env: dict[str, str] | None = None) -> str:
