@@ -65,8 +65,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         c.add_argument("--submission", required=True)
         c.add_argument("--kind", default="qemu", choices=["qemu", "baremetal"])
         c.add_argument("--machine", default=socket.gethostname())
-        c.add_argument("--cpus", type=int)
-        c.add_argument("--memory-mb", type=int)
+        c.add_argument("--cpus", type=int, help="the worker's CPUs (its capacity)")
+        c.add_argument("--memory-mb", type=int, help="the worker's memory (its capacity)")
+        c.add_argument(
+            "--guest-cpus", type=int, help="guest CPUs the job asks for (default: the kind's, 2)"
+        )
+        c.add_argument(
+            "--guest-memory-mb",
+            type=int,
+            help="guest memory the job asks for (default: the kind's, 1024)",
+        )
         c.add_argument("--series", default="")
         c.add_argument("--buildbot-build", default="")
         if name in ("bench", "baremetal"):
@@ -221,8 +229,22 @@ def _specs(args: argparse.Namespace, meta: dict[str, Any]) -> tuple[Any, Any]:
         status="built",
         meta={k: meta[k] for k in ("series", "release", "dry") if meta.get(k)},
     )
+    from stackbench.jobs.guest_size import guest_size, machine_name
+
+    # a QEMU benchmark measures its guest, whose size is the job's and the kind's, never the
+    # host's; a bare-metal box is its own size
+    size = guest_size(
+        args.kind,
+        want_cpus=getattr(args, "guest_cpus", None),
+        want_memory_mb=getattr(args, "guest_memory_mb", None),
+        capacity_cpus=args.cpus,
+        capacity_memory_mb=args.memory_mb,
+    )
     machine = MachineSpec(
-        name=args.machine, kind=args.kind, cpus=args.cpus, memory_mb=args.memory_mb
+        name=machine_name(args.machine, size),
+        kind=args.kind,
+        cpus=size.cpus if size else args.cpus,
+        memory_mb=size.memory_mb if size else args.memory_mb,
     )
     return kernel, machine
 
@@ -318,6 +340,8 @@ def _bench_argv(args: argparse.Namespace) -> list[str]:
     for flag, value in (
         ("--cpus", args.cpus),
         ("--memory-mb", args.memory_mb),
+        ("--guest-cpus", args.guest_cpus),
+        ("--guest-memory-mb", args.guest_memory_mb),
         ("--series", args.series),
         ("--buildbot-build", args.buildbot_build),
     ):
