@@ -181,7 +181,7 @@ def test_demo_interrupted_while_kernels_build_attaches_when_run_again(eng, tmp_p
             timeout=900,
         )  # fmt: skip
         assert second.returncode == 0, second.stdout
-        assert "attached" in second.stdout and "submitted" not in second.stdout
+        assert "attached" in second.stdout and "submitted (buildset" not in second.stdout
         assert "Traceback" not in second.stdout
         per = builds_per_builder(master)
         with Session(eng) as s:
