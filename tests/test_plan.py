@@ -96,3 +96,52 @@ def test_runs_are_stored_with_their_boot_and_round(eng):
     want = {(b.boot_id, b.round, b.first) for b in plan.boots_in_order()}
     assert got == want
     assert all(bid.startswith("series-1-attempt-1-r") for bid, _r, _i in got)
+
+
+@pytest.mark.slow
+def test_the_in_process_executor_boots_each_kernel_once_per_round(eng, monkeypatch):
+    """Real kernels (base and one commit), 3 runs: 3 rounds, each booting both kernels in the
+    recorded order; every kernel's runs come from 3 boots, one run each."""
+    from kernelkit import require_kernel_tools, use_kernel_cache
+    from test_pipeline_e2e import QUICK_JOBS, first_patch
+
+    from stackbench.jobs import pipeline
+    from stackbench.resultsdb.models import Event, KernelBuild, Series
+
+    require_kernel_tools()
+    use_kernel_cache(monkeypatch)
+    sid = pipeline.submit(eng, first_patch("compaction-demo"), jobs=QUICK_JOBS, runs=3)
+    seen: list[pipeline.ProgressEvent] = []
+    settings = pipeline.Settings(cpus=2, mem_mb=1024, init_timeout_s=60)
+    assert pipeline.run_series(eng, sid, progress=seen.append, settings=settings, seed=11) == (
+        "done"
+    )
+    with Session(eng) as s:
+        series = s.get(Series, sid)
+        (recorded,) = series.meta["plans"]
+        commits = [series.base_commit, series.patches[0].commit_sha]
+        rows = s.execute(
+            select(KernelBuild.commit, Run.boot_id, Run.boot_round, Run.iteration)
+            .join(KernelBuild, KernelBuild.id == Run.build_id)
+            .where(Run.status == "done")
+        ).all()
+        boots_seen = [
+            e.message
+            for e in s.scalars(select(Event).where(Event.series_id == sid).order_by(Event.id))
+            if e.state == "boot-ok"
+        ]
+    assert recorded["seed"] == 11 and recorded["boots_per_kernel"] == 3
+    assert recorded["order"] == bp.make_plan(commits, 3, seed=11).describe()["order"]
+    for c in commits:
+        mine = sorted((r, i, b) for k, b, r, i in rows if k == c)
+        assert [(r, i) for r, i, _b in mine] == [(1, 0), (2, 1), (3, 2)]
+        assert len({b for *_x, b in mine}) == 3  # three boots, one run each
+    # the boots happened in the recorded order, round by round
+    names = {series.base_commit: "v6.1-debian"}
+    with Session(eng) as s:
+        names[commits[1]] = s.scalars(
+            select(KernelBuild.name).where(KernelBuild.commit == commits[1])
+        ).one()
+    expected = [names[k] for rnd in recorded["order"] for k in rnd]
+    assert [m.split(":")[0] for m in boots_seen] == expected
+    assert sum(ev.stage == "boot" for ev in seen) == 6

@@ -150,7 +150,7 @@ def _submit(
         kinds=["qemu"],
         submission=key,
     )
-    _remember(eng, series_id, buildset=sub["buildset"])
+    _remember(eng, series_id, buildset=sub["buildset"], kernels=len(sub["commits"]))
     say(f"buildbot: series {series_id} submitted (buildset {sub['buildset']})")
     return [sub["buildset"], sub["requests"]]
 
@@ -185,6 +185,7 @@ def _watch(
     key, since = known["submission"], int(known.get("since") or 0)
     builders = {b["builderid"]: b["name"] for b in master.get("builders")["builders"]}
     reported: set[int] = set()
+    finished: list[dict[str, Any]] = []
     failed: list[str] = []
     deadline = time.monotonic() + timeout
     quiet_since = time.monotonic()
@@ -195,8 +196,8 @@ def _watch(
                 reported.add(b["buildid"])
                 quiet_since = time.monotonic()
                 outcome = RESULT_NAMES.get(b["results"], str(b["results"]))
-                done = len(reported)
-                say(f"buildbot: {_label(builders, b)}: {outcome} ({done} builds finished)")
+                finished.append(b)
+                say(f"buildbot: {_label(builders, b)}: {outcome} ({_progress(known, finished)})")
                 if b["results"] not in PASSED and b["results"] != 5:  # a retry runs again
                     link = master.url + f"#/builders/{b['builderid']}/builds/{b['number']}"
                     name = builders.get(b["builderid"], str(b["builderid"]))
@@ -225,6 +226,27 @@ def _watch(
         return "failed"
     pipeline.set_state(eng, series_id, "done", f"{len(reported)} Buildbot builds passed", error="")
     return "done"
+
+
+def _progress(known: dict[str, Any], finished: list[dict[str, Any]]) -> str:
+    """'k/N builds, eta 3m10s': N is the plan's fan-out (the series build, a kernel build per
+    commit, a benchmark per commit and job); the builds left are assumed to take as long as
+    the finished ones did on average, one at a time (the worker's machine lock)."""
+    plan = known.get("plan") or {}
+    kernels = int(known.get("kernels") or 0)
+    total = 1 + kernels + kernels * len(plan.get("jobs") or []) if kernels else 0
+    done = len(finished)
+    if not total:
+        return f"{done} builds finished"
+    spans = [
+        float(b["complete_at"]) - float(b["started_at"])
+        for b in finished
+        if b.get("complete_at") and b.get("started_at")
+    ]
+    eta = ""
+    if spans and done < total:
+        eta = f", eta {pipeline.fmt_duration(sum(spans) / len(spans) * (total - done))}"
+    return f"{min(done, total)}/{total} builds{eta}"
 
 
 def _label(builders: dict[int, str], build: dict) -> str:
