@@ -2,7 +2,7 @@
 runs, ingest, and the orchestration overhead (everything that is not building, booting or
 running), for the shipped demo stack.
 
-    .venv/bin/python bench/pipeline_bench.py [--runs 1] [--reuse] [--unpack]
+    .venv/bin/python bench/pipeline_bench.py [--runs 1] [--reuse] [--unpack] [--path P]
 
 By default the kernel object dir and ccache are fresh (a private temporary kernel cache that
 borrows only the unpacked tree), so the base build is really cold and each commit after it an
@@ -12,6 +12,13 @@ incremental rebuild in the same object dir. --reuse uses the shared kernel cache
 Floors (printed with each figure): orchestration overhead < 10% of the total; the incremental
 rebuild of a commit touching one mm/ file < 25% of the cold build. Exit status 1 if a floor
 is missed.
+
+--path both (the default) then runs the same series again through the default path of
+``stackbench demo``: the embedded Buildbot master and its local QEMU worker. It prints that
+path's overhead ratio (end-to-end time over the sum of its build, boot and run steps, from
+the master's own step times; target at most 1.10) and its end-to-end time over the
+in-process one (target at most 1.15). The second comparison is fair with --reuse, where
+both paths reuse the same kernel builds; without it the in-process run pays the cold build.
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ import time
 from pathlib import Path
 
 OVERHEAD_FLOOR = 0.10
+BUILDBOT_OVERHEAD = 1.10  # end-to-end over build + boot + run steps
+BUILDBOT_VS_INPROCESS = 1.15
 INCREMENTAL_FLOOR = 0.25
 JOBS = ["vm-scalability[test=anon-w-seq]", "thpscale[max_threads=2]", "stress-highalloc"]
 
@@ -35,6 +44,12 @@ def main() -> int:
     ap.add_argument("--reuse", action="store_true", help="use the shared kernel cache as is")
     ap.add_argument("--unpack", action="store_true", help="also time unpacking the tree")
     ap.add_argument("--stack", default="compaction-demo")
+    ap.add_argument(
+        "--path",
+        choices=["in-process", "buildbot", "both"],
+        default="both",
+        help="which executor to measure (both: in-process, then Buildbot on the same series)",
+    )
     args = ap.parse_args()
 
     shared = Path(os.environ.get("STACKBENCH_TEST_CACHE", "/var/cache/stackbench-test"))
@@ -78,6 +93,8 @@ def run(args: argparse.Namespace, figures: list[tuple[str, float, str]]) -> int:
 
     eng = db.engine()
     sid = pipeline.submit(eng, stacks.stack_mbox(args.stack), jobs=JOBS, runs=args.runs)
+    if args.path == "buildbot":
+        return measure_buildbot(eng, sid, args, None)
     t0 = time.monotonic()
     state = pipeline.run_series(eng, sid, progress=pipeline.StderrProgress())
     total = time.monotonic() - t0
@@ -128,7 +145,75 @@ def run(args: argparse.Namespace, figures: list[tuple[str, float, str]]) -> int:
         )
     else:
         print("incremental/cold build: not measured (builds were reused; drop --reuse)")
+    if args.path == "both":
+        ok &= measure_buildbot(eng, sid, args, total) == 0
     return 0 if ok else 1
+
+
+def measure_buildbot(eng, sid: int, args: argparse.Namespace, in_process_s: float | None) -> int:
+    """The same series through the embedded master and local worker, as 'stackbench demo'
+    runs it by default; figures from the master's own step times."""
+    from stackbench.jobs import pipeline
+    from stackbench.jobs import services as bb
+    from stackbench.jobs.buildbot import client, drive
+
+    print("\n== the default path: embedded Buildbot master + local QEMU worker ==")
+    t0 = time.monotonic()
+    applied = pipeline.apply_only(eng, sid)
+    assert applied is not None, "the stack does not apply"
+    print(bb.start(), flush=True)
+    master = client.embedded_master()
+    try:
+        drive.wait_for_worker(master, bb.LOCAL_WORKER)
+        state = drive.run_series(
+            eng,
+            master,
+            sid,
+            jobs=JOBS,
+            runs=args.runs,
+            names=[name for _c, name in applied],
+            say=lambda line: None,
+            fresh=True,
+        )
+        total = time.monotonic() - t0
+        steps = step_seconds(master, drive.handed_over(eng, sid)["submission"])
+    finally:
+        print(bb.stop())
+    work = steps["build kernel"] + steps["benchmark"]
+    print(f"series {sid} {state} through Buildbot")
+    for name, secs in sorted(steps.items(), key=lambda kv: -kv[1]):
+        print(f"  step {name:<24} {secs:9.2f} s")
+    print(f"  end to end                {total:9.2f} s")
+    ok = True
+    ratio = total / work if work else float("inf")
+    verdict = "ok" if ratio <= BUILDBOT_OVERHEAD else "MISSED"
+    ok &= ratio <= BUILDBOT_OVERHEAD
+    print(
+        f"buildbot overhead ratio: {total:.1f} s / {work:.1f} s (build + boot + run steps) = "
+        f"{ratio:.3f} (target <= {BUILDBOT_OVERHEAD}) {verdict}"
+    )
+    if in_process_s:
+        vs = total / in_process_s
+        verdict = "ok" if vs <= BUILDBOT_VS_INPROCESS else "MISSED"
+        ok &= vs <= BUILDBOT_VS_INPROCESS
+        print(
+            f"buildbot / in-process: {total:.1f} s / {in_process_s:.1f} s = {vs:.3f} "
+            f"(target <= {BUILDBOT_VS_INPROCESS}) {verdict}"
+        )
+    return 0 if ok else 1
+
+
+def step_seconds(master, submission: str) -> dict[str, float]:
+    """Seconds per step name over every build of a submission (the master's timestamps)."""
+    out: dict[str, float] = {"build kernel": 0.0, "benchmark": 0.0}
+    for b in master.get("builds?property=submission")["builds"]:
+        if (b.get("properties") or {}).get("submission", [None])[0] != submission:
+            continue
+        for st in master.get(f"builds/{b['buildid']}/steps")["steps"]:
+            if st.get("started_at") and st.get("complete_at"):
+                secs = float(st["complete_at"]) - float(st["started_at"])
+                out[st["name"]] = out.get(st["name"], 0.0) + secs
+    return out
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ from stackbench.resultsdb.models import KernelBuild, Series
 log = logging.getLogger(__name__)
 
 LOCK_KEY = 0x5B_D15_9A7  # pg_advisory_lock key: one dispatcher per database
+DISPATCH_RETRY_S = 5.0  # how long one Buildbot request of the dispatcher retries
 PASSED = (0, 1)  # buildbot.process.results SUCCESS, WARNINGS
 RETRY = 5
 RESULT_NAMES = {2: "failure", 3: "skipped", 4: "exception", 6: "cancelled"}
@@ -262,7 +263,7 @@ class Dispatcher:
     def _fetch(self, sid: int) -> None:
         """Pushed commits live in the intake repository: copy them into the tree's
         repository, where this machine's builds (in-process or its local worker) look."""
-        from stackbench.jobs import pipeline
+        from stackbench.jobs import apply_stage
         from stackbench.kernels import trees
 
         with Session(self.eng) as s:
@@ -273,7 +274,7 @@ class Dispatcher:
         except StackbenchError:
             tree = None  # a tree only the database knows: its workers fetch for themselves
         if tree is not None:
-            pipeline._fetch_pushed(self.eng, sid, trees.ensure_repo(tree))
+            apply_stage.fetch_pushed(self.eng, sid, trees.ensure_repo(tree))
         lifecycle.update_meta(self.eng, sid, fetched=tree is not None)
 
     def _run_in_process(self, sid: int) -> None:
@@ -290,6 +291,10 @@ class Dispatcher:
             master = self._master_of()
             if master is None:
                 return None
+            # the dispatcher tries again on its next tick: a request must not hold the
+            # loop (and every other series) for the interactive clients' retry budget
+            if getattr(master, "budget_s", "absent") is None:
+                master.budget_s = DISPATCH_RETRY_S
             self._executor = BuildbotExecutor(master)
         return self._executor
 

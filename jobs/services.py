@@ -8,6 +8,7 @@ The master's base directory holds ``stackbench.yaml`` (ports, the worker, the ad
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -189,6 +190,90 @@ def stop_worker(base: Path) -> bool:
     return True
 
 
+def _stat(pid: int) -> tuple[int, int] | None:
+    """(parent pid, session id) of a process, None when it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text.rsplit(")", 1)[1].split()
+    return int(fields[1]), int(fields[3])
+
+
+def leftover_processes(base: Path) -> list[int]:
+    """Processes that belong to a daemon's base directory: the daemon (its pid file), every
+    process of its session and their descendants, and anything running below the directory
+    (a command's cwd is its step's build directory, inherited by the QEMU guest it starts)."""
+    base = base.resolve()
+    me = os.getpid()
+    roots: set[int] = set()
+    try:
+        daemon = int((base / "twistd.pid").read_text().strip())
+        info = _stat(daemon)
+        if info is not None:
+            roots.add(daemon)
+            # a daemon leads its own session; otherwise the session is its caller's (ours)
+            session = info[1] if info[1] == daemon else None
+        else:
+            session = None
+    except (OSError, ValueError):
+        session = None
+    table: dict[int, tuple[int, int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        pid = int(entry.name)
+        info = _stat(pid)
+        if info is None:
+            continue
+        table[pid] = info
+        if session is not None and info[1] == session:
+            roots.add(pid)
+            continue
+        try:
+            cwd = Path(os.readlink(f"/proc/{pid}/cwd"))
+        except OSError:
+            continue
+        if base in cwd.parents:  # inside a build directory, not a shell sitting in base
+            roots.add(pid)
+    found = set(roots)
+    grew = True
+    while grew:  # descendants, whatever session they started
+        grew = False
+        for pid, (ppid, _sid) in table.items():
+            if ppid in found and pid not in found:
+                found.add(pid)
+                grew = True
+    return sorted(found)
+
+
+def reap(pids: list[int], grace_s: float = 5.0) -> int:
+    """End these processes (TERM, then KILL after ``grace_s``); how many were still alive."""
+    import signal
+    import time
+
+    alive = [p for p in dict.fromkeys(pids) if _stat(p) is not None and p != os.getpid()]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in alive:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and any(_running(p) for p in alive):
+            time.sleep(0.1)
+        if not any(_running(p) for p in alive):
+            break
+    return len(alive)
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (a zombie is gone, only its parent has not read its status)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
 def start() -> str:
     root = buildbot_dir()
     master_base, worker_base = root / "master", root / f"worker-{LOCAL_WORKER}"
@@ -211,9 +296,16 @@ def start() -> str:
 
 def stop() -> str:
     root = buildbot_dir()
-    w = stop_worker(root / f"worker-{LOCAL_WORKER}")
-    m = stop_master(root / "master")
-    return "buildbot: stopped" if (w or m) else "buildbot: not running"
+    worker_base, master_base = root / f"worker-{LOCAL_WORKER}", root / "master"
+    # what the worker runs (a benchmark step and its QEMU guest, which has a session of its
+    # own) does not die with the worker daemon: find it first, reap what outlives the stop
+    doomed = leftover_processes(worker_base) + leftover_processes(master_base)
+    w = stop_worker(worker_base)
+    m = stop_master(master_base)
+    doomed += leftover_processes(worker_base) + leftover_processes(master_base)
+    reaped = reap(doomed)
+    state = "stopped" if (w or m) else "not running"
+    return f"buildbot: {state}" + (f" ({reaped} leftover processes ended)" if reaped else "")
 
 
 SERVICES.append(("buildbot", start, stop))

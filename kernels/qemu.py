@@ -182,6 +182,7 @@ def _run_vm(
             stdout=qlog,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=_die_with_parent,
         )
     status, reason, crash_at = "timeout", "", None
     watcher = _ConsoleWatcher(console, expect, on_line)
@@ -235,6 +236,15 @@ def _run_vm(
         exit_code=code if exited else None,
         reason=reason,
     )
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: the guest gets SIGKILL when its runner dies, even by SIGKILL
+    (a stopped Buildbot worker, a killed demo); its own session would otherwise outlive it."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
 class _ConsoleWatcher:

@@ -230,9 +230,9 @@ class _Ids:
 
 _RUN_COLUMNS = (
     "job_id, build_id, machine_id, iteration, status, source, error, sysstate, meta, "
-    "started_at, finished_at, duration_s, idempotency_key"
+    "started_at, finished_at, duration_s, idempotency_key, boot_id, boot_round"
 )
-_RUN_VALUES = "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s"
+_RUN_VALUES = "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s"
 _INSERT_RUN = (
     f"INSERT INTO run ({_RUN_COLUMNS}) VALUES ({_RUN_VALUES}) "
     "ON CONFLICT (idempotency_key) DO NOTHING RETURNING id"
@@ -279,6 +279,18 @@ def _run_params(data: RunData, job: int, build: int, machine: int) -> tuple:
         data.finished_at,
         data.duration_s,
         data.key(),
+        *boot_of(data),
+    )
+
+
+def boot_of(data: RunData) -> tuple[str | None, int | None]:
+    """(boot id, round) of a run: the runner puts them in its meta (``boot_id``,
+    ``boot_round``), which also carries them through the worker's JSON payloads."""
+    boot = data.meta.get("boot_id")
+    rnd = data.meta.get("boot_round")
+    return (
+        str(boot)[:128] if boot not in (None, "") else None,
+        int(rnd) if isinstance(rnd, (int, str)) and str(rnd).isdigit() else None,
     )
 
 

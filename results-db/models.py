@@ -180,9 +180,15 @@ class Run(Base):
     idempotency_key: Mapped[str] = mapped_column(String(128), unique=True)
     meta: Mapped[dict[str, Any]] = _meta()
     created_at: Mapped[datetime] = _now()
+    # the boot this run came from: runs of one boot share its noise, so statistics treat
+    # boots, not runs, as the units; the round of the plan (every kernel booted once per
+    # round, shuffled). NULL for imported runs, whose boots are unknown.
+    boot_id: Mapped[str | None] = mapped_column(String(128))
+    boot_round: Mapped[int | None] = mapped_column(Integer)
     __table_args__ = (
         Index("ix_run_job_build", "job_id", "build_id"),
         Index("ix_run_build", "build_id"),
+        Index("ix_run_boot", "boot_id"),
     )
 
 

@@ -228,6 +228,14 @@ def test_series_fans_out_over_both_workers_and_survives_a_lost_worker(cluster, e
             text("SELECT DISTINCT m.name FROM run r JOIN machine m ON m.id = r.machine_id")
         ).scalars()
         machines = set(machines)
+        sizes = conn.execute(
+            text(
+                "SELECT DISTINCT m.cpus, m.memory_mb FROM run r "
+                "JOIN machine m ON m.id = r.machine_id WHERE r.status = 'done'"
+            )
+        ).all()
+    # the workers declare 2 GiB; their benchmarks measure the kind's tiny guest all the same
+    assert sizes == [(2, 1024)]
     # one run per (commit, job, iteration): nothing missing, nothing twice
     assert len(done) == len(COMMITS) * len(JOBS) * RUNS
     assert all(n == 1 for *_k, n in done)

@@ -34,8 +34,11 @@ def test_demo_through_buildbot_builds_and_measures_every_commit(
         assert main(argv) == 0
         first = capsys.readouterr()
         assert "buildbot: series" in first.out and "submitted" in first.out
-        finished = [ln for ln in first.out.splitlines() if ln.endswith(": success")]
+        finished = [ln for ln in first.out.splitlines() if ": success (" in ln]
         assert sum("bench-qemu #" in ln for ln in finished) == 4  # base + 3 patches, one job
+        # progress against the plan's fan-out: 1 series + 4 kernel builds + 4 benchmarks
+        assert finished[-1].endswith("(9/9 builds)"), finished[-1]
+        assert any(", eta " in ln for ln in finished)
         running = [ln for ln in first.out.splitlines() if ln.startswith("buildbot: ")]
         assert len(running) > len(finished) + 2  # the heartbeat named unfinished builds
         assert "== vm-scalability (LKP) ==" in first.out

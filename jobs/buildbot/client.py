@@ -7,12 +7,17 @@ standard library: a web host does not need Buildbot installed to hand a series o
 from __future__ import annotations
 
 import base64
+import http.client
 import http.cookiejar
 import itertools
 import json
+import logging
 import os
+import time
 import urllib.error
 import urllib.request
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +28,65 @@ from stackbench import config
 from stackbench.errors import StackbenchError
 
 _ids = itertools.count(1)
+log = logging.getLogger(__name__)
+
+# HTTP statuses a restarting or overloaded master (or a proxy before it) answers for a while
+TRANSIENT_STATUS = (500, 502, 503, 504)
+# how long one request keeps trying through transient errors, and the longest pause
+RETRY_BUDGET_S = 120.0
+MAX_BACKOFF_S = 10.0
+
+
+class Transient(StackbenchError):
+    """A failure that another attempt may not meet (connection reset, a truncated answer,
+    a 5xx); raised only once the retry budget is spent."""
+
+
+def _transient(exc: BaseException) -> bool:
+    if isinstance(exc, urllib.error.HTTPError):
+        return exc.code in TRANSIENT_STATUS
+    if isinstance(exc, urllib.error.URLError):
+        return True  # refused while the master restarts, reset, timed out
+    return isinstance(
+        exc, (http.client.HTTPException, ConnectionError, TimeoutError, json.JSONDecodeError)
+    )
+
+
+def with_retries(
+    what: str,
+    attempt: Callable[[], Any],
+    *,
+    budget_s: float | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Any:
+    """``attempt()`` until it succeeds, retrying transient errors with exponential backoff
+    (0.5 s doubling, at most MAX_BACKOFF_S) for ``budget_s``; other errors pass through."""
+    budget = RETRY_BUDGET_S if budget_s is None else budget_s
+    deadline = time.monotonic() + budget
+    delay = 0.5
+    while True:
+        try:
+            return attempt()
+        except Exception as exc:
+            if not _transient(exc):
+                raise
+            if time.monotonic() + delay > deadline:
+                raise Transient(
+                    f"cannot reach {what}: {_describe(exc)} (tried for {budget:.0f} s); "
+                    "is the master running? "
+                    "('stackbench up' starts it; run the command again to attach)"
+                ) from None
+            log.info("%s: %s; retrying in %.1f s", what, _describe(exc), delay)
+            sleep(delay)
+            delay = min(delay * 2, MAX_BACKOFF_S)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, urllib.error.HTTPError):
+        return f"HTTP {exc.code}"
+    if isinstance(exc, urllib.error.URLError):
+        return str(exc.reason)
+    return f"{type(exc).__name__}: {exc}".rstrip(": ")
 
 
 @dataclass
@@ -37,17 +101,24 @@ class Master:
         jar = http.cookiejar.CookieJar()
         self._opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
         self._logged_in = False
+        self.budget_s: float | None = None  # None: RETRY_BUDGET_S
 
-    def _open(self, req: urllib.request.Request, timeout: float = 30) -> Any:
+    def _open_once(self, req: urllib.request.Request, timeout: float = 30) -> Any:
         try:
             with self._opener.open(req, timeout=timeout) as resp:
                 body = resp.read()
         except urllib.error.HTTPError as exc:
+            if exc.code in TRANSIENT_STATUS:
+                raise
             detail = exc.read().decode(errors="replace")[:300]
             raise StackbenchError(f"Buildbot {req.full_url}: HTTP {exc.code} {detail}") from None
-        except urllib.error.URLError as exc:
-            raise StackbenchError(f"cannot reach Buildbot at {self.url}: {exc.reason}") from None
         return json.loads(body) if body else {}
+
+    def _open(self, req: urllib.request.Request, timeout: float = 30) -> Any:
+        """One idempotent request (a GET), retried through transient errors."""
+        return with_retries(
+            f"Buildbot at {self.url}", lambda: self._open_once(req, timeout), budget_s=self.budget_s
+        )
 
     def login(self) -> None:
         """Buildbot's web auth: basic credentials on /auth/login give a session cookie."""
@@ -57,23 +128,38 @@ class Master:
         req = urllib.request.Request(
             self.url + "auth/login", headers={"Authorization": f"Basic {cred}"}
         )
-        try:
-            with self._opener.open(req, timeout=30):
-                pass
-        except urllib.error.HTTPError as exc:
-            raise StackbenchError(
-                f"Buildbot login as {self.user} refused: HTTP {exc.code}"
-            ) from None
-        except urllib.error.URLError as exc:
-            raise StackbenchError(f"cannot reach Buildbot at {self.url}: {exc.reason}") from None
+
+        def attempt() -> None:
+            try:
+                with self._opener.open(req, timeout=30) as resp:
+                    resp.read()
+            except urllib.error.HTTPError as exc:
+                if exc.code in TRANSIENT_STATUS:
+                    raise
+                raise StackbenchError(
+                    f"Buildbot login as {self.user} refused: HTTP {exc.code}"
+                ) from None
+
+        with_retries(f"Buildbot at {self.url}", attempt, budget_s=self.budget_s)
         self._logged_in = True
 
     def get(self, path: str) -> dict[str, Any]:
         self.login()
         return self._open(urllib.request.Request(self.url + "api/v2/" + path.lstrip("/")))
 
-    def control(self, path: str, method: str, params: dict[str, Any]) -> Any:
-        """A JSON-RPC control call (e.g. ``force`` on a force scheduler)."""
+    def control(
+        self,
+        path: str,
+        method: str,
+        params: dict[str, Any],
+        *,
+        done: Callable[[], Any] | None = None,
+    ) -> Any:
+        """A JSON-RPC control call (e.g. ``force`` on a force scheduler).
+
+        A control call is not idempotent: when its answer is lost the call may have happened.
+        It is retried only with ``done``, which looks on the master for the call's effect and
+        returns the call's result when it did happen (then nothing is sent again)."""
         self.login()
         body = {"jsonrpc": "2.0", "method": method, "id": next(_ids), "params": params}
         req = urllib.request.Request(
@@ -82,7 +168,28 @@ class Master:
             method="POST",
             headers={"Content-Type": "application/json"},
         )
-        reply = self._open(req)
+        sent = {"n": 0}
+
+        def attempt() -> Any:
+            if sent["n"] and done is not None:
+                found = done()
+                if found is not None:
+                    return {"result": found}
+            sent["n"] += 1
+            return self._open_once(req)
+
+        if done is None:
+            try:
+                reply = self._open_once(req)
+            except Exception as exc:
+                if not _transient(exc):
+                    raise
+                raise StackbenchError(
+                    f"Buildbot at {self.url}: {method} on {path} failed ({_describe(exc)}); "
+                    "look at the master's web UI before trying again"
+                ) from None
+        else:
+            reply = with_retries(f"Buildbot at {self.url}", attempt, budget_s=self.budget_s)
         if "error" in reply:
             raise StackbenchError(f"Buildbot refused {method} on {path}: {reply['error']}")
         return reply.get("result")
@@ -189,9 +296,40 @@ def submit(
         "title": title,
         "report_timeout": str(report_timeout or ""),
     }
-    result = master.control("forceschedulers/submit", "force", params)
+    # the key that makes a lost answer safe to retry: the master is asked whether a
+    # buildset with it exists before the submission is sent again
+    params["submission"] = submission or uuid.uuid4().hex
+    result = master.control(
+        "forceschedulers/submit",
+        "force",
+        params,
+        done=lambda: find_submission(master, params["submission"]),
+    )
     bsid, brids = result
-    return {"buildset": bsid, "requests": brids, "commits": commits}
+    return {
+        "buildset": bsid,
+        "requests": brids,
+        "commits": commits,
+        "submission": params["submission"],
+    }
+
+
+def buildset_properties(master: Master, bsid: int) -> dict[str, Any]:
+    props = master.get(f"buildsets/{bsid}/properties").get("properties") or [{}]
+    return {k: v[0] for k, v in (props[0] or {}).items()}
+
+
+def find_submission(master: Master, submission: str, recent: int = 200) -> Any:
+    """``[buildset id, {builder id: request id}]`` of the submission with this key (the
+    force scheduler's own answer), or None when the master has none among the recent ones."""
+    sets = master.get(f"buildsets?order=-bsid&limit={recent}").get("buildsets", [])
+    for bs in sets:
+        if bs.get("parent_buildid"):
+            continue  # a fan-out's child carries the key too; the submission is the root
+        if buildset_properties(master, bs["bsid"]).get("submission") == submission:
+            reqs = master.get(f"buildrequests?buildsetid={bs['bsid']}").get("buildrequests", [])
+            return [bs["bsid"], {str(r["builderid"]): r["buildrequestid"] for r in reqs}]
+    return None
 
 
 def buildbot_url(path: str = "") -> str | None:

@@ -193,8 +193,11 @@ def worker_command(cfg: BuildbotConfig, what: str) -> Any:
             argv += ["--kernel", ARTIFACT, "--job", str(p("job"))]
             argv += ["--submission", str(p("submission")), "--kind", str(p("machine_kind"))]
             argv += ["--machine", str(p("workername"))]
+            # the worker's capacity; the guest's size is the request's (or the kind's default)
             _opt(argv, "--cpus", p("cpus"))
             _opt(argv, "--memory-mb", p("memory_mb"))
+            _opt(argv, "--guest-cpus", p("min_cpus"))
+            _opt(argv, "--guest-memory-mb", p("min_memory_mb"))
             _opt(argv, "--series", p("series"))
             build = props.getBuild()
             _opt(argv, "--buildbot-build", getattr(build, "buildid", None))

@@ -81,14 +81,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"stackbench: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
+        print("stackbench: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0
     except Exception as exc:
         lost = database_failure(exc)
-        if lost is None:
-            raise
-        print(f"stackbench: error: {lost}", file=sys.stderr)
+        if lost is not None:
+            print(f"stackbench: error: {lost}", file=sys.stderr)
+            return 1
+        # a bug or an unforeseen failure: one line, the details on disk
+        where = _keep_traceback()
+        first = (str(exc).splitlines() or [""])[0]
+        print(
+            f"stackbench: error: {type(exc).__name__}: {first} (unexpected: please report it "
+            f"with the details in {where})",
+            file=sys.stderr,
+        )
         return 1
 
 
@@ -119,6 +128,21 @@ def database_failure(exc: BaseException) -> str | None:
         f"database connection lost or refused ({first[:200]}); "
         "what was committed is complete: run the command again once the database is up"
     )
+
+
+def _keep_traceback() -> str:
+    """Write the current exception's traceback where a bug report can pick it up."""
+    import traceback
+
+    from stackbench import config
+
+    try:
+        path = config.home() / "last-error.log"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(traceback.format_exc())
+        return str(path)
+    except OSError:
+        return "nowhere (the state directory is not writable)"
 
 
 if __name__ == "__main__":

@@ -116,15 +116,25 @@ def run_through_buildbot(eng, sid: int, jobs: list[str], runs: int, *, rerun: bo
     if master is None:
         raise StackbenchError("the embedded Buildbot master did not start")
     drive.wait_for_worker(master, buildbot_services.LOCAL_WORKER)
-    return drive.run_series(
-        eng,
-        master,
-        sid,
-        jobs=jobs,
-        runs=runs,
-        names=[name for _commit, name in applied],
-        say=lambda line: print(line, flush=True),
-    )
+    # an interrupted demo attaches to its submission; a finished or failed one starts anew
+    try:
+        return drive.run_series(
+            eng,
+            master,
+            sid,
+            jobs=jobs,
+            runs=runs,
+            names=[name for _commit, name in applied],
+            say=lambda line: print(line, flush=True),
+            fresh=rerun or state in ("done", "failed"),
+        )
+    except KeyboardInterrupt:
+        print(
+            f"demo interrupted: Buildbot goes on with series {sid}; run the same "
+            "'stackbench demo' again to attach to it",
+            file=sys.stderr,
+        )
+        raise
 
 
 def _plan_changed(eng, sid: int, jobs: list[str], runs: int) -> bool:

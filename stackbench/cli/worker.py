@@ -65,8 +65,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         c.add_argument("--submission", required=True)
         c.add_argument("--kind", default="qemu", choices=["qemu", "baremetal"])
         c.add_argument("--machine", default=socket.gethostname())
-        c.add_argument("--cpus", type=int)
-        c.add_argument("--memory-mb", type=int)
+        c.add_argument("--cpus", type=int, help="the worker's CPUs (its capacity)")
+        c.add_argument("--memory-mb", type=int, help="the worker's memory (its capacity)")
+        c.add_argument(
+            "--guest-cpus", type=int, help="guest CPUs the job asks for (default: the kind's, 2)"
+        )
+        c.add_argument(
+            "--guest-memory-mb",
+            type=int,
+            help="guest memory the job asks for (default: the kind's, 1024)",
+        )
         c.add_argument("--series", default="")
         c.add_argument("--buildbot-build", default="")
         if name in ("bench", "baremetal"):
@@ -163,12 +171,28 @@ def cmd_build(args: argparse.Namespace) -> int:
 def _real_build(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
     from stackbench.kernels import build, trees
 
-    tree = trees.load_tree(args.tree)
-    repo = trees.ensure_repo(tree)
-    res = build.build(repo, args.commit, config=args.config, tree=args.tree)
+    try:
+        tree = trees.load_tree(args.tree)
+        repo = trees.ensure_repo(tree)
+        res = build.build(repo, args.commit, config=args.config, tree=args.tree)
+    except (StackbenchError, OSError) as exc:
+        # e.g. a commit the tree does not have, or a patch that breaks Kconfig
+        reason = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+        _record_build_failure(args, reason, str(exc))
+        raise StackbenchError(f"kernel build of {args.commit} failed: {reason}") from None
     if not res.ok:
         print(res.log_tail)
-        raise StackbenchError(f"kernel build of {args.commit} failed ({args.config})")
+        first = next((ln for ln in res.log_tail.splitlines() if "error:" in ln), "")
+        reason = first.strip()[:300] or "make failed"
+        _record_build_failure(
+            args,
+            reason,
+            res.log_tail,
+            config_hash=res.config_hash,
+            compiler=res.compiler,
+            duration_s=res.duration_s,
+        )
+        raise StackbenchError(f"kernel build of {args.commit} failed ({args.config}): {reason}")
     meta = {
         "commit": res.commit,
         "name": args.name or res.commit[:12],
@@ -181,6 +205,37 @@ def _real_build(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any
     }
     assert res.artifact_dir is not None
     return meta, {"artifact": res.artifact_dir}
+
+
+def _record_build_failure(args: argparse.Namespace, reason: str, log: str, **build: Any) -> None:
+    """The failed build's ``kernel_build`` row (build-failed, the reason, the log's tail), so
+    the series page says why without a client watching the build. Workers that report
+    through the API ($STACKBENCH_URL) leave it to the Buildbot log and the master."""
+    from stackbench import config
+
+    if config.server_url():
+        print(f"build failed: {reason} (reported through the Buildbot log)")
+        return
+    from stackbench.jobs.build_stage import record_build_failure
+    from stackbench.resultsdb import db
+
+    series = int(args.series) if str(args.series).isdigit() else None
+    try:
+        row = record_build_failure(
+            db.engine(),
+            commit=args.commit,
+            tree=args.tree,
+            config=args.config,
+            reason=reason,
+            log=log[-8000:],
+            series_id=series,
+            name=args.name,
+            **build,
+        )
+    except StackbenchError as exc:  # the build's own failure is the one to report
+        print(f"build failed: {reason} (not recorded: {exc})")
+        return
+    print(f"build failed: {reason} (kernel_build {row})")
 
 
 # -- bench ---------------------------------------------------------------------------------
@@ -221,8 +276,22 @@ def _specs(args: argparse.Namespace, meta: dict[str, Any]) -> tuple[Any, Any]:
         status="built",
         meta={k: meta[k] for k in ("series", "release", "dry") if meta.get(k)},
     )
+    from stackbench.jobs.guest_size import guest_size, machine_name
+
+    # a QEMU benchmark measures its guest, whose size is the job's and the kind's, never the
+    # host's; a bare-metal box is its own size
+    size = guest_size(
+        args.kind,
+        want_cpus=getattr(args, "guest_cpus", None),
+        want_memory_mb=getattr(args, "guest_memory_mb", None),
+        capacity_cpus=args.cpus,
+        capacity_memory_mb=args.memory_mb,
+    )
     machine = MachineSpec(
-        name=args.machine, kind=args.kind, cpus=args.cpus, memory_mb=args.memory_mb
+        name=machine_name(args.machine, size),
+        kind=args.kind,
+        cpus=size.cpus if size else args.cpus,
+        memory_mb=size.memory_mb if size else args.memory_mb,
     )
     return kernel, machine
 
@@ -249,7 +318,11 @@ def _dry_runs(args: argparse.Namespace, kernel: Any, machine: Any, base: str) ->
                 source=SOURCE,
                 started_at=started,
                 finished_at=datetime.now(UTC),
-                meta={"buildbot_build": args.buildbot_build, "series": args.series},
+                meta={
+                    "buildbot_build": args.buildbot_build,
+                    "series": args.series,
+                    **_boot(args, None),
+                },
                 idempotency_key=run_key(base, i),
             )
         )
@@ -302,8 +375,22 @@ def _real_runs(
     for i, r in enumerate(runs):
         r.idempotency_key = run_key(base, r.iteration if r.iteration is not None else i)
         r.source = SOURCE
-        r.meta = {**r.meta, "buildbot_build": args.buildbot_build, "series": args.series}
+        r.meta = {
+            **r.meta,
+            "buildbot_build": args.buildbot_build,
+            "series": args.series,
+            **_boot(args, r.meta.get("boot_id")),
+        }
     return list(runs)
+
+
+def _boot(args: argparse.Namespace, booted: str | None) -> dict[str, Any]:
+    """The boot a benchmark step's runs share: one step is one boot, named by its Buildbot
+    build (a retried step is another boot). On Buildbot a series is one round: each kernel
+    is booted once per job (see README, "Boots as units")."""
+    if args.buildbot_build:
+        return {"boot_id": f"buildbot-build-{args.buildbot_build}", "boot_round": 1}
+    return {"boot_id": booted or f"bench-{args.submission}-{time.time_ns()}", "boot_round": 1}
 
 
 # -- baremetal ------------------------------------------------------------------------------
@@ -318,6 +405,8 @@ def _bench_argv(args: argparse.Namespace) -> list[str]:
     for flag, value in (
         ("--cpus", args.cpus),
         ("--memory-mb", args.memory_mb),
+        ("--guest-cpus", args.guest_cpus),
+        ("--guest-memory-mb", args.guest_memory_mb),
         ("--series", args.series),
         ("--buildbot-build", args.buildbot_build),
     ):

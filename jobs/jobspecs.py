@@ -1,0 +1,80 @@
+"""Job specs as users write them: ``NAME`` or ``NAME[key=value,...]``, comma separated, and
+the sub-jobs a list of them expands to for a guest of a given size."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import yaml
+
+from stackbench.errors import InputError
+from stackbench.jobs import definitions
+from stackbench.jobs.definitions import JobDef, SubJob
+from stackbench.jobs.settings import DEFAULT_JOBS, Settings
+
+_SPEC = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[(.*)\])?$")
+
+
+def split_job_specs(text: str) -> list[str]:
+    """``a,b[x=1,y=2],c`` -> ``['a', 'b[x=1,y=2]', 'c']`` (commas inside brackets stay)."""
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    out.append(cur.strip())
+    return [s for s in out if s]
+
+
+def parse_job_spec(spec: str, runs: int | None = None) -> JobDef:
+    """A job definition by name, with optional parameter overrides:
+    ``thpscale[madvise=false,max_threads=2]``; ``a|b`` gives a list (one sub-job each).
+    Overrides are validated against the suite's schema like the YAML file itself."""
+    m = _SPEC.match(spec.strip())
+    if not m:
+        raise InputError(f"job {spec!r}", "expected NAME or NAME[key=value,...]")
+    job = definitions.load(m.group(1))
+    params = dict(job.params)
+    for item in split_job_specs(m.group(2) or ""):
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise InputError(f"job {spec!r}", f"override {item!r} is not key=value")
+        values = [yaml.safe_load(v) for v in raw.split("|")]
+        params[key.strip()] = values if len(values) > 1 else values[0]
+    data: dict[str, Any] = {
+        "suite": job.suite,
+        "params": params,
+        "runs": runs if runs is not None else job.runs,
+        "runner": job.runner,
+        "timeout": job.timeout_s,
+    }
+    if job.description:
+        data["description"] = job.description
+    parsed = definitions.parse(data, path=f"job {spec}")
+    parsed.name = job.name
+    parsed.upstream = job.upstream  # the pinned repository stays with the named job
+    return parsed
+
+
+def resolve_jobs(specs: list[str] | None, runs: int | None) -> list[JobDef]:
+    if runs is not None and runs < 1:
+        raise InputError("runs", f"must be at least 1, not {runs}")
+    return [parse_job_spec(s, runs) for s in (specs or list(DEFAULT_JOBS))]
+
+
+def plan_for(jobs: list[JobDef], settings: Settings) -> list[SubJob]:
+    subjobs: list[SubJob] = []
+    for job in jobs:
+        subjobs += definitions.expand(job, guest_mem_mb=settings.mem_mb, guest_cpus=settings.cpus)
+    names = [sj.name for sj in subjobs]
+    if len(set(names)) != len(names):
+        dup = sorted({n for n in names if names.count(n) > 1})
+        raise InputError("jobs", f"two jobs expand to the same sub-job: {', '.join(dup)}")
+    return subjobs

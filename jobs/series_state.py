@@ -1,0 +1,101 @@
+"""The state of a series as the in-process executor keeps it: ``series.state`` and ``event``
+rows (the web's series page reads both), and what one execution carries along (its
+kernels, settings, progress, timings).
+
+States: new -> applying -> applied -> building -> running -> done, or apply-failed (nothing
+is built), or failed (a kernel failed to build, crashed or hung; or the pipeline broke)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session
+
+from stackbench.errors import NotFoundError
+from stackbench.jobs.progress import Eta, ProgressEvent, ProgressFn
+from stackbench.jobs.settings import Settings
+from stackbench.kernels import build as kbuild
+from stackbench.kernels import trees
+from stackbench.resultsdb.models import Event, Series, Tree
+
+
+@contextmanager
+def tx(eng: Engine) -> Iterator[Session]:
+    with Session(eng, expire_on_commit=False) as s, s.begin():
+        yield s
+
+
+def event(s: Session, series_id: int | None, subject: str, state: str, message: str) -> None:
+    s.add(Event(series_id=series_id, subject=subject, state=state, message=message[:4000]))
+
+
+def register_tree(s: Session, tree: trees.TreeDef) -> Tree:
+    row = s.scalars(select(Tree).where(Tree.name == tree.name)).one_or_none()
+    if row is None:
+        row = Tree(name=tree.name)
+        s.add(row)
+    row.url = tree.url
+    row.default_base = tree.default_base
+    s.flush()
+    return row
+
+
+@dataclass
+class KernelTask:
+    label: str  # "base" or "1/3"
+    name: str  # what tables show
+    commit: str
+    patch_id: int | None = None
+    build: kbuild.BuildResult | None = None
+    build_id: int | None = None
+    error: str = ""
+    outcome: str = ""  # built | build-failed | ok | crashed | timeout | error
+
+
+@dataclass
+class SeriesRun:
+    series_id: int
+    settings: Settings
+    progress: ProgressFn | None
+    eta: Eta = field(default_factory=Eta)
+    boots_done: int = 0
+    # seconds per stage, kept in series.meta["timings"] (bench/pipeline_bench.py reads them)
+    timings: dict[str, Any] = field(
+        default_factory=lambda: {
+            "apply_s": 0.0,
+            "builds": [],
+            "vm_s": 0.0,
+            "guest_runs_s": 0.0,
+            "initramfs_s": 0.0,
+            "ingest_s": 0.0,
+        }
+    )
+
+    def emit(self, stage: str, step: int, total: int, label: str, message: str = "") -> None:
+        if self.progress is None:
+            return
+        ev = ProgressEvent(
+            stage=stage,
+            step=step,
+            total=total,
+            label=label,
+            message=message,
+            elapsed_s=self.eta.elapsed(),
+            eta_s=self.eta.remaining() if stage not in ("done", "failed") else None,
+        )
+        self.progress(ev)
+
+
+def set_state(eng: Engine, series_id: int, state: str, message: str, error: str | None = None):
+    with tx(eng) as s:
+        row = s.get(Series, series_id)
+        if row is None:
+            raise NotFoundError(f"no series {series_id}")
+        row.state = state
+        if error is not None:
+            row.error = error[:4000]
+        event(s, series_id, f"series:{series_id}", state, message)

@@ -1,0 +1,196 @@
+"""Thin, resumable Buildbot clients against a real master and worker (``dry_kernel``: the
+kernel builds and guest runs are synthetic, everything else is the real path).
+
+- The master's REST API behind a proxy that resets connections, cuts answers short
+  (``IncompleteRead``) and answers 502, and loses the answer to the submission itself: the
+  client finishes the series, and the master holds one submission, not two.
+- ``stackbench demo`` interrupted (Ctrl-C) while the kernels build, then run again: it
+  attaches to the same submission; the master shows one build per kernel.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from flakyproxy import FlakyProxy
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+pytest.importorskip("buildbot")
+pytest.importorskip("buildbot_worker")
+
+from stackbench.jobs import services  # noqa: E402
+from stackbench.jobs.buildbot import client, drive  # noqa: E402
+from stackbench.resultsdb.models import Run, Series  # noqa: E402
+
+COMMITS = ["a" * 40, "b" * 40, "c" * 40, "d" * 40]  # base + 3 patches
+
+
+def wait_for(what, check, timeout=240.0, every=0.3):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(every)
+    raise AssertionError(f"gave up waiting for {what}")
+
+
+def dry_master(base: Path, dry_seconds: float) -> dict:
+    """The embedded layout (master + worker 'local' under ``base``) with synthetic kernels."""
+    return services.create_master(
+        base / "master",
+        [{"name": services.LOCAL_WORKER, "kind": "qemu", "cpus": 2, "memory_mb": 2048}],
+        extra={"dry_kernel": True, "dry_seconds": dry_seconds},
+    )
+
+
+def builds_per_builder(master: client.Master) -> dict[str, Counter]:
+    """builder name -> Counter of the commit each of its builds was about."""
+    names = {b["builderid"]: b["name"] for b in master.get("builders")["builders"]}
+    out: dict[str, Counter] = {}
+    for b in master.get("builds?property=commit")["builds"]:
+        commit = (b.get("properties") or {}).get("commit", [None])[0]
+        out.setdefault(names[b["builderid"]], Counter())[commit] += 1
+    return out
+
+
+@pytest.fixture
+def embedded(eng):
+    """Master and local worker of 'stackbench up' (dry kernels), stopped afterwards."""
+    root = services.buildbot_dir()
+    dry_master(root, dry_seconds=2)
+    services.start()
+    master = client.embedded_master()
+    try:
+        drive.wait_for_worker(master, services.LOCAL_WORKER)
+        yield master
+    finally:
+        services.stop()
+
+
+def make_series(eng) -> int:
+    from stackbench.resultsdb.models import Patch
+
+    with Session(eng) as s, s.begin():
+        series = Series(title="mm: three tweaks", base_commit=COMMITS[0], state="applied")
+        for i, sha in enumerate(COMMITS[1:], 1):
+            series.patches.append(Patch(idx=i, total=3, subject=f"mm: patch {i}", commit_sha=sha))
+        s.add(series)
+        s.flush()
+        return series.id
+
+
+def test_a_flaky_api_does_not_stop_the_client_nor_doubles_the_submission(eng, embedded):
+    master = embedded
+    host, port = master.url.split("//")[1].rstrip("/").split(":")
+    said: list[str] = []
+    sid = make_series(eng)
+    with FlakyProxy((host, int(port)), every=3) as proxy:
+        flaky = client.Master(proxy.url, master.user, master.password)
+        state = drive.run_series(
+            eng, flaky, sid, jobs=["dry-vm"], runs=1, say=said.append, poll=0.3
+        )
+    assert state == "done", said
+    # every kind of fault happened, the submission's answer among them
+    assert set(proxy.faults) == {"reset", "truncate", "bad-gateway"}, proxy.faults
+    # the submission's lost answer was followed by a look on the master, not a second POST
+    assert proxy.posts == 1
+    per = builds_per_builder(master)
+    assert sum(per["series"].values()) == 1
+    assert per["build-linux-6.1-tiny-guest"] == Counter(dict.fromkeys(COMMITS, 1))
+    assert per["bench-qemu"] == Counter(dict.fromkeys(COMMITS, 1))
+    with Session(eng) as s:
+        assert s.scalar(select(func.count()).select_from(Run).where(Run.status == "done")) == 4
+        assert s.get(Series, sid).state == "done"
+
+    # a client started again for the same plan attaches: nothing new on the master
+    said.clear()
+    assert drive.run_series(eng, master, sid, jobs=["dry-vm"], runs=1, say=said.append) == "done"
+    assert any("attached" in line for line in said), said
+    assert builds_per_builder(master) == per
+
+
+def test_the_answer_to_a_submission_lost_for_good_is_one_line(eng, embedded, capsys):
+    """A master that never answers again: the client gives up after its budget with one line
+    that says what to do, and the series is left to be attached to."""
+    master = embedded
+    sid = make_series(eng)
+    dead = client.Master(f"http://127.0.0.1:{services.free_port()}/", "admin", "x")
+    dead.budget_s = 2.0
+    with pytest.raises(client.Transient) as err:
+        drive.run_series(eng, dead, sid, jobs=["dry-vm"], runs=1, say=print)
+    text = str(err.value)
+    assert "\n" not in text and "run the command again to attach" in text
+    # the real master never saw it; the next client hands it over under the same key
+    key = drive.handed_over(eng, sid)["submission"]
+    assert client.find_submission(master, key) is None
+    state = drive.run_series(eng, master, sid, jobs=["dry-vm"], runs=1, say=print, poll=0.3)
+    assert state == "done"
+    assert client.find_submission(master, key) is not None
+
+
+@pytest.mark.slow
+def test_demo_interrupted_while_kernels_build_attaches_when_run_again(eng, tmp_path):
+    from kernelkit import require_kernel_tools, use_kernel_cache
+
+    require_kernel_tools()
+    mp = pytest.MonkeyPatch()
+    try:
+        use_kernel_cache(mp)
+        root = services.buildbot_dir()
+        dry_master(root, dry_seconds=4)
+        env = dict(os.environ)
+        argv = [sys.executable, "-m", "stackbench", "demo", "--runs", "1", "--no-serve"]
+        argv += ["--jobs", "vm-scalability[test=anon-w-seq]"]
+        first = subprocess.Popen(
+            argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        try:
+            master = wait_for("the embedded master", client.embedded_master, timeout=600)
+
+            def kernel_building():
+                try:
+                    per = builds_per_builder(master)
+                except Exception:
+                    return False
+                return sum(per.get("build-linux-6.1-tiny-guest", Counter()).values()) >= 1
+
+            wait_for("a kernel build on the master", kernel_building, timeout=600)
+            first.send_signal(signal.SIGINT)
+            out1, _ = first.communicate(timeout=60)
+        finally:
+            if first.poll() is None:
+                first.kill()
+        assert first.returncode == 130, out1
+        assert "submitted" in out1 and "Traceback" not in out1
+        assert "run the same 'stackbench demo' again to attach" in out1
+        with Session(eng) as s:
+            (series,) = s.scalars(select(Series)).all()
+            assert series.state == "building"
+
+        second = subprocess.run(
+            argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            timeout=900,
+        )  # fmt: skip
+        assert second.returncode == 0, second.stdout
+        assert "attached" in second.stdout and "submitted (buildset" not in second.stdout
+        assert "Traceback" not in second.stdout
+        per = builds_per_builder(master)
+        with Session(eng) as s:
+            series = s.scalars(select(Series)).one()
+            commits = [series.base_commit, *(p.commit_sha for p in series.patches)]
+            assert series.state == "done"
+        assert sum(per["series"].values()) == 1
+        assert per["build-linux-6.1-tiny-guest"] == Counter(dict.fromkeys(commits, 1))
+        assert per["bench-qemu"] == Counter(dict.fromkeys(commits, 1))
+    finally:
+        services.stop()
+        mp.undo()
