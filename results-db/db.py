@@ -14,9 +14,12 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine, create_engine, text
-from sqlalchemy.orm import Session, sessionmaker
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
 
 from stackbench import config
 from stackbench.errors import StackbenchError
@@ -137,6 +140,8 @@ def current_revision(eng: Engine) -> str | None:
 @contextmanager
 def session() -> Iterator[Session]:
     """A session in one transaction: committed on success, rolled back on error."""
+    from sqlalchemy.orm import sessionmaker  # the ORM costs start-up: only where it is used
+
     maker = sessionmaker(bind=engine(), expire_on_commit=False)
     with maker() as s, s.begin():
         yield s

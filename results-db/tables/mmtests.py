@@ -20,7 +20,9 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import numpy as np
 
 from stackbench.errors import StackbenchError
 from stackbench.resultsdb import query
@@ -44,18 +46,26 @@ _SIZE_ORDER = {"base": 0, "huge": 1, "both": 2}
 
 @dataclass
 class Series:
-    """One metric of one suite: per kernel, the sample lists of its runs in iteration order."""
+    """One metric of one suite: per kernel, the sample arrays of its runs in iteration
+    order."""
 
     name: str  # without the suite prefix
     higher_is_better: bool
-    runs: dict[int, list[list[float]]]  # build_id -> per-run samples
+    runs: dict[int, list[np.ndarray]]  # build_id -> per-run samples
+    _pooled: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
 
-    def pooled(self, build_id: int) -> list[float]:
-        return [v for run in self.runs.get(build_id, []) for v in run]
+    def pooled(self, build_id: int) -> np.ndarray:
+        """Every sample of the kernel's runs, in run order (one array, made once)."""
+        got = self._pooled.get(build_id)
+        if got is None:
+            runs = self.runs.get(build_id, [])
+            got = np.concatenate(runs) if runs else np.zeros(0)
+            self._pooled[build_id] = got
+        return got
 
     def best(self, build_id: int, higher: bool | None = None) -> float | None:
         """The best per-iteration value (each run's last sample), None without runs."""
-        values = [run[-1] for run in self.runs.get(build_id, []) if run]
+        values = [float(run[-1]) for run in self.runs.get(build_id, []) if len(run)]
         if not values:
             return None
         hib = self.higher_is_better if higher is None else higher
@@ -89,19 +99,26 @@ def collect(ds: query.Dataset, suite: str, prefix: str | None = None) -> dict[st
     with different mmtests checkouts still line up."""
     prefix = f"{suite}." if prefix is None else prefix
     job_ids = {j.id for j in ds.jobs.values() if j.suite == suite}
-    order = {r.id: (r.iteration, r.id) for r in ds.runs.values()}
+    smp = ds.samples()
+    picked: dict[tuple[int, int], list[tuple[tuple[int, int], int, int]]] = {}
+    first: dict[tuple[int, int], int] = {}  # (job, metric) -> first segment, for the order
+    runs = ds.runs
+    for i, (run_id, metric_id) in enumerate(
+        zip(smp.seg_run.tolist(), smp.seg_metric.tolist(), strict=True)
+    ):
+        run = runs[run_id]
+        if run.job_id not in job_ids or not ds.metrics[metric_id].name.startswith(prefix):
+            continue
+        key = (run.job_id, metric_id)
+        first.setdefault(key, i)
+        picked.setdefault(key, []).append(((run.iteration, run_id), run.build_id, i))
     out: dict[str, Series] = {}
-    for (job_id, metric_id), per_build in ds.values.items():
-        if job_id not in job_ids:
-            continue
-        m = ds.metrics[metric_id]
-        if not m.name.startswith(prefix):
-            continue
+    for key in sorted(picked, key=first.__getitem__):
+        m = ds.metrics[key[1]]
         name = m.name[len(prefix) :]
         s = out.setdefault(name, Series(name, bool(m.higher_is_better), defaultdict(list)))
-        for build_id, per_run in per_build.items():
-            for run_id in sorted(per_run, key=lambda r: order[r]):
-                s.runs[build_id].append(per_run[run_id])
+        for _order, build_id, i in sorted(picked[key]):
+            s.runs[build_id].append(smp.segment(i))
     return out
 
 
@@ -168,19 +185,30 @@ def _fault_ops(series: dict[str, Series]) -> list[str]:
     return sorted(ops, key=lambda n: (_SIZE_ORDER[_FAULT.match(n)[1]], int(_FAULT.match(n)[2])))
 
 
-def _stat_defs(higher: bool) -> list[tuple[str, Callable[[list[float]], float], str]]:
+def _stat_defs(higher: bool) -> list[tuple[str, Callable[[np.ndarray], float], str]]:
     mean_name = "Hmean" if higher else "Amean"
     mean = st.hmean if higher else st.amean
     better = "pdiff" if higher else "pndiff"
+    ascending: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def best(d: np.ndarray, percent: int) -> float:
+        if not len(d):
+            return st.NAN
+        # sort each pooled array once for the three best-mean rows
+        got = ascending.get(id(d))
+        if got is None or got[0] is not d:
+            got = ascending[id(d)] = (d, np.sort(d))
+        return st.best_mean(d, percent, higher, ascending=got[1])
+
     return [
-        ("Min", lambda d: min(d) if d else st.NAN, better),
+        ("Min", lambda d: float(d.min()) if len(d) else st.NAN, better),
         (mean_name, mean, better),
         ("Stddev", st.stddev, "pndiff"),
         ("CoeffVar", st.coeffvar, "pndiff"),
-        ("Max", lambda d: max(d) if d else st.NAN, better),
-        (f"B{mean_name}-50", lambda d: st.best_mean(d, 50, higher) if d else st.NAN, better),
-        (f"B{mean_name}-95", lambda d: st.best_mean(d, 95, higher) if d else st.NAN, better),
-        (f"B{mean_name}-99", lambda d: st.best_mean(d, 99, higher) if d else st.NAN, better),
+        ("Max", lambda d: float(d.max()) if len(d) else st.NAN, better),
+        (f"B{mean_name}-50", lambda d: best(d, 50), better),
+        (f"B{mean_name}-95", lambda d: best(d, 95), better),
+        (f"B{mean_name}-99", lambda d: best(d, 99), better),
     ]
 
 
@@ -200,11 +228,11 @@ def render_latency(ds: query.Dataset, suite: str, significance: bool = False) ->
         is_mean = stat_name in ("Amean", "Hmean")
         for op in ops:
             pooled = [series[op].pooled(b) for b in kernels]
-            values = [func(p) if p else None for p in pooled]
+            values = [func(p) if len(p) else None for p in pooled]
             cells = _cells(values, _COMPARE[compare])
-            if is_mean and pooled[0]:
+            if is_mean and len(pooled[0]):
                 for i in range(1, len(kernels)):
-                    if pooled[i] and st.ttest_significant(pooled[0], pooled[i]):
+                    if len(pooled[i]) and st.ttest_significant(pooled[0], pooled[i]):
                         cells[i].star = True
             rows.append((stat_name, op, cells))
     label_w = max(len(d[0]) for d in defs)
@@ -218,7 +246,7 @@ def render_latency(ds: query.Dataset, suite: str, significance: bool = False) ->
             pooled = [series[op].pooled(b) for b in kernels]
             cells = [Cell(0.0, 0.0)]
             for p in pooled[1:]:
-                pvalue = st.ttest_pvalue(pooled[0], p) if pooled[0] and p else 1.0
+                pvalue = st.ttest_pvalue(pooled[0], p) if len(pooled[0]) and len(p) else 1.0
                 cells.append(Cell(1.0 if pvalue < st.TTEST_ALPHA else 0.0, pvalue * 100))
             sig_rows.append(("Significant", op, cells))
         lines += _rows(label_w, op_w, sig_rows)
@@ -504,14 +532,17 @@ def _iteration_deltas(ds: query.Dataset, suite: str, build_id: int) -> list[dict
     """Per run of a kernel: its vmstat deltas plus ``duration.elapsed`` (for velocities)."""
     job_ids = {j.id for j in ds.jobs.values() if j.suite == suite}
     per_run: dict[int, dict[str, float]] = defaultdict(dict)
-    for (job_id, metric_id), per_build in ds.values.items():
-        if job_id not in job_ids or build_id not in per_build:
+    smp = ds.samples()
+    last = smp.last().tolist()
+    for i, (run_id, metric_id) in enumerate(
+        zip(smp.seg_run.tolist(), smp.seg_metric.tolist(), strict=True)
+    ):
+        run = ds.runs[run_id]
+        if run.build_id != build_id or run.job_id not in job_ids:
             continue
         name = ds.metrics[metric_id].name
         if name.startswith("mmtests-vmstat.") or name == "duration.elapsed":
-            for run_id, values in per_build[build_id].items():
-                if values:
-                    per_run[run_id][name] = values[-1]
+            per_run[run_id][name] = last[i]
     order = sorted(per_run, key=lambda r: (ds.runs[r].iteration, r))
     return [per_run[r] for r in order if any(k.startswith("mmtests-vmstat.") for k in per_run[r])]
 
