@@ -16,9 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sqlalchemy import Engine, create_engine, text
-
 if TYPE_CHECKING:
+    from sqlalchemy import Engine
     from sqlalchemy.orm import Session
 
 from stackbench import config
@@ -49,6 +48,10 @@ def resolve_url(start: bool = True) -> str:
 def engine(migrate: bool = True) -> Engine:
     """The process-wide engine for the configured database, checked to be at the head
     revision (``migrate``: an empty database is migrated first)."""
+    # SQLAlchemy is imported by the commands that reach the database, not by the module:
+    # head_revision() is also read by the cached-comparison path, which does without it
+    from sqlalchemy import create_engine
+
     url = resolve_url()
     with _lock:
         eng = _engines.get(url)
@@ -117,6 +120,7 @@ def alembic_config(eng: Engine):
 
 def upgrade(eng: Engine, revision: str = "head") -> None:
     from alembic import command
+    from sqlalchemy import text
 
     with eng.begin() as conn:
         conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _MIGRATE_LOCK})
@@ -130,6 +134,8 @@ def upgrade(eng: Engine, revision: str = "head") -> None:
 
 def current_revision(eng: Engine) -> str | None:
     """The database's revision; None when it was never migrated (no ``alembic_version``)."""
+    from sqlalchemy import text
+
     with eng.connect() as conn:
         # to_regclass: no error (and no aborted transaction) when the table is missing
         if conn.execute(text("SELECT to_regclass('alembic_version')")).scalar() is None:

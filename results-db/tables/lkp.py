@@ -142,11 +142,8 @@ def build_groups(ds: query.Dataset) -> list[Group]:
         seg_val[i] = _mean(smp.segment(i).tolist())
     # stats in the order they first appear (by run, then metric id), as LKP's matrices
     order_key = seg_job * (int(smp.seg_metric.max(initial=0)) + 1) + smp.seg_metric
-    _, first = np.unique(order_key, return_index=True)
-    rank_of = dict(
-        zip(order_key[first].tolist(), np.argsort(np.argsort(first)).tolist(), strict=True)
-    )
-    rank = np.array([rank_of[k] for k in order_key.tolist()], dtype=np.int64)
+    _, first, inverse = np.unique(order_key, return_index=True, return_inverse=True)
+    rank = np.argsort(np.argsort(first))[inverse]
 
     groups = []
     for job_id in sorted(ds.jobs, key=lambda j: _job_order(ds.jobs[j])):
@@ -157,11 +154,8 @@ def build_groups(ds: query.Dataset) -> list[Group]:
             if not runs:
                 continue
             idx = np.flatnonzero((seg_job == job_id) & (seg_build == kernel.id))
-            ranks, row = np.unique(rank[idx], return_inverse=True)
-            metric_of_rank = dict(
-                zip(rank[idx].tolist(), smp.seg_metric[idx].tolist(), strict=True)
-            )
-            names = [ds.metrics[metric_of_rank[r]].name for r in ranks.tolist()]
+            _, at_first, row = np.unique(rank[idx], return_index=True, return_inverse=True)
+            names = [ds.metrics[m].name for m in smp.seg_metric[idx][at_first].tolist()]
             arr = np.zeros((len(names), len(runs)))
             arr[row, seg_col[idx]] = seg_val[idx]
             matrix = dict(zip(names, arr.tolist(), strict=True))

@@ -8,6 +8,7 @@ from sqlalchemy import Engine
 
 from stackbench.errors import StackbenchError
 from stackbench.resultsdb import query
+from stackbench.resultsdb.tables import textcache
 
 
 def render(
@@ -21,20 +22,36 @@ def render(
     suite: str | None = None,
     machine: str | None = None,
     warn: Callable[[str], None] | None = None,
+    cache: textcache.View | None = None,
 ) -> str:
     """The table of the stored kernels ``refs`` (base first). ``warn`` hears about runs of
-    one job from several machines: they are pooled unless ``machine`` picks one."""
+    one job from several machines: they are pooled unless ``machine`` picks one. With
+    ``cache`` (the view these arguments make), the text is kept for the next same command."""
     if len(refs) < 1:
         raise StackbenchError("compare needs at least one kernel")
     with eng.connect() as conn:
         kernels = query.resolve_kernels(conn, refs)
-        ds = query.load(conn, kernels, suite=suite, machine=machine)
+        if cache is not None:
+            fp = textcache.fingerprint(conn, [k.id for k in kernels])
+        ds = query.load(
+            conn, kernels, suite=suite, machine=machine, metrics=_needed(style, table, monitor)
+        )
     if not ds.runs:
         on = f" on machine {machine}" if machine else ""
         raise StackbenchError("no results stored for " + ", ".join(refs) + on)
+    warnings = pooled_warnings(ds)
     if warn is not None:
-        for line in pooled_warnings(ds):
+        for line in warnings:
             warn(line)
+    out = _render(ds, style, all_rows, table, monitor)
+    if cache is not None:
+        textcache.store(eng, cache, [k.id for k in kernels], fp, out, warnings)
+    return out
+
+
+def _render(
+    ds: query.Dataset, style: str, all_rows: bool, table: str | None, monitor: str | None
+) -> str:
     if style == "lkp":
         from stackbench.resultsdb.tables import lkp
 
@@ -48,6 +65,18 @@ def render(
 
         return verdict.render(ds)
     raise StackbenchError(f"unknown table style '{style}'")
+
+
+def _needed(style: str, table: str | None, monitor: str | None) -> Callable[[str], bool] | None:
+    """The metrics a view reads, when it reads few: the mmtests monitors and single-value
+    tables need none of the fault latencies, which are nearly all of an mmtests run."""
+    if style != "mmtests":
+        return None
+    if monitor is not None:
+        return lambda name: name.startswith(("mmtests-vmstat.", "duration."))
+    if table in ("counts", "locality", "highalloc"):
+        return lambda name: ".fault-" not in name
+    return None
 
 
 def pooled_warnings(

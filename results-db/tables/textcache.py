@@ -1,0 +1,137 @@
+"""Rendered comparison tables kept in the database by content, for the CLI.
+
+A ``stackbench compare`` whose kernels and runs have not changed since the same command last
+ran prints the stored text: one psycopg connection and one query, no SQLAlchemy and no numpy.
+Entries live in the web's ``comparison`` table (the same content-keyed store the comparison
+pages use), under keys of their own (``cli-`` and a hash of the command's arguments), with
+the runs' fingerprint they were made from: the kernels table's size, and the count, largest
+and sum of the ids of the finished runs of the kernels. A stored entry whose fingerprint no
+longer matches is recomputed. Anything unexpected (no database yet, a schema to migrate, a
+connection error) is a miss: the caller then takes the full path, which reports it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
+
+KEY_PREFIX = "cli-"
+
+_FINGERPRINT = (
+    "(SELECT count(*) || ':' || coalesce(max(id), 0) FROM kernel_build) || '/' || "
+    "(SELECT count(*) || ':' || coalesce(max(id), 0) || ':' || coalesce(sum(id), 0) FROM run "
+    "WHERE status = 'done' AND build_id = ANY({ids}))"
+)
+_LOOKUP = (
+    "SELECT (SELECT version_num FROM alembic_version), c.result -> 'cli', "
+    + _FINGERPRINT.format(ids="ARRAY(SELECT jsonb_array_elements_text(c.build_ids)::int)")
+    + " FROM comparison c WHERE c.key = %s"
+)
+
+
+@dataclass(frozen=True)
+class View:
+    """What ``stackbench compare`` was asked for: the key of its text."""
+
+    refs: tuple[str, ...]
+    style: str
+    all_rows: bool = False
+    table: str | None = None
+    monitor: str | None = None
+    suite: str | None = None
+    machine: str | None = None
+
+    @property
+    def key(self) -> str:
+        raw = json.dumps(asdict(self), sort_keys=True)
+        return KEY_PREFIX + hashlib.sha256(raw.encode()).hexdigest()[:32]
+
+
+@dataclass
+class Hit:
+    text: str
+    warnings: list[str]
+
+
+def _url() -> str | None:
+    from stackbench import config
+
+    url = config.database_url()
+    if url is None:
+        from stackbench.resultsdb.embedded import Cluster
+
+        cluster = Cluster()
+        if not cluster.exists:
+            return None
+        url = cluster.url()
+    return url.replace("postgresql+psycopg://", "postgresql://", 1)
+
+
+def _connect():
+    import psycopg
+
+    url = _url()
+    if url is None:
+        return None
+    return psycopg.connect(url, connect_timeout=3, autocommit=True)
+
+
+def lookup(view: View) -> Hit | None:
+    """The stored text of ``view`` when its runs are unchanged, else None."""
+    from stackbench.resultsdb import db
+
+    try:
+        conn = _connect()
+        if conn is None:
+            return None
+        with conn:
+            row = conn.execute(_LOOKUP, (view.key,)).fetchone()
+    except Exception:  # any failure is a miss; the full path reports real problems
+        return None
+    if row is None:
+        return None
+    revision, entry, live = row
+    if revision != db.head_revision() or not isinstance(entry, dict):
+        return None
+    if entry.get("fingerprint") != live or not isinstance(entry.get("text"), str):
+        return None
+    return Hit(entry["text"], [str(w) for w in entry.get("warnings") or []])
+
+
+def fingerprint(conn: Any, build_ids: list[int]) -> str:
+    """The fingerprint of ``build_ids``' runs now (a SQLAlchemy connection)."""
+    from sqlalchemy import text
+
+    sql = "SELECT " + _FINGERPRINT.format(ids="CAST(:ids AS int[])")
+    return conn.execute(text(sql), {"ids": build_ids}).scalar_one()
+
+
+def store(eng: Any, view: View, build_ids: list[int], fp: str, text: str, warnings: list[str]):
+    """Keep ``text`` for ``view``, made from the runs with fingerprint ``fp`` (taken before
+    the text was computed, so runs added meanwhile make the entry stale, not wrong)."""
+    from sqlalchemy import text as sql
+
+    entry = {"fingerprint": fp, "text": text, "warnings": warnings}
+    params = {
+        "all_rows": view.all_rows,
+        "suite": view.suite,
+        "cli": {k: v for k, v in asdict(view).items() if k != "refs"},
+    }
+    with eng.begin() as conn:
+        conn.execute(
+            sql(
+                "INSERT INTO comparison (key, build_ids, params, result) "
+                "VALUES (:key, CAST(:ids AS jsonb), CAST(:params AS jsonb), "
+                "jsonb_build_object('cli', CAST(:entry AS jsonb))) "
+                "ON CONFLICT (key) DO UPDATE SET build_ids = EXCLUDED.build_ids, "
+                "params = EXCLUDED.params, result = EXCLUDED.result"
+            ),
+            {
+                "key": view.key,
+                "ids": json.dumps(build_ids),
+                "params": json.dumps(params),
+                "entry": json.dumps(entry),
+            },
+        )

@@ -1,0 +1,84 @@
+"""stackbench compare keeps its text by content: the same command on unchanged runs prints
+the stored text (warnings included), and any change to the kernels' finished runs makes it
+compute again."""
+
+from __future__ import annotations
+
+from sqlalchemy import text
+
+from stackbench import cli
+from stackbench.resultsdb import ingest as ig
+from stackbench.resultsdb.tables import textcache
+
+JOB = ig.JobSpec("vm-scalability", "anon-w-seq", {"test": "anon-w-seq", "runtime": "300s"})
+BASE, PATCH = "d" * 40, "e" * 40
+
+
+def _runs(machine: str = "qemu-vm", level: float = 1000.0, start: int = 0) -> list:
+    return [
+        ig.RunData(
+            JOB,
+            ig.KernelSpec(commit),
+            ig.MachineSpec(machine),
+            start + it,
+            {"vm-scalability.throughput": [level * factor + it]},
+        )
+        for commit, factor in ((BASE, 1.0), (PATCH, 1.1))
+        for it in range(3)
+    ]
+
+
+def _row(out: str) -> list[str]:
+    (row,) = [ln for ln in out.splitlines() if ln.endswith("vm-scalability.throughput")]
+    return row.split()
+
+
+def _compare(capsys, *extra: str):
+    assert cli.main(["compare", "--style", "lkp", "--all", *extra, BASE[:8], PATCH[:8]]) == 0
+    return capsys.readouterr()
+
+
+def test_same_command_prints_the_stored_text(eng, capsys):
+    ig.ingest(eng, _runs())
+    first = _compare(capsys)
+    view = textcache.View((BASE[:8], PATCH[:8]), "lkp", True)
+    hit = textcache.lookup(view)
+    assert hit is not None and hit.text == first.out
+    # the stored text is what is printed: change it behind the command's back
+    with eng.begin() as c:
+        c.execute(
+            text(
+                "UPDATE comparison SET result = jsonb_set(result, '{cli,text}', "
+                "to_jsonb('stored text'::text)) WHERE key = :k"
+            ),
+            {"k": view.key},
+        )
+    assert _compare(capsys).out == "stored text\n"
+    # other options are another entry
+    assert "vm-scalability.throughput" in _compare(capsys, "--suite", "vm-scalability").out
+
+
+def test_new_runs_make_the_stored_text_stale(eng, capsys):
+    ig.ingest(eng, _runs())
+    before = _compare(capsys)
+    assert _row(before.out)[:3] == ["1001", "+10.0%", "1101"]
+    ig.ingest(eng, _runs(level=2000.0, start=3))  # three more runs of each kernel
+    after = _compare(capsys)
+    assert after.out != before.out
+    assert _row(after.out)[0] == "1501"
+
+
+def test_warnings_come_back_with_the_stored_text(eng, capsys):
+    ig.ingest(eng, _runs() + _runs(machine="box-1", level=100000.0))
+    first = _compare(capsys)
+    again = _compare(capsys)
+    assert "runs from 2 machines are pooled" in first.err
+    assert again.err == first.err and again.out == first.out
+
+
+def test_unknown_kernel_is_an_error_and_stores_nothing(eng, capsys):
+    ig.ingest(eng, _runs())
+    assert cli.main(["compare", "--style", "lkp", BASE[:8], "f" * 12]) == 1
+    assert "unknown kernel 'ffffffffffff'" in capsys.readouterr().err
+    with eng.connect() as c:
+        assert c.execute(text("SELECT count(*) FROM comparison")).scalar() == 0
