@@ -39,10 +39,22 @@ def resolve_url(start: bool = True) -> str:
     from stackbench.resultsdb.embedded import Cluster
 
     cluster = Cluster()
-    if start:
+    if start and not (cluster.exists and _accepts(cluster.url())):
         cluster.start()
         cluster.ensure_database()
     return cluster.url()
+
+
+def _accepts(url: str) -> bool:
+    """Whether the database answers: then there is nothing to start or create (one
+    connection, instead of pg_ctl as the cluster's user and a visit to 'postgres')."""
+    import psycopg
+
+    try:
+        psycopg.connect(url.replace("+psycopg", "", 1), connect_timeout=3).close()
+    except psycopg.Error:
+        return False
+    return True
 
 
 def engine(migrate: bool = True) -> Engine:
