@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 from sqlalchemy import Engine
@@ -9,6 +10,8 @@ from sqlalchemy import Engine
 from stackbench.errors import StackbenchError
 from stackbench.resultsdb import query
 from stackbench.resultsdb.tables import textcache
+
+log = logging.getLogger(__name__)
 
 
 def render(
@@ -45,7 +48,13 @@ def render(
             warn(line)
     out = _render(ds, style, all_rows, table, monitor)
     if cache is not None:
-        textcache.store(eng, cache, [k.id for k in kernels], fp, out, warnings)
+        from sqlalchemy.exc import SQLAlchemyError
+
+        try:
+            textcache.store(eng, cache, [k.id for k in kernels], fp, out, warnings)
+        except SQLAlchemyError as exc:  # the table is printed all the same; only not kept
+            line = "could not keep the table for next time: " + str(exc).splitlines()[0]
+            (warn or log.warning)(line)
     return out
 
 
