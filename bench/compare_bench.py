@@ -111,13 +111,13 @@ def gen_mmtests(log: Path, iterations: int, faults: int, seed: int = 16) -> None
                     gzip.compress(("\n".join(lines) + "\n").encode(), 1)
                 )
             begin = 1_700_000_001 + it * 400
+            # mmtests reads the elapsed time (for velocities) from tests-sysstate's line
+            timing = f"time :: thpscale {12.5 + it:.2f} user {240 + k:.2f} system 300.00 elapsed"
             (d / "tests-timestamp").write_text(
                 f"start :: {begin - 1}\ntest begin :: thpscale {begin}\n"
-                f"test end :: thpscale {begin + 300} 0\n"
-                f"time :: thpscale {12.5 + it:.2f} user {240 + k:.2f} system 300.00 elapsed\n"
-                f"finish :: {begin + 301}\n"
+                f"test end :: thpscale {begin + 300} 0\n{timing}\nfinish :: {begin + 301}\n"
             )
-            (d / "tests-sysstate").write_text(_sysstate(rnd, begin))
+            (d / "tests-sysstate").write_text(_sysstate(rnd, begin, timing))
 
 
 _VMSTAT = [
@@ -149,7 +149,7 @@ _VMSTAT = [
 ]
 
 
-def _sysstate(rnd: random.Random, begin: int) -> str:
+def _sysstate(rnd: random.Random, begin: int, timing: str) -> str:
     before = {k: rnd.randrange(0, 10_000_000) for k in _VMSTAT}
     after = {k: v + rnd.randrange(0, 5_000_000) for k, v in before.items()}
     out = ["start :: " + str(begin - 1), "version :: synthetic", f"test begin :: thpscale {begin}"]
@@ -157,7 +157,7 @@ def _sysstate(rnd: random.Random, begin: int) -> str:
     out += ["file start :: /proc/zoneinfo", "Node 0, zone   Normal"]
     out += ["file end :: /proc/vmstat", *(f"{k} {v}" for k, v in after.items())]
     out += ["file end :: /proc/zoneinfo", "Node 0, zone   Normal"]
-    out += [f"test end :: thpscale {begin + 300} 0", f"finish :: {begin + 301}"]
+    out += [f"test end :: thpscale {begin + 300} 0", timing, f"finish :: {begin + 301}"]
     return "\n".join(out) + "\n"
 
 
