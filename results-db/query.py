@@ -14,9 +14,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Connection, text
 
 from stackbench.errors import NotFoundError
+
+# Functions here take a SQLAlchemy Connection or a psycopg one and run their SQL on the
+# psycopg connection beneath: the CLI reads a comparison without importing SQLAlchemy.
+Connection = Any
+
+
+def _raw(conn: Connection) -> Any:
+    """The psycopg connection of ``conn`` (a SQLAlchemy Connection, or psycopg's own)."""
+    pooled = getattr(conn, "connection", None)  # psycopg's own has one too: itself
+    return getattr(pooled, "driver_connection", conn)
+
+
+def _rows(conn: Connection, sql: str, params: dict[str, Any] | None = None) -> list[tuple]:
+    return _raw(conn).execute(sql, params).fetchall()
 
 
 @dataclass(frozen=True)
@@ -170,21 +183,20 @@ class Dataset:
 def resolve_kernel(conn: Connection, ref: str) -> Kernel:
     """A kernel by exact commit, exact name (mmtests run name), or unique commit prefix."""
     cols = "id, commit, name, config_name, compiler"
-    for where in ("commit = :r", "name = :r"):
-        rows = conn.execute(
-            text(f"SELECT {cols} FROM kernel_build WHERE {where} ORDER BY id"), {"r": ref}
-        ).all()
+    for where in ("commit = %(r)s", "name = %(r)s"):
+        rows = _rows(conn, f"SELECT {cols} FROM kernel_build WHERE {where} ORDER BY id", {"r": ref})
         if len(rows) >= 1:
             return Kernel(*rows[0])
     if len(ref) >= 4:
-        rows = conn.execute(
-            text(f"SELECT {cols} FROM kernel_build WHERE commit LIKE :p ORDER BY id"),
+        rows = _rows(
+            conn,
+            f"SELECT {cols} FROM kernel_build WHERE commit LIKE %(p)s ORDER BY id",
             {"p": ref.replace("%", r"\%").replace("_", r"\_") + "%"},
-        ).all()
+        )
         if len(rows) == 1:
             return Kernel(*rows[0])
         if len(rows) > 1:
-            names = ", ".join(r.commit[:12] for r in rows[:5])
+            names = ", ".join(r[1][:12] for r in rows[:5])
             raise NotFoundError(f"kernel '{ref}' is ambiguous: {names}")
     raise NotFoundError(f"unknown kernel '{ref}' (not a stored commit, prefix or run name)")
 
@@ -211,19 +223,18 @@ def load(
     params: dict[str, Any] = {"ids": ids, "st": list(statuses)}
     where_sql = ""
     if suite:
-        where_sql = " AND j.suite = :suite"
+        where_sql = " AND j.suite = %(suite)s"
         params["suite"] = suite
     if machine:
-        where_sql += " AND m.name = :machine"
+        where_sql += " AND m.name = %(machine)s"
         params["machine"] = machine
-    for r in conn.execute(
-        text(
-            "SELECT r.id, r.job_id, r.build_id, coalesce(m.name, ''), coalesce(m.kind, ''), "
-            "r.iteration, r.status, r.sysstate, r.meta, j.suite, j.test, j.params, "
-            "j.suite_version, j.runner FROM run r JOIN job j ON j.id = r.job_id "
-            "LEFT JOIN machine m ON m.id = r.machine_id "
-            f"WHERE r.build_id = ANY(:ids) AND r.status = ANY(:st){where_sql}"
-        ),
+    for r in _rows(
+        conn,
+        "SELECT r.id, r.job_id, r.build_id, coalesce(m.name, ''), coalesce(m.kind, ''), "
+        "r.iteration, r.status, r.sysstate, r.meta, j.suite, j.test, j.params, "
+        "j.suite_version, j.runner FROM run r JOIN job j ON j.id = r.job_id "
+        "LEFT JOIN machine m ON m.id = r.machine_id "
+        f"WHERE r.build_id = ANY(%(ids)s) AND r.status = ANY(%(st)s){where_sql}",
         params,
     ):
         ds.runs[r[0]] = RunRow(*r[:9])
@@ -232,13 +243,12 @@ def load(
         return ds
     wanted = None
     if metrics is not None:
-        wanted = [
-            mid for mid, name in conn.execute(text("SELECT id, name FROM metric")) if metrics(name)
-        ]
+        wanted = [mid for mid, name in _rows(conn, "SELECT id, name FROM metric") if metrics(name)]
     ds._samples = smp = read_samples(conn, sorted(ds.runs), wanted)
     metric_ids = np.unique(smp.seg_metric).tolist()
-    for m in conn.execute(
-        text("SELECT id, name, unit, higher_is_better, kind FROM metric WHERE id = ANY(:ids)"),
+    for m in _rows(
+        conn,
+        "SELECT id, name, unit, higher_is_better, kind FROM metric WHERE id = ANY(%(ids)s)",
         {"ids": metric_ids},
     ):
         ds.metrics[m[0]] = MetricRow(*m)
@@ -262,7 +272,7 @@ def read_samples(
         where += " AND metric_id = ANY(%s)"
         params.append(pgbinary.Int4Array.of(metric_ids))
     runs, metrics, values = [], [], []
-    with conn.connection.driver_connection.cursor(binary=True) as cur:
+    with _raw(conn).cursor(binary=True) as cur:
         pgbinary.register(cur)
         pgbinary.register_numpy_loaders(cur)
         # one plan, in order: the primary key's index scan feeds the aggregate in

@@ -42,7 +42,8 @@ def test_same_command_prints_the_stored_text(eng, capsys):
     ig.ingest(eng, _runs())
     first = _compare(capsys)
     view = textcache.View((BASE[:8], PATCH[:8]), "lkp", True)
-    hit = textcache.lookup(view)
+    with textcache.connect_for_lookup() as conn:
+        hit = textcache.lookup(view, conn)
     assert hit is not None and hit.text == first.out
     # the stored text is what is printed: change it behind the command's back
     with eng.begin() as c:

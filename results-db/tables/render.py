@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-
-from sqlalchemy import Engine
+from typing import TYPE_CHECKING, Any
 
 from stackbench.errors import StackbenchError
 from stackbench.resultsdb import query
 from stackbench.resultsdb.tables import textcache
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
 log = logging.getLogger(__name__)
 
@@ -30,15 +32,76 @@ def render(
     """The table of the stored kernels ``refs`` (base first). ``warn`` hears about runs of
     one job from several machines: they are pooled unless ``machine`` picks one. With
     ``cache`` (the view these arguments make), the text is kept for the next same command."""
+    with eng.connect() as conn:
+        out, build_ids, fp, warnings = _compute(
+            conn, refs, style, all_rows, table, monitor, suite, machine, warn, cache
+        )
+    if cache is not None:
+        from sqlalchemy.exc import SQLAlchemyError
+
+        try:
+            with eng.begin() as conn:
+                textcache.store(conn, cache, build_ids, fp, out, warnings)
+        except SQLAlchemyError as exc:  # the table is printed all the same; only not kept
+            _not_kept(exc, warn)
+    return out
+
+
+def render_on(
+    conn: Any,
+    refs: list[str],
+    *,
+    style: str = "lkp",
+    all_rows: bool = False,
+    table: str | None = None,
+    monitor: str | None = None,
+    suite: str | None = None,
+    machine: str | None = None,
+    warn: Callable[[str], None] | None = None,
+    cache: textcache.View | None = None,
+) -> str:
+    """:func:`render` on a psycopg connection in autocommit mode: the CLI's path, which
+    imports no SQLAlchemy."""
+    import psycopg
+
+    with conn.transaction():
+        out, build_ids, fp, warnings = _compute(
+            conn, refs, style, all_rows, table, monitor, suite, machine, warn, cache
+        )
+    if cache is not None:
+        try:
+            with conn.transaction():
+                textcache.store(conn, cache, build_ids, fp, out, warnings)
+        except psycopg.Error as exc:
+            _not_kept(exc, warn)
+    return out
+
+
+def _not_kept(exc: Exception, warn: Callable[[str], None] | None) -> None:
+    line = "could not keep the table for next time: " + str(exc).splitlines()[0]
+    (warn or log.warning)(line)
+
+
+def _compute(
+    conn: Any,
+    refs: list[str],
+    style: str,
+    all_rows: bool,
+    table: str | None,
+    monitor: str | None,
+    suite: str | None,
+    machine: str | None,
+    warn: Callable[[str], None] | None,
+    cache: textcache.View | None,
+) -> tuple[str, list[int], str | None, list[str]]:
     if len(refs) < 1:
         raise StackbenchError("compare needs at least one kernel")
-    with eng.connect() as conn:
-        kernels = query.resolve_kernels(conn, refs)
-        if cache is not None:
-            fp = textcache.fingerprint(conn, [k.id for k in kernels])
-        ds = query.load(
-            conn, kernels, suite=suite, machine=machine, metrics=_needed(style, table, monitor)
-        )
+    kernels = query.resolve_kernels(conn, refs)
+    build_ids = [k.id for k in kernels]
+    fp = textcache.fingerprint(conn, build_ids) if cache is not None else None
+    ds = query.load(
+        conn, kernels, suite=suite, machine=machine, metrics=_needed(style, table, monitor)
+    )
     if not ds.runs:
         on = f" on machine {machine}" if machine else ""
         raise StackbenchError("no results stored for " + ", ".join(refs) + on)
@@ -46,16 +109,7 @@ def render(
     if warn is not None:
         for line in warnings:
             warn(line)
-    out = _render(ds, style, all_rows, table, monitor)
-    if cache is not None:
-        from sqlalchemy.exc import SQLAlchemyError
-
-        try:
-            textcache.store(eng, cache, [k.id for k in kernels], fp, out, warnings)
-        except SQLAlchemyError as exc:  # the table is printed all the same; only not kept
-            line = "could not keep the table for next time: " + str(exc).splitlines()[0]
-            (warn or log.warning)(line)
-    return out
+    return _render(ds, style, all_rows, table, monitor), build_ids, fp, warnings
 
 
 def _render(

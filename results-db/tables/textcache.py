@@ -78,40 +78,52 @@ def _connect():
     return psycopg.connect(url, connect_timeout=3, autocommit=True)
 
 
-def lookup(view: View) -> Hit | None:
-    """The stored text of ``view`` when its runs are unchanged, else None."""
+class Schema(Exception):
+    """The database is not at this stackbench's revision (the full path says so)."""
+
+
+def lookup(view: View, conn: Any) -> Hit | None:
+    """The stored text of ``view`` when its runs are unchanged, else None. Raises
+    :class:`Schema` when the database needs migrating, psycopg's errors on failures."""
     from stackbench.resultsdb import db
 
-    try:
-        conn = _connect()
-        if conn is None:
-            return None
-        with conn:
-            row = conn.execute(_LOOKUP, (view.key,)).fetchone()
-    except Exception:  # any failure is a miss; the full path reports real problems
-        return None
+    row = conn.execute(_LOOKUP, (view.key,)).fetchone()
     if row is None:
+        revision = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+        if revision is None or revision[0] != db.head_revision():
+            raise Schema()
         return None
     revision, entry, live = row
-    if revision != db.head_revision() or not isinstance(entry, dict):
+    if revision != db.head_revision():
+        raise Schema()
+    if not isinstance(entry, dict):
         return None
     if entry.get("fingerprint") != live or not isinstance(entry.get("text"), str):
         return None
     return Hit(entry["text"], [str(w) for w in entry.get("warnings") or []])
 
 
+def connect_for_lookup():
+    """A psycopg connection (autocommit) to the configured database, or None."""
+    try:
+        return _connect()
+    except Exception:
+        return None
+
+
 def fingerprint(conn: Any, build_ids: list[int]) -> str:
-    """The fingerprint of ``build_ids``' runs now (a SQLAlchemy connection)."""
-    from sqlalchemy import text
+    """The fingerprint of ``build_ids``' runs now (a psycopg or SQLAlchemy connection)."""
+    from stackbench.resultsdb.query import _raw
 
-    sql = "SELECT " + _FINGERPRINT.format(ids="CAST(:ids AS int[])")
-    return conn.execute(text(sql), {"ids": build_ids}).scalar_one()
+    sql = "SELECT " + _FINGERPRINT.format(ids="%s::int[]")
+    return _raw(conn).execute(sql, (build_ids,)).fetchone()[0]
 
 
-def store(eng: Any, view: View, build_ids: list[int], fp: str, text: str, warnings: list[str]):
+def store(conn: Any, view: View, build_ids: list[int], fp: str, text: str, warnings: list[str]):
     """Keep ``text`` for ``view``, made from the runs with fingerprint ``fp`` (taken before
-    the text was computed, so runs added meanwhile make the entry stale, not wrong)."""
-    from sqlalchemy import text as sql
+    the text was computed, so runs added meanwhile make the entry stale, not wrong).
+    ``conn``: psycopg's or SQLAlchemy's; the caller commits."""
+    from stackbench.resultsdb.query import _raw
 
     entry = {"fingerprint": fp, "text": text, "warnings": warnings}
     params = {
@@ -119,19 +131,10 @@ def store(eng: Any, view: View, build_ids: list[int], fp: str, text: str, warnin
         "suite": view.suite,
         "cli": {k: v for k, v in asdict(view).items() if k != "refs"},
     }
-    with eng.begin() as conn:
-        conn.execute(
-            sql(
-                "INSERT INTO comparison (key, build_ids, params, result) "
-                "VALUES (:key, CAST(:ids AS jsonb), CAST(:params AS jsonb), "
-                "jsonb_build_object('cli', CAST(:entry AS jsonb))) "
-                "ON CONFLICT (key) DO UPDATE SET build_ids = EXCLUDED.build_ids, "
-                "params = EXCLUDED.params, result = EXCLUDED.result"
-            ),
-            {
-                "key": view.key,
-                "ids": json.dumps(build_ids),
-                "params": json.dumps(params),
-                "entry": json.dumps(entry),
-            },
-        )
+    _raw(conn).execute(
+        "INSERT INTO comparison (key, build_ids, params, result) "
+        "VALUES (%s, %s::jsonb, %s::jsonb, jsonb_build_object('cli', %s::jsonb)) "
+        "ON CONFLICT (key) DO UPDATE SET build_ids = EXCLUDED.build_ids, "
+        "params = EXCLUDED.params, result = EXCLUDED.result",
+        (view.key, json.dumps(build_ids), json.dumps(params), json.dumps(entry)),
+    )

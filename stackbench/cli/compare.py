@@ -74,11 +74,9 @@ def run(args: argparse.Namespace) -> int:
             args.suite,
             args.machine,
         )
-        hit = textcache.lookup(view)  # the same command on unchanged runs: its stored text
-        if hit is not None:
-            for line in hit.warnings:
-                print(f"stackbench: warning: {line}", file=sys.stderr)
-            print(hit.text, end="" if hit.text.endswith("\n") else "\n")
+        out = _without_sqlalchemy(args, view)
+        if out is not None:
+            print(out, end="" if out.endswith("\n") else "\n")
             return 0
         from stackbench.resultsdb import db
         from stackbench.resultsdb.tables import render
@@ -97,3 +95,44 @@ def run(args: argparse.Namespace) -> int:
         )
     print(out, end="" if out.endswith("\n") else "\n")
     return 0
+
+
+def _warn(line: str) -> None:
+    print(f"stackbench: warning: {line}", file=sys.stderr)
+
+
+def _without_sqlalchemy(args: argparse.Namespace, view) -> str | None:
+    """The table through one psycopg connection: the stored text when the runs are
+    unchanged, else computed there and stored. None when that path cannot serve (no
+    running database, a schema to migrate, a connection error): the caller then goes
+    through db.engine(), which starts, checks and reports."""
+    import psycopg
+
+    from stackbench.resultsdb.tables import textcache
+
+    conn = textcache.connect_for_lookup()
+    if conn is None:
+        return None
+    with conn:
+        try:
+            hit = textcache.lookup(view, conn)
+            if hit is not None:
+                for line in hit.warnings:
+                    _warn(line)
+                return hit.text
+            from stackbench.resultsdb.tables import render
+
+            return render.render_on(
+                conn,
+                args.kernels,
+                style=args.style,
+                all_rows=args.all,
+                table=args.table,
+                monitor=args.monitor,
+                suite=args.suite,
+                machine=args.machine,
+                warn=_warn,
+                cache=view,
+            )
+        except (textcache.Schema, psycopg.Error):
+            return None
