@@ -56,6 +56,10 @@ _PERF_PREFIXES = re.compile(
     r"|PkgWatt|POLL%|RAMWatt|SYS%LPI)|vmstat\.(cpu|io|swap|system)\.)"
 )
 
+# etc/perf-metrics-patterns: stats that are performance metrics wherever they appear (LKP
+# matches these unanchored, each with its own ^): time stats of any monitor or benchmark
+_PERF_PATTERNS = re.compile(r"^(.*\.)?time..*|^lock_stat..*..contentions")
+
 # etc/stat-denylist, the monitor part: noisy stats LKP does not report without --more
 _DENYLIST = re.compile(
     r"^(boot-meminfo|boot-slabinfo|boot-time|buddyinfo|cpuidle|diskstats|interrupts|iostat"
@@ -91,7 +95,7 @@ def is_function_stat(stat: str) -> bool:
 
 
 def is_perf_metric(stat: str) -> bool:
-    if _PERF_PREFIXES.match(stat):
+    if _PERF_PREFIXES.match(stat) or _PERF_PATTERNS.search(stat):
         return True
     base = stat_base(stat)
     return "." in stat and is_test_base(base) and base not in ("kmsg", "dmesg", "stderr")
