@@ -429,6 +429,10 @@ def main() -> int:
         finally:
             subprocess.run([*STACKBENCH, "down"], env=env, capture_output=True)
             if args.keep is None:
+                from stackbench.resultsdb.embedded import Cluster, destroy
+
+                # the cluster's files may live outside the home (/var/lib as root)
+                destroy(Cluster(home))
                 shutil.rmtree(work, ignore_errors=True)
     return 0
 
