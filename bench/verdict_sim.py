@@ -1,17 +1,23 @@
 #!/usr/bin/env python3
-"""How often each change rule cries wolf, and how often it sees a real change.
+"""How often the verdict cries wolf, how often it sees a real change, and what it costs, with
+noise that has the structure of real runs: boots as units.
 
-Simulates per-run benchmark results under realistic noise (normal and log-normal, CoV 1-10%,
-with or without occasional bad runs) and prints, per rule:
+Every simulated run is ``level * boot offset * (1 + run noise)``: each boot of a kernel draws
+one offset (normal or log-normal, CoV = the cell's boot CoV; with "bad boots", 5% of boots
+lose 10-30% more) shared by all of its runs, and each run adds its own noise (CoV 1%). With
+"warm-up" the first run of every boot is 5% slower. A kernel is measured in boots of R runs
+(R = 1: one run per boot; R = 5: the issue's "5 runs per boot"); the verdict sees the runs with
+their boot keys, exactly as :func:`stackbench.resultsdb.verdict.judge` does (warm-up rule,
+then one mean per boot, then the rule). Per cell it prints:
 
 * FPR: share of A/A comparisons (no real change) called changed,
-* P2/P5/P10: share of comparisons with a real 2%, 5%, 10% throughput regression called changed,
+* P2/P5/P10: share of comparisons with a real 2%, 5%, 10% regression called worse,
+* mean boots and runs per side the sequential rule used (A/A and 5% shift),
+* naive: the same rule fed every run as an independent sample (what stackbench did before
+  boots were units), on the same boots; with every run of a kernel in ONE boot, as the
+  pipeline measured, it is worse still (issue 11 measured 40%).
 
-for stackbench's sequential rule (starting at n runs per side and adding the runs it asks for,
-up to its cap; mean and maximum runs per side used are printed), stackbench's rule judged once
-at n runs without extra runs, LKP's range rule, mmtests' Welch t-test at p < 0.10 and mmtests'
-interval-overlap rule. Then the floors the default policy must meet, and the latency (rank
-test) path under skewed noise.
+Then the floors the default policy must meet, and the latency (rank test) path.
 
     .venv/bin/python bench/verdict_sim.py [--trials 2000] [--seed 1]
 """
@@ -21,62 +27,92 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
 from stackbench.resultsdb import verdict
-from stackbench.resultsdb.tables.lkp_rule import is_changed as lkp_is_changed
-from stackbench.resultsdb.tables.mmtests_stats import overlap_significant, ttest_significant
+from stackbench.resultsdb.boots import warmup_batch
 
-COVS = (0.01, 0.02, 0.05, 0.10)
-STARTS = (3, 5, 10)
+RUN_COV = 0.01  # run-to-run noise inside one boot
+BOOT_COVS = (0.01, 0.02, 0.05, 0.10)
+PER_BOOT = (1, 5)
+STARTS = (3, 5)
 SHIFTS = (0.0, 0.02, 0.05, 0.10)
-OUTLIER_RATE = 0.05  # share of runs that hit a bad boot
-OUTLIER_DROP = (0.10, 0.30)  # such a run loses 10-30% of its throughput
-STAT = "vm-scalability.throughput"
+BAD_BOOT_RATE = 0.05
+BAD_BOOT_DROP = (0.10, 0.30)
+WARMUP = 0.05  # the first run of a boot is this much slower (the "warm-up" noise)
 
 
 @dataclass(frozen=True)
 class Noise:
     name: str
-    lognormal: bool
-    outliers: bool
+    lognormal: bool = False
+    bad_boots: bool = False
+    warmup: bool = False
 
-    def draw(self, rng: np.random.Generator, trials: int, runs: int, cov: float) -> np.ndarray:
+    def draw(
+        self, rng: np.random.Generator, trials: int, boots: int, per_boot: int, boot_cov: float
+    ) -> np.ndarray:
+        """(trials, boots, per_boot) runs around 100000."""
+        shape = (trials, boots, 1)
         if self.lognormal:
-            sigma = np.sqrt(np.log1p(cov**2))  # exact CoV, mean 1
-            x = np.exp(rng.normal(-(sigma**2) / 2, sigma, (trials, runs)))
+            sigma = np.sqrt(np.log1p(boot_cov**2))  # exact CoV, mean 1
+            offset = np.exp(rng.normal(-(sigma**2) / 2, sigma, shape))
         else:
-            x = 1.0 + cov * rng.normal(size=(trials, runs))
-        if self.outliers:
-            hit = rng.random((trials, runs)) < OUTLIER_RATE
-            x = np.where(hit, x * (1 - rng.uniform(*OUTLIER_DROP, (trials, runs))), x)
+            offset = 1.0 + boot_cov * rng.normal(size=shape)
+        if self.bad_boots:
+            hit = rng.random(shape) < BAD_BOOT_RATE
+            offset = np.where(hit, offset * (1 - rng.uniform(*BAD_BOOT_DROP, shape)), offset)
+        x = offset * (1.0 + RUN_COV * rng.normal(size=(trials, boots, per_boot)))
+        if self.warmup:
+            x[:, :, 0] *= 1 - WARMUP
         return x * 100000.0
 
 
 NOISES = (
-    Noise("normal", False, False),
-    Noise("log-normal", True, False),
-    Noise("normal + 5% bad runs", False, True),
-    Noise("log-normal + 5% bad runs", True, True),
+    Noise("normal"),
+    Noise("log-normal", lognormal=True),
+    Noise("normal + 5% bad boots", bad_boots=True),
+    Noise("normal + warm-up run", warmup=True),
 )
 
 
+def boot_units(base: np.ndarray, new: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The first ``n`` boots of each side as the verdict sees them: the warm-up rule over
+    both sides' boots, then one mean per boot."""
+    x = np.concatenate([base[:, :n], new[:, :n]], axis=1)
+    means = x.mean(axis=2)
+    if x.shape[2] >= 2:
+        drop = warmup_batch(x[:, :, 0] - x[:, :, 1:].mean(axis=2))
+        means = np.where(drop[:, None], x[:, :, 1:].mean(axis=2), means)
+    return means[:, :n], means[:, n:]
+
+
 def sequential(
-    base: np.ndarray, new: np.ndarray, start: int, kind: str, policy: verdict.Policy
+    base: np.ndarray,
+    new: np.ndarray,
+    start: int,
+    kind: str,
+    policy: verdict.Policy,
+    naive: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Signed calls (-1/+1 changed, 0 not), runs per side used and final outcome codes when
-    the pipeline follows ``runs_wanted``."""
-    trials = base.shape[0]
+    """Signed calls (-1/+1 changed, 0 not), boots per side used and final outcome codes when
+    the pipeline follows ``runs_wanted`` (boots per side). ``naive``: every run judged as an
+    independent sample, looks counted in runs as the rule did before boots were units."""
+    trials, _, per_boot = base.shape
     outcome = np.full(trials, verdict.UNDECIDED)
     sign = np.zeros(trials)
     used = np.full(trials, start)
     active = np.ones(trials, dtype=bool)
     n = start
     while True:
-        res = verdict.decide_batch(base[active, :n], new[active, :n], kind=kind, policy=policy)
+        if naive:
+            b = base[active].reshape(int(active.sum()), -1)[:, : n * per_boot]
+            w = new[active].reshape(int(active.sum()), -1)[:, : n * per_boot]
+        else:
+            b, w = boot_units(base[active], new[active], n)
+        res = verdict.decide_batch(b, w, kind=kind, policy=policy)
         outcome[active] = res.outcome
         sign[active] = res.sign
         n_next = policy.next_look(n)
@@ -89,47 +125,35 @@ def sequential(
     return np.where(outcome == verdict.CHANGED, sign, 0.0), used, outcome
 
 
-def once(base: np.ndarray, new: np.ndarray, rule: Callable[[list, list], bool]) -> np.ndarray:
-    """An upstream rule judged once on each trial's runs (base, new)."""
-    return np.array(
-        [rule(b.tolist(), n.tolist()) for b, n in zip(base, new, strict=True)], dtype=bool
-    )
-
-
-UPSTREAM: dict[str, Callable[[list, list], bool]] = {
-    # LKP's order: the kernel under test first, then the base
-    "LKP": lambda base, new: bool(lkp_is_changed(new, base, STAT)),
-    "mm-t": lambda a, b: bool(ttest_significant(a, b)),
-    "mm-ovl": lambda a, b: bool(overlap_significant(a, b)),
-}
-RULES = ("stackbench", "sb-fixed", *UPSTREAM)
-
-
 def cell(
-    noise: Noise, cov: float, start: int, shift: float, trials: int, seed: int, policy
+    noise: Noise,
+    boot_cov: float,
+    per_boot: int,
+    start: int,
+    shift: float,
+    trials: int,
+    seed: int,
+    policy: verdict.Policy,
 ) -> dict[str, float]:
     rng = np.random.default_rng(
-        [seed, NOISES.index(noise), int(cov * 1000), start, int(shift * 1000)]
+        [seed, NOISES.index(noise), int(boot_cov * 1000), per_boot, start, int(shift * 1000)]
     )
     cap = policy.max_runs
-    base = noise.draw(rng, trials, cap, cov)
-    new = noise.draw(rng, trials, cap, cov) * (1 - shift)
-    out: dict[str, float] = {}
-    sign, used, outcome = sequential(base, new, start, "throughput", policy.starting_at(start))
-    out["unchanged"] = (outcome == verdict.UNCHANGED).mean()
-    hit = sign < 0 if shift else sign != 0
-    out["stackbench"] = hit.mean()
-    out["runs_mean"] = used.mean()
-    out["runs_max"] = used.max()
-    # judged once: a single look may spend the whole error budget
-    once_policy = replace(policy, looks=(start,))
-    fixed = verdict.decide_batch(
-        base[:, :start], new[:, :start], kind="throughput", policy=once_policy
-    )
-    fixed_hit = fixed.outcome == verdict.CHANGED
-    out["sb-fixed"] = (fixed_hit & (fixed.sign < 0) if shift else fixed_hit).mean()
-    for name, rule in UPSTREAM.items():
-        out[name] = once(base[:, :start], new[:, :start], rule).mean()
+    base = noise.draw(rng, trials, cap, per_boot, boot_cov)
+    new = noise.draw(rng, trials, cap, per_boot, boot_cov) * (1 - shift)
+    pol = policy.starting_at(start)
+    sign, used, outcome = sequential(base, new, start, "throughput", pol)
+    out: dict[str, float] = {
+        "unchanged": (outcome == verdict.UNCHANGED).mean(),
+        "called": (sign < 0 if shift else sign != 0).mean(),
+        "boots_mean": used.mean(),
+        "runs_mean": used.mean() * per_boot,
+        "boots_max": used.max(),
+    }
+    if per_boot > 1 and shift == 0.0:
+        # the old rule, runs as independent samples, same number of runs to start with
+        naive_sign, _, _ = sequential(base, new, start, "throughput", pol, naive=True)
+        out["naive"] = (naive_sign != 0).mean()
     return out
 
 
@@ -138,89 +162,100 @@ def pct(x: float) -> str:
 
 
 def print_tables(results: dict, trials: int) -> None:
-    head1 = f"{'CoV':>4} {'n':>3} |"
-    head2 = f"{'':>4} {'':>3} |"
-    for r in RULES:
-        head1 += f" {r:^23} |"
-        head2 += "   FPR    P2    P5   P10 |"
-    head1 += " sb runs/side: mean"
-    head2 += "    A/A    5%  max"
     for noise in NOISES:
-        print(f"\n== {noise.name} noise; {trials} trials per cell; % of comparisons called changed")
-        print(head1)
-        print(head2)
-        for cov in COVS:
-            for start in STARTS:
-                line = f"{100 * cov:3.0f}% {start:3d} |"
-                for r in RULES:
+        print(
+            f"\n== {noise.name}: boot offset CoV as given + {100 * RUN_COV:.0f}% run noise; "
+            f"{trials} trials per cell; % of comparisons called changed"
+        )
+        print(
+            f"{'boot CoV':>8} {'runs/boot':>9} {'start':>5} |   FPR    P2    P5   P10 | "
+            "boots/side A/A   5%  max | runs/side A/A   5% | naive FPR"
+        )
+        for cov in BOOT_COVS:
+            for per_boot in PER_BOOT:
+                for start in STARTS:
+                    r = {s: results[noise, cov, per_boot, start, s] for s in SHIFTS}
+                    line = f"{100 * cov:7.0f}% {per_boot:9d} {start:5d} |"
+                    line += " " + " ".join(pct(r[s]["called"]) for s in SHIFTS) + " |"
+                    bmax = max(r[s]["boots_max"] for s in SHIFTS)
                     line += (
-                        " " + " ".join(pct(results[noise, cov, start, s][r]) for s in SHIFTS) + " |"
+                        f" {r[0.0]['boots_mean']:14.1f} {r[0.05]['boots_mean']:4.1f} {bmax:4.0f} |"
                     )
-                aa = results[noise, cov, start, 0.0]["runs_mean"]
-                p5 = results[noise, cov, start, 0.05]["runs_mean"]
-                rmax = max(results[noise, cov, start, s]["runs_max"] for s in SHIFTS)
-                line += f"  {aa:5.1f} {p5:5.1f} {rmax:4.0f}"
-                print(line)
+                    line += f" {r[0.0]['runs_mean']:13.1f} {r[0.05]['runs_mean']:4.1f} |"
+                    naive = r[0.0].get("naive")
+                    line += f" {pct(naive)}" if naive is not None else "         -"
+                    print(line)
 
 
 def floors(results: dict, policy: verdict.Policy) -> bool:
     normal = NOISES[0]
-    ref = results[normal, 0.02, 5, 0.0], results[normal, 0.02, 5, 0.05]
-    worst = max(
-        ((v["stackbench"], k) for k, v in results.items() if k[3] == 0.0), key=lambda x: x[0]
-    )
-    fpr, power = ref[0]["stackbench"], ref[1]["stackbench"]
-    runs_mean = (ref[0]["runs_mean"], ref[1]["runs_mean"])
-    runs_max = max(ref[0]["runs_max"], ref[1]["runs_max"])
+    ok = True
     print(
-        "\n== floors (default policy, normal noise, 2% CoV, start 5 runs/side, cap "
-        f"{policy.max_runs})"
+        f"\n== floors (default policy: looks {policy.looks} boots per side, cap "
+        f"{policy.max_runs}; throughput: min effect {100 * policy.effect_floor('throughput'):.0f}%"
+        f", equivalence margin {100 * policy.equivalence_margin('throughput'):.0f}%)"
     )
-    ok_fpr = fpr <= 0.01
-    ok_pow = power >= 0.90
+    boot = results[normal, 0.02, 5, 5, 0.0]
+    line = (
+        f"boot noise (offset CoV 2% + run 1%, 5 runs per boot, start 5 boots): A/A false "
+        f"positives {pct(boot['called'])}% (floor <= 1%); naive runs-as-samples "
+        f"{pct(boot['naive'])}%"
+    )
+    ok_boot = boot["called"] <= 0.01
+    print(line + ("  ok" if ok_boot else "  FAIL"))
+    worst = max(((v["called"], k) for k, v in results.items() if k[4] == 0.0), key=lambda x: x[0])
+    wn, wc, wr, ws, _ = worst[1]
     ok_worst = worst[0] <= 0.01
-    print(f"A/A false positives      {pct(fpr)}%  (floor <= 1%)   {'ok' if ok_fpr else 'FAIL'}")
-    print(f"power, 5% regression     {pct(power)}%  (floor >= 90%)  {'ok' if ok_pow else 'FAIL'}")
     print(
-        f"runs per side used       mean {runs_mean[0]:.1f} (A/A), {runs_mean[1]:.1f} (5%), "
-        f"max {runs_max:.0f}"
+        f"worst A/A false positives over every noise model, CoV, runs per boot and start: "
+        f"{pct(worst[0])}% ({wn.name}, boot CoV {100 * wc:.0f}%, {wr} runs/boot, start {ws})"
+        f"  {'ok' if ok_worst else 'FAIL'}"
     )
+    ok = ok_boot and ok_worst
+    for cov in (0.02, 0.05):
+        for per_boot in PER_BOOT:
+            aa, p5 = results[normal, cov, per_boot, 5, 0.0], results[normal, cov, per_boot, 5, 0.05]
+            head = f"cost, normal, boot CoV {100 * cov:.0f}% + run 1%, {per_boot} run(s)/boot, start 5:"
+            print(
+                f"{head} A/A {aa['runs_mean']:.1f} runs ({aa['boots_mean']:.1f} boots) per side, "
+                f"FPR {pct(aa['called']).strip()}%, {pct(aa['unchanged']).strip()}% judged ~, "
+                f"{pct(1 - aa['unchanged'] - aa['called']).strip()}% undecided at the cap; "
+                f"power at 5% {pct(p5['called']).strip()}% with {p5['runs_mean']:.1f} runs"
+            )
+    cost = results[normal, 0.02, 1, 5, 0.0], results[normal, 0.02, 1, 5, 0.05]
+    ok_cost = cost[0]["runs_mean"] <= 11 and cost[0]["called"] <= 0.01
+    ok_cost = ok_cost and cost[1]["called"] >= 0.90
     print(
-        f"A/A final outcomes       {pct(ref[0]['unchanged'])}% unchanged, "
-        f"{pct(1 - ref[0]['unchanged'] - fpr)}% still undecided at the cap (never reported as "
-        "a change)"
+        "cost floor (boot CoV 2%, one run per boot): A/A mean runs per side <= 11, FPR <= 1%, "
+        f"power at 5% >= 90%  {'ok' if ok_cost else 'FAIL'}"
     )
-    wn, wc, ws, _ = worst[1]
-    print(
-        f"worst A/A false positives over every noise model, CoV and start: {pct(worst[0])}% "
-        f"({wn.name}, CoV {100 * wc:.0f}%, start {ws}) {'ok' if ok_worst else 'FAIL'}"
-    )
-    for r in RULES[1:]:
-        print(f"  {r:<10} FPR {pct(ref[0][r])}%  power 5% {pct(ref[1][r])}%  (fixed 5 runs/side)")
-    return ok_fpr and ok_pow and ok_worst
+    return ok and ok_cost
 
 
 def latency_table(trials: int, seed: int, policy: verdict.Policy) -> None:
-    """Latencies go through the rank test: skewed noise, 5 runs to start, 5% min effect."""
+    """Latencies go through the rank test on boot means: skewed boot offsets."""
     print(
-        f"\n== latency metrics (Mann-Whitney + Hodges-Lehmann path), start 5 runs/side, "
-        f"{trials} trials; shifts are latency increases"
+        f"\n== latency metrics (Mann-Whitney + Hodges-Lehmann on boot means), log-normal boot "
+        f"offsets + 1% run noise, 5 runs/boot, start 5 boots, {trials} trials; shifts are "
+        "latency increases"
     )
-    print(f"{'noise':<26} {'CoV':>4} |   FPR    P5   P10   P20 | runs mean  max")
-    for noise in (NOISES[1], NOISES[3]):
+    print(f"{'noise':<26} {'CoV':>4} |   FPR    P5   P10   P20 | boots mean  max")
+    for noise in (NOISES[1], Noise("log-normal + bad boots", lognormal=True, bad_boots=True)):
         for cov in (0.02, 0.05, 0.10):
             line = f"{noise.name:<26} {100 * cov:3.0f}% |"
             used_all = []
             for shift in (0.0, 0.05, 0.10, 0.20):
                 rng = np.random.default_rng([seed, 99, int(cov * 1000), int(shift * 1000)])
-                base = noise.draw(rng, trials, policy.max_runs, cov) / 1000
-                new = noise.draw(rng, trials, policy.max_runs, cov) / 1000 * (1 + shift)
+                base = noise.draw(rng, trials, policy.max_runs, 5, cov) / 1000
+                new = noise.draw(rng, trials, policy.max_runs, 5, cov) / 1000
+                # a bad boot makes a latency higher, not lower
+                base, new = 1e4 / base, 1e4 / new * (1 + shift)
                 sign, used, _ = sequential(base, new, 5, "latency", policy)
                 hit = sign > 0 if shift else sign != 0
                 line += " " + pct(hit.mean())
                 used_all.append(used)
             used = np.concatenate(used_all)
-            line += f" | {used.mean():9.1f} {used.max():4d}"
+            line += f" | {used.mean():10.1f} {used.max():4d}"
             print(line)
 
 
@@ -233,22 +268,20 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     print(f"stackbench verdict simulation: {args.trials} trials per cell, seed {args.seed}")
     print(
-        f"policy: alpha {policy.alpha} over looks {policy.looks}, equivalence alpha "
-        f"{policy.equivalence_alpha}, min effect throughput "
-        f"{100 * policy.effect_floor('throughput'):.0f}%, cap {policy.max_runs} runs/side"
-    )
-    print(
-        "rules: stackbench = sequential rule from n runs/side; sb-fixed = the same judged "
-        "once at n; LKP = range rule; mm-t = t-test p<0.10; mm-ovl = 95% interval overlap"
+        f"policy: alpha {policy.alpha} over looks {policy.looks} (boots per side), equivalence "
+        f"alpha {policy.equivalence_alpha}, throughput min effect "
+        f"{100 * policy.effect_floor('throughput'):.0f}% and margin "
+        f"{100 * policy.equivalence_margin('throughput'):.0f}%, cap {policy.max_runs} boots/side"
     )
     results = {}
     for noise in NOISES:
-        for cov in COVS:
-            for start in STARTS:
-                for shift in SHIFTS:
-                    results[noise, cov, start, shift] = cell(
-                        noise, cov, start, shift, args.trials, args.seed, policy
-                    )
+        for cov in BOOT_COVS:
+            for per_boot in PER_BOOT:
+                for start in STARTS:
+                    for shift in SHIFTS:
+                        results[noise, cov, per_boot, start, shift] = cell(
+                            noise, cov, per_boot, start, shift, args.trials, args.seed, policy
+                        )
     print_tables(results, args.trials)
     ok = floors(results, policy)
     latency_table(args.trials, args.seed, policy)

@@ -174,8 +174,19 @@ def main() -> int:
 
         app = create_app({"ENGINE": eng, "SECRET_KEY": "bench"})
         commits = sorted({r.kernel.commit for r in runs})
+        from sqlalchemy.orm import Session
+
+        from stackbench.web import auth
+
+        with Session(eng) as s, s.begin():
+            # starting a comparison needs an account (viewing one does not)
+            token = auth.create_token(s, auth.create_user(s, "bench"), "bench")
         with app.test_client() as c:
-            r = c.post("/api/comparisons", json={"kernels": commits})
+            r = c.post(
+                "/api/comparisons",
+                json={"kernels": commits},
+                headers={"Authorization": f"Bearer {token}"},
+            )
             key = r.get_json()["key"]
             t0 = time.perf_counter()
             assert c.get(f"/compare/{key}").status_code == 200

@@ -1,11 +1,16 @@
 #!/bin/sh
-# Container roles: web | master | worker (configuration comes from the environment).
+# Container roles: web | dispatcher | master | worker (configuration comes from the environment).
 set -eu
 home=${STACKBENCH_HOME:-/var/lib/stackbench}
 case "${1:-}" in
   web)
     stackbench migrate
     exec gunicorn --workers "${STACKBENCH_WEB_WORKERS:-4}" --bind 0.0.0.0:8000 "stackbench.web:create_app()"
+    ;;
+  dispatcher)
+    # takes every submitted series to done or failed through the master's REST API
+    stackbench migrate
+    exec stackbench dispatcher
     ;;
   master)
     base="$home/buildbot/master"

@@ -7,8 +7,9 @@ is skipped, never called bad. A step still undecided against the good kernel is 
 judged against the known-bad one: equivalent to it is bad, clearly better than it and nearer
 the good kernel is good (host load drifts over a bisect's minutes, so a commit may sit outside
 both ends' noise bands yet plainly on one side). The first bad commit is then confirmed against its parent with
-extra runs, and the result carries a confidence; when skips hide the answer, the result is
-inconclusive and lists the candidates.
+fresh runs (none a step has seen), and the result carries a confidence, 1 - p times the
+policy's looks (Bonferroni, as the rule spends alpha); when skips hide the answer, or fresh
+runs refute the culprit, the result is inconclusive and lists the candidates.
 
 Measuring is injected (:class:`Measurer`) so the same logic runs against real kernels (the
 pipeline builds, boots and runs the job, reusing stored builds and runs) and in unit tests.
@@ -20,15 +21,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from stackbench.resultsdb.verdict import DEFAULT, Policy, judge
+from stackbench.resultsdb.verdict import DEFAULT, Policy, Verdict, judge
 
 StepVerdict = Literal["good", "bad", "skip"]
 
 
+# one commit's values: one per run (every run its own boot) or {boot: per-run values}, boots
+# in the order they ran
+Values = list[float] | dict[str, list[float]]
+
+
 class Measurer(Protocol):
-    def measure(self, commit: str, runs: int) -> list[float] | None:
-        """At least ``runs`` per-run values of the metric on ``commit`` (stored runs count),
-        or None when the commit cannot be measured (build or boot failure)."""
+    def measure(self, commit: str, runs: int) -> Values | None:
+        """At least ``runs`` units (boots; runs when every run is its own boot) of the
+        metric on ``commit`` (stored ones count), or None when the commit cannot be measured
+        (build or boot failure)."""
 
     def built(self) -> int:
         """How many kernels had to be built so far (reused builds do not count)."""
@@ -64,8 +71,58 @@ class BisectResult:
     message: str = ""
 
 
-def _mean(values: Sequence[float]) -> float:
-    return sum(values) / len(values)
+def _mean(values: Values) -> float:
+    """The mean of the units (boot means, or runs)."""
+    if isinstance(values, dict):
+        units = [sum(v) / len(v) for v in values.values() if v]
+    else:
+        units = list(values)
+    return sum(units) / len(units)
+
+
+def _after(values: Values, before: int) -> Values:
+    """The units after the first ``before`` (boots keep the order they ran in)."""
+    if isinstance(values, dict):
+        return dict(list(values.items())[before:])
+    return values[before:]
+
+
+class _Seen:
+    """The measurer, remembering how many values of each commit a step has seen, so the
+    confirmation can ask for runs no step has used."""
+
+    def __init__(self, m: Measurer) -> None:
+        self.m = m
+        self.seen: dict[str, int] = {}
+
+    def measure(self, commit: str, runs: int) -> Values | None:
+        values = self.m.measure(commit, runs)
+        if values is not None:
+            self.seen[commit] = max(self.seen.get(commit, 0), len(values))
+        return values
+
+    def mark(self, commit: str) -> int | None:
+        """How many units of ``commit`` exist before the confirmation: those a step has
+        seen, and runs stored before the bisection (the nightly's, which opened the
+        regression). None when it cannot be measured."""
+        before = self.seen.get(commit)
+        if before is None:
+            stored = self.m.measure(commit, 0)
+            if stored is None:
+                return None
+            before = len(stored)
+        return before
+
+    def fresh(self, commit: str, before: int, runs: int) -> Values | None:
+        """``runs`` units of ``commit`` after its first ``before`` (None: fewer than 2)."""
+        values = self.m.measure(commit, before + runs)
+        if values is None or len(values) - before < 2:
+            return None
+        self.seen[commit] = max(self.seen.get(commit, 0), len(values))
+        return _after(values, before)
+
+    def built(self) -> int:
+        return self.m.built()
 
 
 def classify(
@@ -103,15 +160,15 @@ def classify(
             return Step(commit, side[0], n, v.change_pct, reason=side[1])
         if not v.runs_wanted or v.runs_wanted <= n or v.runs_wanted <= runs:
             # capped, or the measurer gave fewer runs than asked and asking again won't help
-            return Step(commit, "skip", n, v.change_pct, reason=f"{v.outcome} at {n} runs")
+            return Step(commit, "skip", n, v.change_pct, reason=f"{v.outcome} at {n} boots")
         runs = v.runs_wanted
 
 
 def _against_bad(
     m: Measurer,
     bad: str | None,
-    values: list[float],
-    good_ref: list[float],
+    values: Values,
+    good_ref: Values,
     runs: int,
     higher_is_better: bool | None,
     kind: str,
@@ -147,7 +204,8 @@ def bisect(
     the known-good ``good``. ``on_step`` sees each step as soon as it is classified."""
     if not commits:
         return BisectResult("failed", None, None, None, message="no commits between good and bad")
-    if m.measure(good, policy.start_runs) is None:
+    sm = _Seen(m)
+    if sm.measure(good, policy.start_runs) is None:
         return BisectResult(
             "failed", None, None, None, message=f"good commit {good} cannot be measured"
         )
@@ -163,7 +221,7 @@ def bisect(
             break
         idx = order[0]
         step = classify(
-            m,
+            sm,
             good,
             commits[idx],
             higher_is_better=higher_is_better,
@@ -190,28 +248,29 @@ def bisect(
             None,
             steps,
             candidates,
-            m.built(),
+            sm.built(),
             f"{len(candidates)} candidates: skipped commits hide the first bad one",
         )
     culprit = commits[hi]
-    # confirm: the culprit against its own parent, at the largest look
-    confirm_ref = m.measure(parent, policy.max_runs)
-    culprit_values = m.measure(culprit, policy.max_runs)
+    confirmed = _confirm(sm, parent, culprit, higher_is_better, kind, policy)
     confidence = None
     state: Literal["found", "inconclusive"] = "found"
     message = ""
-    if confirm_ref is None or culprit_values is None:
+    if confirmed is None:
         state, message = "inconclusive", "the culprit or its parent cannot be measured again"
     else:
-        v = judge(
-            confirm_ref, culprit_values, higher_is_better=higher_is_better, kind=kind, policy=policy
-        )
+        v = confirmed
         if v.outcome == "changed" and v.direction == "worse":
-            confidence = 1.0 - (v.p_value or 0.0)
+            # the rule spent alpha / looks at this look: Bonferroni over the looks
+            confidence = 1.0 - min(1.0, (v.p_value or 0.0) * policy.n_looks)
         else:
             state = "inconclusive"
-            message = f"culprit vs parent is {v.outcome} ({v.label})"
-            candidates = [culprit]
+            message = (
+                f"fresh runs do not confirm {culprit[:12]} against its parent "
+                f"({v.label}): the steps that pointed at it are in doubt, so every commit "
+                "of the range is a candidate"
+            )
+            candidates = list(commits)
     return BisectResult(
         state,
         culprit if state == "found" else None,
@@ -219,6 +278,33 @@ def bisect(
         confidence,
         steps,
         candidates if state != "found" else [culprit],
-        m.built(),
+        sm.built(),
         message,
     )
+
+
+def _confirm(
+    sm: _Seen,
+    parent: str,
+    culprit: str,
+    higher_is_better: bool | None,
+    kind: str,
+    policy: Policy,
+) -> Verdict | None:
+    """The culprit against its own parent on fresh units only (the ones that made the
+    steps' verdicts would just repeat them), at the policy's looks from its first to the
+    cap; None when either cannot be measured again."""
+    marks = {c: sm.mark(c) for c in (parent, culprit)}
+    if None in marks.values():
+        return None
+    n = policy.start_runs
+    while True:
+        ref = sm.fresh(parent, marks[parent] or 0, n)
+        new = sm.fresh(culprit, marks[culprit] or 0, n) if ref is not None else None
+        if ref is None or new is None:
+            return None
+        v = judge(ref, new, higher_is_better=higher_is_better, kind=kind, policy=policy)
+        have = min(len(ref), len(new))
+        if v.outcome != "undecided" or not v.runs_wanted or v.runs_wanted <= have:
+            return v
+        n = v.runs_wanted

@@ -186,6 +186,65 @@ def failed_runs(eng: Engine, build_id: int, job_id: int) -> int:
         ).scalar_one()
 
 
+# A run's boot: the run.boot_id column of the rounds-of-boots plan (migration 0003), else
+# meta.boot_id (the pipeline and the labs set it), else the run alone (an import, a synthetic
+# lab). The column is read through to_jsonb so this works before and after the migration.
+_BOOT_SQL = "coalesce(to_jsonb(r)->>'boot_id', r.meta->>'boot_id', 'run-' || r.id::text)"
+
+
+def done_boots(eng: Engine, build_id: int, job_id: int) -> int:
+    """Boots of the kernel with at least one finished run of the job: the verdict's unit."""
+    with eng.connect() as conn:
+        return conn.execute(
+            text(
+                f"SELECT count(DISTINCT {_BOOT_SQL}) FROM run r WHERE r.build_id = :b "
+                "AND r.job_id = :j AND r.status = 'done'"
+            ),
+            {"b": build_id, "j": job_id},
+        ).scalar_one()
+
+
+def per_boot_values(
+    eng: Engine, build_id: int, job_id: int, metric_id: int
+) -> dict[str, list[float]]:
+    """{boot: one value per finished run (the mean of its samples)}, boots in the order they
+    ran, runs in run order: what :func:`verdict.judge` takes as one side."""
+    with eng.connect() as conn:
+        rows = conn.execute(
+            text(
+                f"SELECT {_BOOT_SQL}, avg(s.value) FROM run r JOIN sample s ON s.run_id = r.id "
+                "WHERE r.build_id = :b AND r.job_id = :j AND r.status = 'done' "
+                "AND s.metric_id = :m GROUP BY r.id ORDER BY r.id"
+            ),
+            {"b": build_id, "j": job_id, "m": metric_id},
+        ).all()
+    out: dict[str, list[float]] = {}
+    for boot, v in rows:
+        if v is not None:
+            out.setdefault(boot, []).append(float(v))
+    return out
+
+
+def top_up_boots(
+    eng: Engine, lab: Lab, tree: str, build_id: int, job: str, job_id: int, boots: int
+) -> tuple[int, int]:
+    """Boot the kernel until the job has ``boots`` boots with finished runs (stored ones
+    count); the number it has and the lab calls it took. A lab that boots once per call (``runs_per_boot``) is called
+    once per missing boot; one without it stores each run as its own boot, so one call asks
+    for all of them. Stops when a call adds nothing (runs keep failing)."""
+    have = done_boots(eng, build_id, job_id)
+    per_boot = getattr(lab, "runs_per_boot", None)
+    calls = 0
+    while have < boots:
+        lab.run(eng, tree, build_id, job, per_boot or boots - have)
+        calls += 1
+        now = done_boots(eng, build_id, job_id)
+        if now <= have:
+            break
+        have = now
+    return have, calls
+
+
 def per_run_values(eng: Engine, build_id: int, job_id: int, metric_id: int) -> list[float]:
     """One value per finished run (the mean of its samples of the metric), oldest run first."""
     with eng.connect() as conn:
@@ -219,11 +278,12 @@ def metrics_of(eng: Engine, build_ids: list[int], job_id: int) -> list[Metric]:
 
 
 class StoredMeasurer:
-    """bisect.Measurer over a lab: values of one metric of one sub-job, per run.
+    """bisect.Measurer over a lab: values of one metric of one sub-job, per boot.
 
-    ``measure(commit, runs)`` builds the commit (or reuses it), tops its stored runs up to
-    ``runs`` with one boot, and returns the per-run values; None when the commit does not
-    build, or its runs keep failing (boot failure, crash): a skip, never a bad commit."""
+    ``measure(commit, boots)`` builds the commit (or reuses it), boots it until it has
+    ``boots`` boots with stored runs, and returns {boot: per-run values}; None when the
+    commit does not build, or its runs keep failing (boot failure, crash): a skip, never a
+    bad commit."""
 
     def __init__(
         self,
@@ -250,19 +310,21 @@ class StoredMeasurer:
             self.builds[commit] = self.lab.build(self.eng, self.tree, commit)
         return self.builds[commit]
 
-    def measure(self, commit: str, runs: int) -> list[float] | None:
+    def measure(self, commit: str, runs: int) -> dict[str, list[float]] | None:
         bid = self.build_id(commit)
         if bid is None:
             return None
         for _attempt in range(2):  # one retry when some runs were lost or failed
-            values = per_run_values(self.eng, bid, self.job_id, self.metric_id)
+            values = per_boot_values(self.eng, bid, self.job_id, self.metric_id)
             if len(values) >= runs:
                 return values
             want = runs - len(values)
-            self._say(f"run {commit[:12]}: {want} more run(s) of {self.job}")
-            self.lab.run(self.eng, self.tree, bid, self.job, want)
-            self.boots += 1
-        values = per_run_values(self.eng, bid, self.job_id, self.metric_id)
+            self._say(f"run {commit[:12]}: {want} more boot(s) of {self.job}")
+            _have, calls = top_up_boots(
+                self.eng, self.lab, self.tree, bid, self.job, self.job_id, runs
+            )
+            self.boots += calls
+        values = per_boot_values(self.eng, bid, self.job_id, self.metric_id)
         if len(values) >= runs:
             return values
         # the kernel boots but the job does not finish on it: it cannot be judged
@@ -285,6 +347,10 @@ class KernelLab:
 
     settings: Any = None  # stackbench.jobs.pipeline.Settings
     config: str = "tiny-guest"
+    # runs per boot: the verdict's unit is the boot, so more runs in one boot buy little
+    # (its offset is shared); two let the warm-up rule compare a boot's first run with the
+    # next one
+    runs_per_boot: int = 2
     progress: Progress | None = None
     _built: set[str] = field(default_factory=set)
     seconds: dict[str, float] = field(default_factory=lambda: {"build": 0.0, "run": 0.0})
@@ -484,7 +550,7 @@ class _RecordingMeasurer(StoredMeasurer):
         if self.progress:
             pct = f" {step.change_pct:+.1f}%" if step.change_pct is not None else ""
             why = f" ({step.reason})" if step.reason else ""
-            self.progress(f"step {step.commit[:12]}: {step.verdict}{pct}{why}, {step.runs} runs")
+            self.progress(f"step {step.commit[:12]}: {step.verdict}{pct}{why}, {step.runs} boots")
 
 
 def _step_dict(eng: Engine, step: Step, builds: dict[str, int | None]) -> dict[str, Any]:

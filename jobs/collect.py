@@ -19,21 +19,34 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from stackbench.errors import InputError
-from stackbench.jobs.definitions import SubJob
+from stackbench.jobs import knobs
+from stackbench.jobs.definitions import HIGHALLOC_PASSES, SubJob
 from stackbench.jobs.guest.initramfs import GuestPlan, as_plan
-from stackbench.jobs.parsers import highalloc, mmtests_logs, thpscale, vm_scalability
+from stackbench.jobs.parsers import buddyinfo, highalloc, mmtests_logs, thpscale, vm_scalability
 from stackbench.resultsdb import metrics
 from stackbench.resultsdb.ingest import KernelSpec, MachineSpec, RunData
 
 metrics.register(r"^mmtests-vmstat\.", "count", None, "count")
 metrics.register(r"^stress-highalloc\.pass\d+$", "%", True, "percent")
 metrics.register(r"^stress-highalloc\.latency-pass\d+$", "ns", False, "latency")
+metrics.register(r"^stress-highalloc\.allocated-pass\d+$", "count", True, "count")
+metrics.register(r"^scenario-vmstat\.", "count", None, "count")
+metrics.register(r"^fragmentation\.", "score", False, "score")
 
-SNAPSHOTS = ("vmstat", "buddyinfo", "pagetypeinfo", "meminfo", "zoneinfo")
+SNAPSHOTS = (
+    "vmstat",
+    "buddyinfo",
+    "pagetypeinfo",
+    "meminfo",
+    "zoneinfo",
+    "extfrag_index",
+    "unusable_index",
+)
+# the snapshot suffixes: before the scenario stage, before and after the benchmark
+STAGES = {"scenario-before": "scenario_start", "before": "start", "after": "end"}
 # the status file's rc when `timeout -s KILL` stopped the run (128 + SIGKILL)
 KILLED_RC = 137
 MAX_LOG_BYTES = 8 << 20
-HIGHALLOC_PASSES = 3
 
 
 class RunFailed(Exception):
@@ -83,7 +96,7 @@ def read_logs(run_dir: Path) -> dict[str, bytes]:
     """The run's raw outputs (everything but the /proc snapshots, which go to sysstate)."""
     logs: dict[str, bytes] = {}
     for p in sorted(run_dir.rglob("*")):
-        if not p.is_file() or p.name.endswith((".before", ".after")):
+        if not p.is_file() or p.name.split(".", 1)[0] in SNAPSHOTS and "." in p.name:
             continue
         data = p.read_bytes()
         if len(data) > MAX_LOG_BYTES:
@@ -100,15 +113,46 @@ def _text(run_dir: Path, name: str) -> str:
         raise RunFailed("failed", f"{name}: missing") from None
 
 
-def snapshots(run_dir: Path) -> tuple[dict[str, str], dict[str, str]]:
-    start: dict[str, str] = {}
-    end: dict[str, str] = {}
+def snapshots(run_dir: Path) -> dict[str, dict[str, str]]:
+    """Per stage (``scenario_start``, ``start``, ``end``): ``/proc/<file>`` -> its text
+    (debugfs files under their /sys/kernel/debug/extfrag path)."""
+    out: dict[str, dict[str, str]] = {key: {} for key in STAGES.values()}
     for name in SNAPSHOTS:
-        for suffix, into in ((".before", start), (".after", end)):
-            p = run_dir / (name + suffix)
+        where = f"/sys/kernel/debug/extfrag/{name}" if name.endswith("_index") else f"/proc/{name}"
+        for suffix, key in STAGES.items():
+            p = run_dir / f"{name}.{suffix}"
             if p.is_file():
-                into[f"/proc/{name}"] = p.read_text(errors="replace")
-    return start, end
+                out[key][where] = p.read_text(errors="replace")
+    return out
+
+
+def fragmentation(stages: dict[str, dict[str, str]]) -> dict[str, dict[str, object]]:
+    """Per stage with a buddyinfo snapshot: per zone, the score and the indexes."""
+    out: dict[str, dict[str, object]] = {}
+    for key, snap in stages.items():
+        text = snap.get("/proc/buddyinfo")
+        if text:
+            out[key] = buddyinfo.summary(text, f"buddyinfo ({key})")
+    return out
+
+
+def check_setup(run_dir: Path, sj: SubJob) -> dict[str, str]:
+    """The knobs the guest read back; RunFailed when the kernel lacked or refused one, or
+    the scenario stage could not be set up."""
+    for name in ("knob-error", "scenario-error"):
+        p = run_dir / name
+        if p.is_file():
+            raise RunFailed("failed", p.read_text(errors="replace").strip() or name)
+    p = run_dir / "knobs"
+    if not p.is_file():
+        if sj.setup.knobs:
+            raise RunFailed("failed", "knobs: the guest did not read the knobs back")
+        return {}
+    got = knobs.parse_readback(p.read_text(errors="replace"))
+    bad = knobs.mismatches(sj.setup.knobs, got)
+    if bad:
+        raise RunFailed("failed", "; ".join(bad))
+    return got
 
 
 # ---- per-suite samples ----------------------------------------------------------------------
@@ -135,11 +179,12 @@ def samples_thpscale(run_dir: Path, sj: SubJob) -> dict[str, list[float]]:
 
 
 def samples_highalloc(run_dir: Path, sj: SubJob) -> dict[str, list[float]]:
-    text = "".join(_text(run_dir, f"pass{i}.log") for i in range(1, HIGHALLOC_PASSES + 1))
-    raw = highalloc.parse(text, "pass1..3.log")
+    passes = int(sj.resolved.get("PASSES", HIGHALLOC_PASSES))
+    text = "".join(_text(run_dir, f"pass{i}.log") for i in range(1, passes + 1))
+    raw = highalloc.parse(text, f"pass1..{passes}.log")
     got = sum(1 for k in raw if k.startswith("pass"))
-    if got != HIGHALLOC_PASSES:
-        raise RunFailed("failed", f"pass logs: {got} passes, expected {HIGHALLOC_PASSES}")
+    if got != passes:
+        raise RunFailed("failed", f"pass logs: {got} passes, expected {passes}")
     return {highalloc.PREFIX + k: v for k, v in raw.items()}
 
 
@@ -175,7 +220,7 @@ def collect_run(
         iteration=iteration,
         samples={},
         source=source,
-        meta={"subjob": sj.name, "resolved": dict(sj.resolved)},
+        meta={"subjob": sj.name, "resolved": dict(sj.resolved), **sj.provenance()},
     )
     if boot_id:
         data.meta["boot_id"] = boot_id
@@ -184,10 +229,20 @@ def collect_run(
     if not run_dir.is_dir():
         return replace(data, status="lost", error=f"no results for {sj.name} run {iteration}")
     data.logs = read_logs(run_dir)
-    start, end = snapshots(run_dir)
+    stages = snapshots(run_dir)
+    start, end = stages["start"], stages["end"]
     data.sysstate = {"test": sj.name, "start": start, "end": end}
+    if stages["scenario_start"]:
+        data.sysstate["scenario_start"] = stages["scenario_start"]
     try:
         status = parse_status(run_dir / "status")
+        got = check_setup(run_dir, sj)
+        if got:
+            data.meta["knobs"] = got
+            data.sysstate["knobs"] = got
+        cmdline = run_dir / "cmdline"
+        if sj.setup.cmdline and cmdline.is_file():
+            data.meta["cmdline"] = cmdline.read_text(errors="replace").strip()
         data.started_at = _when(status.get("start_epoch"))
         data.finished_at = _when(status.get("end_epoch"))
         data.duration_s = round(status["end_uptime"] - status["start_uptime"], 3)
@@ -209,6 +264,9 @@ def collect_run(
             raise RunFailed("failed", "no /proc/vmstat snapshot before and after the run")
         vm_start = mmtests_logs.parse_vmstat(start["/proc/vmstat"], "vmstat.before")
         vm_end = mmtests_logs.parse_vmstat(end["/proc/vmstat"], "vmstat.after")
+        frag = fragmentation(stages)
+        scen = stages["scenario_start"].get("/proc/vmstat")
+        vm_scen = mmtests_logs.parse_vmstat(scen, "vmstat.scenario-before") if scen else None
     except (RunFailed, InputError) as exc:
         status, error = (
             (exc.status, exc.error) if isinstance(exc, RunFailed) else ("failed", str(exc))
@@ -222,6 +280,16 @@ def collect_run(
     data.sysstate["vmstat_end"] = vm_end
     for key, value in mmtests_logs.vmstat_delta(vm_start, vm_end).items():
         samples[f"mmtests-vmstat.{key}"] = [float(value)]
+    if vm_scen is not None:
+        # what the scenario stage and the settling time did (kcompactd's proactive work)
+        data.sysstate["vmstat_scenario_start"] = vm_scen
+        for key, value in mmtests_logs.vmstat_delta(vm_scen, vm_start).items():
+            samples[f"scenario-vmstat.{key}"] = [float(value)]
+    if frag:
+        data.sysstate["fragmentation"] = frag
+        for stage, zones in frag.items():
+            for zone, info in zones.items():
+                samples[f"fragmentation.{stage}.{zone.replace('/', '-')}"] = [float(info["score"])]
     samples["duration.elapsed"] = [data.duration_s]
     data.samples = samples
     data.status = "done"

@@ -25,6 +25,7 @@ import jsonschema
 import yaml
 
 from stackbench.errors import InputError, NotFoundError
+from stackbench.jobs import knobs, suites
 from stackbench.schema import read_yaml
 
 HERE = Path(__file__).resolve().parent
@@ -38,6 +39,8 @@ RUNNER = "stackbench-guest"
 # bump when the builtin programs change meaning without their sources changing (flags...)
 BUILTIN_VERSION = "builtin-1"
 HPAGE_MB = 2
+HPAGE_ORDER = 9
+HIGHALLOC_PASSES = 3
 
 SUITES = ("vm-scalability", "thpscale", "stress-highalloc")
 
@@ -68,6 +71,24 @@ SUITE_SOURCES: dict[str, tuple[str, ...]] = {
         "guest/run-stress-highalloc.sh",
     ),
 }
+# the experiments of the seeds (../shared/seeds) the seed-* definitions reproduce, and the
+# comparison that reads each one
+SEEDS: dict[str, tuple[str, str]] = {
+    "000": ("mm: enable >0 order folio memory compaction (Zi Yan)", "--style lkp"),
+    "001": ("mm: proactive compaction", "--style alloc-latency"),
+    "002": ("mm: page_alloc: freelist migratetype hygiene", "--style per-run --metric M"),
+    "003": ("mm/compaction: redesign compaction (Joonsoo Kim)", "--style order-success"),
+    "004": ("Increase success rates and reduce latency of compaction (Mel Gorman)",
+            "--style mmtests --table latency"),
+}  # fmt: skip
+# the scenario stage's sources: part of the version of jobs that have a scenario stage only
+SCENARIO_SOURCES = ("workloads/fragment.c", "guest/scenario.sh")
+# our side of an upstream suite (how LKP and mmtests run it): its hash joins the commit in
+# the suite version
+UPSTREAM_RUNNERS: dict[str, tuple[str, ...]] = {
+    "vm-scalability": ("guest/run-vm-scalability-upstream.sh", "guest/upstream-bin"),
+    "thpscale": ("guest/run-thpscale-upstream.sh",),
+}
 
 
 @dataclass
@@ -80,6 +101,9 @@ class JobDef:
     timeout_s: int = DEFAULT_TIMEOUT_S
     description: str = ""
     path: Path | None = None
+    seed: str = ""
+    # the suite's upstream repository and pinned commit (jobs/suites.py)
+    upstream: suites.Upstream | None = None
 
 
 @dataclass
@@ -93,6 +117,21 @@ class SubJob:
     name: str = ""
     resolved: dict[str, Any] = field(default_factory=dict)
     timeout_s: int = DEFAULT_TIMEOUT_S
+    # system knobs, command line, config fragment and scenario stage (jobs/knobs.py)
+    setup: knobs.SystemSetup = field(default_factory=knobs.SystemSetup)
+    # set when the sub-job runs the upstream suite (suite_source=upstream)
+    upstream: suites.Upstream | None = None
+
+    @property
+    def suite_source(self) -> str:
+        return "upstream" if self.upstream else "builtin"
+
+    def provenance(self) -> dict[str, Any]:
+        """What a run records about where its benchmark came from (run meta)."""
+        out: dict[str, Any] = {"suite_source": self.suite_source}
+        if self.upstream is not None:
+            out["upstream"] = {"url": self.upstream.url, "commit": self.upstream.commit}
+        return out
 
     def job_spec(self):  # -> stackbench.resultsdb.ingest.JobSpec
         from stackbench.resultsdb.ingest import JobSpec
@@ -145,17 +184,27 @@ def parse(data: Any, *, path: Path | str = "<job>") -> JobDef:
         if key not in params:
             raise InputError(path, f"params.{key}: required for suite {suite}")
     for key, value in params.items():
-        if key not in props:
+        sch = props.get(key) or _system_schema(key)
+        if sch is None:
             raise InputError(
-                path, f"params.{key}: unknown parameter for {suite} (known: {', '.join(props)})"
+                path,
+                f"params.{key}: unknown parameter for {suite} (known: {', '.join(props)}; "
+                f"any job: {', '.join(schema()['system']['properties'])}, vm.<sysctl>)",
             )
         if isinstance(value, list):
             if not value:
                 raise InputError(path, f"params.{key}: an empty list expands to no job")
             for i, item in enumerate(value):
-                _validate(item, props[key], path, f"params.{key}[{i}]")
+                _validate(item, sch, path, f"params.{key}[{i}]")
         else:
-            _validate(value, props[key], path, f"params.{key}")
+            _validate(value, sch, path, f"params.{key}")
+    for value in (
+        params.get("kconfig", [])
+        if isinstance(params.get("kconfig"), list)
+        else [params.get("kconfig")]
+    ):
+        if value:
+            _known_fragment(value, path)
     return JobDef(
         name=Path(path).stem,
         suite=suite,
@@ -165,7 +214,29 @@ def parse(data: Any, *, path: Path | str = "<job>") -> JobDef:
         timeout_s=data.get("timeout", DEFAULT_TIMEOUT_S),
         description=data.get("description", ""),
         path=Path(path),
+        seed=data.get("seed", ""),
+        upstream=suites.Upstream(**data["upstream"]) if "upstream" in data else None,
     )
+
+
+def _known_fragment(name: str, path: Path | str) -> None:
+    from stackbench.kernels import config as kconfig
+
+    try:
+        kconfig.fragment_path(name)
+    except NotFoundError as exc:
+        raise InputError(path, f"params.kconfig: {exc}") from None
+
+
+def _system_schema(key: str) -> dict[str, Any] | None:
+    """The schema of a system parameter (schema.yaml's ``system``), None for unknown keys."""
+    system = schema()["system"]
+    if key in system["properties"]:
+        return system["properties"][key]
+    for pattern, sch in system.get("patternProperties", {}).items():
+        if re.match(pattern, key):
+            return sch
+    return None
 
 
 def _validate(value: Any, sch: dict[str, Any], path: Path | str, where: str) -> None:
@@ -208,13 +279,25 @@ def expand(job: JobDef, *, guest_mem_mb: int, guest_cpus: int) -> list[SubJob]:
         )
     keys = list(job.params)
     choices = [v if isinstance(v, list) else [v] for v in job.params.values()]
-    version = suite_version(job.suite)
     subjobs = []
     for combo in itertools.product(*choices):
         params = dict(DEFAULTS[job.suite])
         params.update(zip(keys, combo, strict=True))
         test = str(params.get("test", job.suite))
+        source = suites.choose(
+            job.suite, params.pop("suite_source", None), job.upstream, str(job.path or job.name)
+        )
+        setup = knobs.split(params)
         resolved = RESOLVERS[job.suite](job, params, guest_mem_mb, guest_cpus)
+        resolved.update(setup.env())
+        upstream = job.upstream if source == "upstream" else None
+        if upstream is not None:
+            # only upstream jobs name their source: builtin ones keep their old identity
+            params["suite_source"] = "upstream"
+            resolved["SB_RUNNER"] = f"run-{job.suite}-upstream.sh"
+            version = upstream_version(job.suite, upstream, scenario=bool(setup.stage))
+        else:
+            version = suite_version(job.suite, scenario=bool(setup.stage))
         subjobs.append(
             SubJob(
                 suite=job.suite,
@@ -226,6 +309,8 @@ def expand(job: JobDef, *, guest_mem_mb: int, guest_cpus: int) -> list[SubJob]:
                 name=subjob_name(job.suite, params),
                 resolved=resolved,
                 timeout_s=job.timeout_s,
+                setup=setup,
+                upstream=upstream,
             )
         )
     seen: set[str] = set()
@@ -306,12 +391,16 @@ def _resolve_thpscale(job: JobDef, p: dict[str, Any], mem_mb: int, cpus: int) ->
 
 
 def _resolve_highalloc(job: JobDef, p: dict[str, Any], mem_mb: int, cpus: int) -> dict[str, Any]:
+    # order, attempts and passes are only in params when given (older jobs keep their ids)
     return {
         "GFP": p["gfp"],
         "PACE_MS": p["pace_ms"],
         "ALLOC_PERMILLE": _permille(p["alloc_fraction"]),
         "LOAD_PERMILLE": round(p["load_fraction"] * 1000),
         "LOAD_TASKS": cpus,
+        "ORDER": p.get("order", HPAGE_ORDER),
+        "ATTEMPTS": p.get("attempts", 0),
+        "PASSES": p.get("passes", HIGHALLOC_PASSES),
     }
 
 
@@ -325,9 +414,10 @@ RESOLVERS = {
 # ---- versions -------------------------------------------------------------------------------
 
 
-def source_files(suite: str) -> list[Path]:
+def source_files(suite: str, *, scenario: bool = False, upstream: bool = False) -> list[Path]:
     files: list[Path] = []
-    for rel in SUITE_SOURCES[suite]:
+    table = UPSTREAM_RUNNERS if upstream else SUITE_SOURCES
+    for rel in table[suite] + (SCENARIO_SOURCES if scenario else ()):
         p = HERE / rel
         if p.is_dir():
             files += sorted(f for f in p.rglob("*") if f.is_file() and "__pycache__" not in f.parts)
@@ -336,10 +426,21 @@ def source_files(suite: str) -> list[Path]:
     return files
 
 
-def suite_version(suite: str) -> str:
-    """``builtin-N+<hash>``: the builtin programs' version and the hash of their sources."""
+def _files_hash(files: list[Path]) -> str:
     h = hashlib.sha256()
-    for f in source_files(suite):
+    for f in files:
         h.update(f.relative_to(HERE).as_posix().encode() + b"\0")
         h.update(f.read_bytes() + b"\0")
-    return f"{BUILTIN_VERSION}+{h.hexdigest()[:12]}"
+    return h.hexdigest()[:12]
+
+
+def suite_version(suite: str, *, scenario: bool = False) -> str:
+    """``builtin-N+<hash>``: the builtin programs' version and the hash of their sources
+    (with the scenario stage's for jobs that have one)."""
+    return f"{BUILTIN_VERSION}+{_files_hash(source_files(suite, scenario=scenario))}"
+
+
+def upstream_version(suite: str, up: suites.Upstream, *, scenario: bool = False) -> str:
+    """``upstream-N+<commit>+<hash>``: the upstream commit and the hash of our runner."""
+    files = source_files(suite, scenario=scenario, upstream=True)
+    return suites.version(up, _files_hash(files))

@@ -10,8 +10,8 @@ added from the web admin. A YAML file::
     branch: master             # a branch (or any ref) of the tree's repository
     jobs:                      # job specs, as `stackbench submit --jobs` takes them
       - vm-scalability[test=anon-w-seq,runtime=30s]
-    runs: 5                    # runs per kernel to start with (more when undecided)
-    max_runs: 20               # the cap per kernel
+    runs: 5                    # boots per kernel to start with (more when undecided)
+    max_runs: 20               # the cap per kernel, in boots (the verdict's unit)
     enabled: true
 
 Per branch and night:
@@ -19,8 +19,9 @@ Per branch and night:
 1. resolve the head; build it (a stored build or a stored build failure is reused);
 2. no baseline yet: measure the head and make it the baseline (``state: baseline``);
 3. otherwise measure the baseline and the head (runs already stored count), judge every
-   metric with a direction with :func:`verdict.judge_many`, and while some metric is
-   undecided add runs to both sides at the policy's next look, up to the cap;
+   metric with a direction with :func:`verdict.judge_many`, and while a headline metric
+   (:func:`verdict.is_headline`) is undecided add runs to both sides at the policy's next
+   look, up to the cap (an undecided counter or duration alone measures nothing more);
 4. every metric judged changed for the worse opens a regression (one row per job, metric,
    good and bad kernel: a second run of the same night finds it and opens nothing);
 5. nothing regressed: the head becomes the new baseline and the regressions open against
@@ -53,7 +54,7 @@ from stackbench import schema
 from stackbench.errors import InputError, NotFoundError, StackbenchError
 from stackbench.jobs import bisect_runner as br
 from stackbench.resultsdb.models import KernelBuild, Metric, Regression, TrackedBranch, Tree
-from stackbench.resultsdb.verdict import DEFAULT, Policy, Verdict, judge_many
+from stackbench.resultsdb.verdict import DEFAULT, Policy, Verdict, is_headline, judge_many
 
 log = logging.getLogger(__name__)
 
@@ -217,7 +218,7 @@ def track(
 class JobOutcome:
     job: str  # the sub-job's spec
     job_id: int
-    runs_base: int = 0
+    runs_base: int = 0  # boots (the verdict's unit; a run without a boot id is one)
     runs_head: int = 0
     verdicts: dict[str, Verdict] = field(default_factory=dict)
     worse: list[str] = field(default_factory=list)
@@ -243,9 +244,9 @@ def _policy_for(row: TrackedBranch, policy: Policy | None) -> Policy:
     p = DEFAULT
     if meta.get("max_runs"):
         p = replace(p, max_runs=int(meta["max_runs"]))
-    if meta.get("runs"):
-        p = p.starting_at(int(meta["runs"]))
-    return p
+    # the looks are re-planned from the start to the cap either way: a cap beyond the last
+    # default look is a look of its own, and the error budget must be split over it too
+    return p.starting_at(int(meta.get("runs") or p.start_runs))
 
 
 def _subjobs(jobs: list[str]) -> list[str]:
@@ -259,13 +260,10 @@ def _subjobs(jobs: list[str]) -> list[str]:
     return out
 
 
-def _measure(eng: Engine, lab: br.Lab, tree: str, bid: int, job: str, jid: int, runs: int) -> int:
-    """Top the stored runs of the job on a kernel up to ``runs``; the count of done runs."""
-    have = br.done_runs(eng, bid, jid)
-    if have < runs:
-        lab.run(eng, tree, bid, job, runs - have)
-        have = br.done_runs(eng, bid, jid)
-    return have
+def _measure(eng: Engine, lab: br.Lab, tree: str, bid: int, job: str, jid: int, boots: int) -> int:
+    """Top the job's stored boots on a kernel up to ``boots`` (the verdict's unit); the count
+    of boots with finished runs."""
+    return br.top_up_boots(eng, lab, tree, bid, job, jid, boots)[0]
 
 
 def judge_job(
@@ -284,7 +282,7 @@ def judge_job(
     runs = policy.start_runs
     while True:
         if progress:
-            progress(f"{job}: {runs} runs per kernel")
+            progress(f"{job}: {runs} boots per kernel")
         out.runs_base = _measure(eng, lab, tree, base_id, job, jid, runs)
         out.runs_head = _measure(eng, lab, tree, head_id, job, jid, runs)
         metrics = [
@@ -292,16 +290,23 @@ def judge_job(
         ]
         pairs = {
             m.name: (
-                br.per_run_values(eng, base_id, jid, m.id),
-                br.per_run_values(eng, head_id, jid, m.id),
+                br.per_boot_values(eng, base_id, jid, m.id),
+                br.per_boot_values(eng, head_id, jid, m.id),
                 m.higher_is_better,
                 m.kind,
             )
             for m in metrics
         }
         out.verdicts = judge_many(pairs, policy) if pairs else {}
+        # only a headline metric that is still undecided is worth more boots of both kernels;
+        # a noisy counter or duration stays undecided and is reported as such
         wanted = max(
-            (v.runs_wanted for v in out.verdicts.values() if v.outcome == "undecided"), default=0
+            (
+                v.runs_wanted
+                for n, v in out.verdicts.items()
+                if v.outcome == "undecided" and is_headline(n, pairs[n][3], pairs[n][2])
+            ),
+            default=0,
         )
         have = min(out.runs_base, out.runs_head)
         if not wanted or wanted <= have or wanted <= runs or have < runs:
@@ -381,8 +386,10 @@ def _open_regression(
             "p_value": v.p_value,
             "q_value": v.q_value,
             "test": v.test,
-            "n_base": v.n_base,
+            "n_base": v.n_base,  # boots, the verdict's unit
             "n_new": v.n_new,
+            "runs_base": v.runs_base,
+            "runs_new": v.runs_new,
             "source": "nightly",
         },
     )

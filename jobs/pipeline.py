@@ -213,6 +213,7 @@ def parse_job_spec(spec: str, runs: int | None = None) -> JobDef:
         data["description"] = job.description
     parsed = definitions.parse(data, path=f"job {spec}")
     parsed.name = job.name
+    parsed.upstream = job.upstream  # the pinned repository stays with the named job
     return parsed
 
 
@@ -288,10 +289,8 @@ def submit(
             owner_id=owner_id,
             jobs=list(jobs) if jobs is not None else None,
             runs=runs,
+            mbox=mbox,  # the raw mails, so `git am` gets exactly what was submitted
         )
-        if "mbox_b64" not in series.meta:
-            # the raw mails, so `git am` gets exactly what was submitted
-            series.meta = {**series.meta, "mbox_b64": base64.b64encode(mbox).decode()}
         return series.id
 
 
@@ -523,9 +522,12 @@ def _series_mails(s: Session, series: Series) -> list[Any]:
     stored patch rows (series created by other front ends)."""
     from stackbench.patches.parser import parse_mbox
 
-    raw = series.meta.get("mbox_b64")
+    # series.mbox for every door since migration 0003; meta's copy for older CLI series
+    raw = series.mbox or (
+        base64.b64decode(series.meta["mbox_b64"]) if "mbox_b64" in series.meta else None
+    )
     if raw:
-        parsed = parse_mbox(base64.b64decode(raw), source=f"series {series.id}")
+        parsed = parse_mbox(raw, source=f"series {series.id}")
         if len(parsed.patches) == len(series.patches):
             return parsed.patches
     return [_RebuiltPatch(mail_from_patch(p)) for p in sorted(series.patches, key=lambda p: p.idx)]
@@ -784,7 +786,7 @@ def failure_runs(
                 status=status,
                 error=error,
                 logs=dict(logs),
-                meta={"subjob": sj.name, "boot_id": boot_id},
+                meta={"subjob": sj.name, "boot_id": boot_id, **sj.provenance()},
             )
             data.idempotency_key = hashlib.sha256(f"{data.key()}\0{boot_id}".encode()).hexdigest()
             out.append(data)
@@ -804,8 +806,9 @@ def run_kernel(
     timings: dict[str, Any] | None = None,
 ) -> tuple[qemu.BootResult | None, list[RunData]]:
     """Boot one kernel with the whole plan and return the runs (failed ones included)."""
+    from stackbench.jobs import knobs
     from stackbench.jobs.collect import collect
-    from stackbench.jobs.guest.initramfs import build_initramfs
+    from stackbench.jobs.guest.initramfs import build_initramfs, upstream_files
 
     accel = settings.accel
     if accel == "auto":
@@ -821,6 +824,19 @@ def run_kernel(
             missing, kernel, machine, "failed",
             "the guest module for this suite was not built for this kernel", boot_id, {},
         )  # fmt: skip
+    # system knobs: the boot's command line, and jobs this kernel's config cannot run
+    append, refused = knobs.boot_setup(runnable, Path(bzimage).parent / "config")
+    for sj, why in refused:
+        runs += failure_runs([sj], kernel, machine, "failed", why, boot_id, {})
+        runnable.remove(sj)
+    # upstream suites are fetched and built here; a sub-job whose source fails is failed
+    for sj in [sj for sj in runnable if sj.upstream is not None]:
+        try:
+            upstream_files([sj])
+        except StackbenchError as exc:
+            why = f"upstream {sj.suite} at {sj.upstream.commit[:12]}: {exc}"
+            runs += failure_runs([sj], kernel, machine, "failed", why, boot_id, {})
+            runnable.remove(sj)
     if not runnable:
         return None, runs
     module_ko = next((modules[m] for m in MODULE_FOR_SUITE.values() if m in modules), None)
@@ -840,6 +856,7 @@ def run_kernel(
         expect=GUEST_BANNER,
         expect_within_s=settings.init_timeout_s,
         on_line=on_line,
+        append=append,
     )
     timings["vm_s"] = timings.get("vm_s", 0.0) + res.duration_s
     console = {"console.log": _read_capped(res.console_path)}

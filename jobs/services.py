@@ -155,18 +155,9 @@ def create_worker(base: Path, master: str, name: str, password: str) -> None:
 
 
 def running(base: Path) -> bool:
-    pid_file = base / "twistd.pid"
-    try:
-        pid = int(pid_file.read_text().strip())
-    except (OSError, ValueError):
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    from stackbench import proc
+
+    return proc.live_pid(base / "twistd.pid") is not None
 
 
 def start_master(base: Path, env: Mapping[str, str] | None = None) -> bool:

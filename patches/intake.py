@@ -135,12 +135,27 @@ def install_hook(
             f"argv = {[str(c) for c in command]!r} + ['--hook', {name!r}]\n"
             "os.execvp(argv[0], argv)\n"
         )
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(script)
-        tmp.chmod(0o755)
-        os.replace(tmp, path)
+        # the env may hold the database password: only the account running git reads it
+        _write_private(path, script, 0o700)
         written.append(path)
     return written
+
+
+def _write_private(path: Path, text: str, mode: int) -> None:
+    """Write ``text`` to ``path`` atomically, created with ``mode`` (never world-readable,
+    not even for a moment)."""
+    tmp = path.with_suffix(".tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.chmod(tmp, mode)  # the umask may have taken bits away, never added any
+    os.replace(tmp, path)
+
+
+def write_private(path: Path, text: str) -> None:
+    """A file only its owner reads (0600), such as one naming the database password."""
+    _write_private(Path(path), text, 0o600)
 
 
 def read_hook_input(text: str) -> list[tuple[str, str, str]]:

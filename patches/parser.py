@@ -2,43 +2,51 @@
 saved mailboxes and lore.kernel.org mboxrd downloads.
 
 Structured the way patchwork's parser is: ``find_*`` helpers locate a piece of a mail,
-``parse_*`` helpers interpret it, ``clean_*`` helpers make a header value safe to store, show
-and reuse in mail headers (decoded RFC 2047, unfolded, no control characters). Every
-failure is an :class:`InputError` naming the source and what is wrong, on one line.
+``parse_*`` helpers interpret it, ``clean_*`` helpers (in :mod:`.mailheaders`) make a
+header value safe to store, show and reuse in mail headers (decoded RFC 2047, unfolded, no
+control characters). Every failure is an :class:`InputError` naming the source and what is
+wrong, on one line.
 """
 
 from __future__ import annotations
 
+import codecs
 import email
-import email.errors
-import email.header
 import email.message
 import email.policy
-import email.utils
 import hashlib
 import re
 from dataclasses import dataclass, field
 
 from stackbench.errors import InputError
+from stackbench.patches.mailheaders import (  # noqa: F401 - re-exported, parser's API
+    MSGID,
+    REPLY,
+    clean_address,
+    clean_date,
+    clean_header,
+    clean_msgid,
+    clean_subject,
+    is_mail_address,
+)
 
 # uploads are size-limited at the web layer too; this keeps the CLI and the hook honest
 MAX_MBOX_BYTES = 64 * 1024 * 1024
 MAX_PATCHES = 500
+# larger counters or versions are refused before anything is sized by them; the digit
+# bound also keeps int() far below Python's conversion limit
+MAX_VERSION = 10000
+_MAX_DIGITS = 9
 
 # mbox separator lines as git mailsplit accepts them: "From <addr-or-sha> <asctime date>"
 _FROM_LINE = re.compile(
     rb"^From \S+ +(?:[A-Z][a-z]{2} ){2}[ \d]?\d \d\d:\d\d(?::\d\d)?(?: [+-]?\w+)? \d{4}\s*$"
 )
 _HEADER_LINE = re.compile(rb"^[!-9;-~]+:[ \t]?")
-_PREFIX_GROUP = re.compile(r"^\s*\[([^\[\]]*)\]\s*")
-_REPLY = re.compile(r"^\s*(re|aw|fwd?|sv)\s*(\[\d+\])?\s*:", re.IGNORECASE)
 _COUNTER = re.compile(r"^0*(\d+)/0*(\d+)$")
 _VERSION = re.compile(r"^v(\d+)$", re.IGNORECASE)
-_MSGID = re.compile(r"<[^<>\s]+>")
-_NAME_ADDR = re.compile(r"^(.*?)\s*<([^<>\s]+@[^<>\s]+)>\s*$")
 _BASE_COMMIT = re.compile(r"^base-commit:\s*([0-9a-f]{7,64})\s*$", re.MULTILINE)
 _HUNK = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f\u0085\u2028\u2029]")
 # lines git puts between "diff --git" and the first hunk (or instead of hunks)
 _DIFF_HEADER_PREFIXES = (
     "index ",
@@ -91,11 +99,13 @@ class ParsedSeries:
     ignored: list[str] = field(default_factory=list)
 
     def content_hash(self) -> str:
-        """A digest of the patches themselves, for series whose mails carry no Message-ID."""
+        """A digest of the patches themselves: two series with one Message-ID but other
+        patches are two series."""
         h = hashlib.sha256()
         for p in self.patches:
             h.update(f"{p.idx}/{p.total}\0{p.subject}\0{p.author_email}\0".encode())
-            h.update(p.diff.encode())
+            h.update(p.body.encode(errors="replace") + b"\0")
+            h.update(p.diff.encode(errors="replace"))
             h.update(b"\0")
         return h.hexdigest()
 
@@ -114,91 +124,6 @@ class _Mail:
     rfc: bool
     tagged: bool  # [PATCH ...] or [RFC ...] in the subject
     text: str
-
-
-# ---------------------------------------------------------------- clean_*
-
-
-def clean_header(value: object) -> str:
-    """A header as one line of text: RFC 2047 words decoded, folding and any control
-    characters (CR/LF included, even when they were hidden in an encoded word) replaced by
-    spaces, runs of whitespace collapsed."""
-    if value is None:
-        return ""
-    if isinstance(value, email.header.Header):
-        raw = str(value)
-    else:
-        raw = str(value)
-    try:
-        text = str(email.header.make_header(email.header.decode_header(raw)))
-    except (LookupError, ValueError, UnicodeError, email.errors.HeaderParseError):
-        text = raw
-    # CR/LF hidden in an encoded word must not survive into anything that is later put in
-    # a mail header or a log line
-    text = _CONTROL.sub(" ", text)
-    return " ".join(text.split())
-
-
-def clean_subject(subject: str) -> tuple[str, list[str]]:
-    """The subject without ``Re:`` and bracketed prefixes, and the prefix words found
-    (``[RFC PATCH v3 2/5]`` -> ``["RFC", "PATCH", "v3", "2/5"]``)."""
-    text = clean_header(subject)
-    words: list[str] = []
-    while True:
-        m = _REPLY.match(text)
-        if m:
-            text = text[m.end() :]
-            continue
-        m = _PREFIX_GROUP.match(text)
-        if not m:
-            break
-        words.extend(w for w in re.split(r"[\s,]+", m.group(1)) if w)
-        text = text[m.end() :]
-    return text.strip(), words
-
-
-def clean_msgid(value: object) -> str | None:
-    """The first ``<id@host>`` of a Message-ID / In-Reply-To header, or None."""
-    text = clean_header(value)
-    m = _MSGID.search(text)
-    if m:
-        return m.group(0)[:995]
-    text = text.strip()
-    # some mailers drop the angle brackets; keep such ids if they look like one
-    if text and " " not in text and "@" in text:
-        return f"<{text[:993]}>"
-    return None
-
-
-def clean_address(value: object) -> tuple[str, str]:
-    """(name, email) of a From header; names are decoded, both are single-line."""
-    raw = " ".join(_CONTROL.sub(" ", str(value or "")).split())
-    m = _NAME_ADDR.match(raw)
-    if m:
-        # "Name <addr>": split before decoding, as a decoded name may hold ':' ',' '<'
-        name = clean_header(m.group(1)).strip().strip('"').replace('\\"', '"').strip()
-        addr = clean_header(m.group(2))
-    else:
-        name, addr = email.utils.parseaddr(raw)
-        name = clean_header(name)
-        addr = clean_header(addr)
-    if not addr or "@" not in addr or " " in addr:
-        # an unparsable address: keep what was there as the name rather than invent one
-        return clean_header(raw), ""
-    if not name:
-        name = addr.split("@", 1)[0]
-    return name, addr
-
-
-def clean_date(value: object) -> str:
-    """ISO 8601 when the Date header parses, else the cleaned header text."""
-    text = clean_header(value)
-    if not text:
-        return ""
-    try:
-        return email.utils.parsedate_to_datetime(text).isoformat()
-    except (TypeError, ValueError, IndexError):
-        return text
 
 
 # ---------------------------------------------------------------- find_*
@@ -247,13 +172,23 @@ def find_text(msg: email.message.Message) -> str:
         payload = part.get_payload(decode=True)
         if payload is None:
             continue
-        charset = part.get_content_charset() or "utf-8"
-        try:
-            text = payload.decode(charset, errors="replace")
-        except LookupError:
-            text = payload.decode("utf-8", errors="replace")
+        text = _decode(payload, part)
         chunks.append(text.replace("\r\n", "\n"))
     return "\n".join(chunks)
+
+
+def _decode(payload: bytes, part: email.message.Message) -> str:
+    """The payload as text in its declared charset, else UTF-8 with replacement characters.
+
+    A mail names any codec Python has, and some (idna, punycode, the bytes-to-bytes ones)
+    raise whatever they like on arbitrary bytes even with errors="replace"."""
+    try:
+        charset = part.get_content_charset() or "utf-8"
+        if codecs.lookup(charset)._is_text_encoding:
+            return payload.decode(charset, errors="replace")
+    except Exception:  # noqa: BLE001 - any codec failure means: fall back to UTF-8
+        pass
+    return payload.decode("utf-8", errors="replace")
 
 
 def find_diff_start(lines: list[str]) -> int | None:
@@ -280,8 +215,11 @@ def find_base_commit(text: str) -> str | None:
 # ---------------------------------------------------------------- parse_*
 
 
-def parse_prefix(words: list[str]) -> tuple[tuple[int, int] | None, int, bool, bool]:
-    """(counter, version, rfc, is_patch) from the subject's prefix words."""
+def parse_prefix(
+    words: list[str], source: str = "<mbox>"
+) -> tuple[tuple[int, int] | None, int, bool, bool]:
+    """(counter, version, rfc, is_patch) from the subject's prefix words; a counter beyond
+    :data:`MAX_PATCHES` or a version beyond :data:`MAX_VERSION` is refused."""
     counter = None
     version = 1
     rfc = False
@@ -290,15 +228,37 @@ def parse_prefix(words: list[str]) -> tuple[tuple[int, int] | None, int, bool, b
         up = w.upper()
         m = _COUNTER.match(w)
         if m:
-            counter = (int(m.group(1)), int(m.group(2)))
+            idx, total = (
+                _bounded(source, m.group(1), "patch number"),
+                _bounded(source, m.group(2), "series length"),
+            )
+            if total > MAX_PATCHES:
+                raise InputError(source, f"series of {total} patches: at most {MAX_PATCHES}")
+            counter = (idx, total)
         elif _VERSION.match(w):
-            version = int(w[1:])
+            version = _bounded(source, w[1:], "version")
+            if version > MAX_VERSION:
+                raise InputError(source, f"version v{version}: at most v{MAX_VERSION}")
         elif up == "RFC":
             rfc = True
             is_patch = True
         elif up.startswith("PATCH"):
             is_patch = True
     return counter, version, rfc, is_patch
+
+
+def _bounded(source: str, digits: str, what: str) -> int:
+    digits = digits.lstrip("0") or "0"
+    if len(digits) > _MAX_DIGITS:
+        raise InputError(source, f"{what} {_short(digits, 20)} is too large")
+    return int(digits)
+
+
+def _hunk_count(digits: str | None) -> int:
+    if digits is None:
+        return 1
+    # a count larger than any mbox can hold just means "to the end of the input"
+    return int(digits) if len(digits) <= _MAX_DIGITS else 10**_MAX_DIGITS
 
 
 def parse_diff(lines: list[str], start: int) -> tuple[str, int]:
@@ -331,8 +291,8 @@ def parse_diff(lines: list[str], start: int) -> tuple[str, int]:
             continue
         m = _HUNK.match(line)
         if m:
-            old = int(m.group(1)) if m.group(1) is not None else 1
-            new = int(m.group(2)) if m.group(2) is not None else 1
+            old = _hunk_count(m.group(1))
+            new = _hunk_count(m.group(2))
             i += 1
             while i < n and (old > 0 or new > 0):
                 h = lines[i]
@@ -391,12 +351,12 @@ def _strip_signature(text: str) -> str:
     return text
 
 
-def parse_mail(raw: bytes, position: int) -> _Mail:
+def parse_mail(raw: bytes, position: int, source: str = "<mbox>") -> _Mail:
     msg = email.message_from_bytes(raw, policy=email.policy.compat32)
     subject_raw = msg.get("Subject", "")
-    is_reply = bool(_REPLY.match(clean_header(subject_raw)))
+    is_reply = bool(REPLY.match(clean_header(subject_raw)))
     subject, words = clean_subject(subject_raw)
-    counter, version, rfc, tagged = parse_prefix(words)
+    counter, version, rfc, tagged = parse_prefix(words, source)
     return _Mail(
         position=position,
         raw=raw,
@@ -429,7 +389,7 @@ def parse_mbox(data: bytes, *, source: str = "<mbox>") -> ParsedSeries:
     in ``ignored``. Gaps, duplicates, mixed versions or totals, a numbered patch without a
     diff, or no patches at all raise :class:`InputError`.
     """
-    mails = [parse_mail(raw, i) for i, raw in enumerate(find_mails(data, source))]
+    mails = [parse_mail(raw, i, source) for i, raw in enumerate(find_mails(data, source))]
 
     cover: _Mail | None = None
     patch_mails: list[tuple[_Mail, str, str, str]] = []
@@ -508,7 +468,7 @@ def _find_parent(msg: email.message.Message) -> str | None:
     parent = clean_msgid(msg.get("In-Reply-To"))
     if parent:
         return parent
-    refs = _MSGID.findall(clean_header(msg.get("References")))
+    refs = MSGID.findall(clean_header(msg.get("References")))
     return refs[-1] if refs else None
 
 
@@ -548,16 +508,24 @@ def _order(
         if idx > total:
             raise InputError(source, f"{_label(pm[0])}: index beyond the series length")
         if idx in by_idx:
-            first = by_idx[idx][0]
-            same_id = clean_msgid(first.msg.get("Message-ID"))
-            if same_id and same_id == clean_msgid(pm[0].msg.get("Message-ID")):
+            first = by_idx[idx]
+            if first[1:] == pm[1:] and first[0].subject == pm[0].subject:
                 continue  # the same mail saved twice
+            same_id = clean_msgid(first[0].msg.get("Message-ID"))
+            if same_id and same_id == clean_msgid(pm[0].msg.get("Message-ID")):
+                raise InputError(
+                    source,
+                    f"patch {idx}/{total} appears twice with Message-ID {_short(same_id)} "
+                    "but different content",
+                )
             raise InputError(source, f"patch {idx}/{total} appears twice")
         by_idx[idx] = pm
-    missing = [i for i in range(1, total + 1) if i not in by_idx]
-    if missing:
-        listed = ", ".join(f"{i}/{total}" for i in missing)
+    if len(by_idx) < total:
+        # total is bounded by MAX_PATCHES; the message names the first few gaps only
+        missing = [i for i in range(1, total + 1) if i not in by_idx]
+        listed = ", ".join(f"{i}/{total}" for i in missing[:10])
+        more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
         raise InputError(
-            source, f"series of {total} patches has {len(by_idx)}: missing patch {listed}"
+            source, f"series of {total} patches has {len(by_idx)}: missing patch {listed}{more}"
         )
     return [(i, total, by_idx[i]) for i in range(1, total + 1)]

@@ -20,18 +20,26 @@ _TREE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}")
 
 def series_key(parsed: ParsedSeries, tree: str | None, base: str | None) -> str:
     """The idempotency key of a submission: the cover letter's (or first patch's)
-    Message-ID, else the patches' content, together with the tree and base it targets."""
-    ident = (
-        f"msgid:{parsed.message_id}" if parsed.message_id else f"content:{parsed.content_hash()}"
-    )
+    Message-ID and the patches' content, together with the tree and the resolved base.
+
+    The content is part of it so that another series reusing a Message-ID (by mistake or
+    on purpose, by another user) is stored as its own series instead of being answered with
+    the first one."""
+    ident = f"msgid:{parsed.message_id or ''}\0content:{parsed.content_hash()}"
     digest = hashlib.sha256(f"{ident}\0{tree or ''}\0{base or ''}".encode()).hexdigest()
     return f"series:{digest}"
 
 
+def resolve_base(parsed: ParsedSeries, base: str | None, tree_default: str | None) -> str:
+    """The base a series is applied on: the one asked for, else the mbox's base-commit
+    trailer, else the tree's default base. Every door (CLI, form, API) keys on this."""
+    return base or parsed.base_commit or tree_default or ""
+
+
 def find_series(session: Session, parsed: ParsedSeries, *, tree: str | None, base: str | None):
-    return session.scalars(
-        select(Series).where(Series.idempotency_key == series_key(parsed, tree, base))
-    ).one_or_none()
+    default = session.scalar(select(Tree.default_base).where(Tree.name == tree)) if tree else None
+    key = series_key(parsed, tree, resolve_base(parsed, base, default))
+    return session.scalars(select(Series).where(Series.idempotency_key == key)).one_or_none()
 
 
 def create_series(
@@ -45,24 +53,26 @@ def create_series(
     jobs: list[str] | None = None,
     runs: int | None = None,
     meta: dict[str, Any] | None = None,
+    mbox: bytes | None = None,
 ) -> Series:
     """Store a parsed series and its patches (state ``new`` / ``pending``).
 
-    Submitting the same series again (same Message-ID, tree and base) returns the stored
-    one unchanged, also when two submissions race. ``jobs`` and ``runs`` go to
-    ``series.meta``, as do extra ``meta`` facts.
+    Submitting the same series again (same Message-ID, patches, tree and base) returns the
+    stored one unchanged, also when two submissions race. ``jobs`` and ``runs`` go to
+    ``series.meta``, as do extra ``meta`` facts. ``mbox`` is the submission as received,
+    kept so the patches are applied from the very bytes that were sent.
     """
     if not parsed.patches:
         raise InputError("series", "no patches to store")
     if runs is not None and runs < 1:
         raise InputError("series", f"runs must be at least 1, not {runs}")
-    key = series_key(parsed, tree, base)
+    tree_row = _tree(session, tree) if tree else None
+    base_ref = resolve_base(parsed, base, tree_row.default_base if tree_row else None)
+    key = series_key(parsed, tree, base_ref)
     existing = session.scalars(select(Series).where(Series.idempotency_key == key)).one_or_none()
     if existing is not None:
         return existing
 
-    tree_row = _tree(session, tree) if tree else None
-    base_ref = base or parsed.base_commit or (tree_row.default_base if tree_row else "") or ""
     series_meta: dict[str, Any] = dict(meta or {})
     if jobs is not None:
         series_meta["jobs"] = list(jobs)
@@ -89,6 +99,7 @@ def create_series(
         owner_id=owner_id,
         idempotency_key=key,
         meta=series_meta,
+        mbox=mbox,
     )
     for p in parsed.patches:
         series.patches.append(

@@ -71,6 +71,8 @@ class Series(Base):
     owner_id: Mapped[int | None] = mapped_column(ForeignKey("app_user.id"))
     idempotency_key: Mapped[str | None] = mapped_column(String(128), unique=True)
     meta: Mapped[dict[str, Any]] = _meta()
+    # the submitted mails as sent (up to the parser's size limit): read only to apply them
+    mbox: Mapped[bytes | None] = mapped_column(LargeBinary, deferred=True)
     created_at: Mapped[datetime] = _now()
     updated_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=func.now(), onupdate=func.now()
@@ -317,7 +319,22 @@ class AppUser(Base):
     password_hash: Mapped[str] = mapped_column(Text, default="")
     is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
     is_worker: Mapped[bool] = mapped_column(Boolean, default=False)
+    # part of every session cookie; bumped on logout and password change to end them all
+    session_gen: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # report mails go only to a verified address (set by `stackbench user add --email`)
+    email_verified: Mapped[bool] = mapped_column(Boolean, default=False, server_default="false")
     created_at: Mapped[datetime] = _now()
+
+
+class LoginFailure(Base):
+    """A wrong password (web login or git Basic auth), counted by the login throttle."""
+
+    __tablename__ = "login_failure"
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    name: Mapped[str] = mapped_column(Text)
+    remote: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = _now()
+    __table_args__ = (Index("ix_login_failure_created", "created_at"),)
 
 
 class ApiToken(Base):

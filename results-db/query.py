@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from stackbench.errors import NotFoundError
+from stackbench.errors import NotFoundError, StackbenchError
 
 # Functions here take a SQLAlchemy Connection or a psycopg one and run their SQL on the
 # psycopg connection beneath: the CLI reads a comparison without importing SQLAlchemy.
@@ -53,6 +53,14 @@ class JobRow:
     params: dict[str, Any]
     suite_version: str
     runner: str
+
+    @property
+    def suite_source(self) -> str:
+        """upstream or builtin for stackbench's own runs ("" for imported results): upstream
+        jobs carry ``suite_source`` in their params (jobs/suites.py)."""
+        if (self.params or {}).get("suite_source") == "upstream":
+            return "upstream"
+        return "builtin" if self.suite_version.startswith("builtin-") else ""
 
 
 @dataclass
@@ -213,9 +221,11 @@ def load(
     machine: str | None = None,
     statuses: tuple[str, ...] = ("done",),
     metrics: Callable[[str], bool] | None = None,
+    suite_source: str | None = None,
 ) -> Dataset:
-    """Every sample of the given kernels' runs (optionally of one suite, one machine, and
-    only of the metrics whose name ``metrics`` accepts)."""
+    """Every sample of the given kernels' runs (optionally of one suite, one machine, one
+    suite source: upstream, or builtin meaning every job that is not upstream; and only of
+    the metrics whose name ``metrics`` accepts)."""
     ds = Dataset(kernels=kernels)
     ids = [k.id for k in kernels]
     if not ids:
@@ -228,6 +238,12 @@ def load(
     if machine:
         where_sql += " AND m.name = %(machine)s"
         params["machine"] = machine
+    if suite_source == "upstream":
+        where_sql += " AND j.params->>'suite_source' = 'upstream'"
+    elif suite_source == "builtin":
+        where_sql += " AND coalesce(j.params->>'suite_source', '') <> 'upstream'"
+    elif suite_source is not None:
+        raise StackbenchError(f"unknown suite source '{suite_source}' (upstream or builtin)")
     for r in _rows(
         conn,
         "SELECT r.id, r.job_id, r.build_id, coalesce(m.name, ''), coalesce(m.kind, ''), "

@@ -1,8 +1,15 @@
 """stackbench's own verdict per metric: changed, unchanged or undecided, with the evidence.
 
-The unit of evidence is a RUN (one boot of one kernel): callers pass one value per run. Samples
-inside one run share that boot's memory layout and fragmentation, so treating them as
-independent would call every boot-to-boot wobble significant.
+The unit of evidence is a BOOT of a kernel. Callers pass, per side, {boot: per-run values}
+(or a flat list, one value per run, when every run was its own boot). Runs inside one boot
+share its memory layout, fragmentation and the host's load at that time, so their noise does
+not average out: with a per-boot offset of CoV 2% on top of 1% run noise, judging runs as
+independent called 40% of A/A comparisons changed. Each boot is reduced to the mean of its
+runs and the tests below run on those boot means, so the boot-to-boot variance is the
+variance of the test (see the README's statistics paragraph for why boot means and not a
+mixed model). A first run of a boot that is measurably different from the boot's later
+runs (:func:`warmup_detected`) is dropped from every boot of both sides before the means.
+Looks, ``n_base``/``n_new`` and ``runs_wanted`` count boots per side.
 
 The rule is a small group-sequential design:
 
@@ -40,6 +47,7 @@ against LKP's and mmtests' rules.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -47,6 +55,8 @@ from typing import Literal
 
 import numpy as np
 from scipy import stats
+
+from stackbench.resultsdb.boots import Side, units
 
 Outcome = Literal["changed", "unchanged", "undecided", "n/a"]
 Direction = Literal["better", "worse", "none"]
@@ -68,6 +78,28 @@ def _default_min_effect() -> dict[str, float]:
     }
 
 
+def _default_margin() -> dict[str, float]:
+    # The equivalence margin is the largest change that "~" may hide. TOST can only show
+    # |d| + t * SE < margin, and at the first look (5 boots per side) t * SE is about
+    # 1.6 * CoV * 2 for a boot-level CoV: with the 2% of a quiet QEMU guest, 3.1%. A margin
+    # equal to the 2% minimum effect could therefore never say "~" before the cap (A/A cost
+    # 18.9 runs per side, a third still undecided); 4% decides most A/A comparisons at the
+    # first or second look and stays below the 5% a patch stack's author is asked about.
+    # Latencies and durations are skewed and swing with the host (CoV 5-10% per boot):
+    # 10%. Counters (vmstat) are event counts that follow the workload's length and the
+    # page cache state, 10-30% boot to boot, and are read as context, never as a verdict
+    # of their own: 20%. Percentages (huge-page success) are absolute points: 2 points.
+    return {
+        "throughput": 0.04,
+        "latency": 0.10,
+        "duration": 0.10,
+        "count": 0.20,
+        "percent": 2.0,
+        "variability": 2.0,
+        "": 0.04,
+    }
+
+
 @dataclass(frozen=True)
 class Policy:
     """What stackbench calls a change. Effects are relative (0.02 = 2%) except for the
@@ -77,6 +109,7 @@ class Policy:
     fdr_q: float = 0.05  # Benjamini-Hochberg level across the metrics of one comparison
     equivalence_alpha: float = 0.05  # per-metric false "unchanged" rate at the effect bound
     min_effect: dict[str, float] = field(default_factory=_default_min_effect)
+    margin: dict[str, float] = field(default_factory=_default_margin)
     absolute_kinds: tuple[str, ...] = ("percent", "variability")
     rank_kinds: tuple[str, ...] = ("latency",)
     start_runs: int = 5
@@ -87,9 +120,25 @@ class Policy:
     def effect_floor(self, kind: str) -> float:
         return self.min_effect.get(kind, self.min_effect.get("", 0.02))
 
+    def equivalence_margin(self, kind: str) -> float:
+        """The "~" bound of the kind: never below the minimum effect that "changed" needs."""
+        m = self.margin.get(kind, self.margin.get("", 0.04))
+        return max(m, self.effect_floor(kind))
+
+    def schedule(self) -> tuple[int, ...]:
+        """Every look the sequential rule takes from ``start_runs`` to the cap, as
+        :meth:`next_look` walks it (a cap beyond the last planned look is one more look)."""
+        n = min(self.start_runs, self.max_runs)
+        out = [n]
+        while (n := self.next_look(n)) and n > out[-1]:
+            out.append(n)
+        return tuple(out)
+
     @property
     def n_looks(self) -> int:
-        return max(1, len(self.looks))
+        """The looks the error budget is split over: those the rule really takes, never
+        fewer than the planned ones (a caller may judge at any of them)."""
+        return max(1, len(self.schedule()), len(self.looks))
 
     def starting_at(self, runs: int) -> Policy:
         """The same rule for a pipeline that starts with ``runs`` per side: the first look
@@ -108,6 +157,30 @@ class Policy:
 
 
 DEFAULT = Policy()
+
+# The metrics a reader acts on. For the suites stackbench ships, each suite's own result:
+# vm-scalability's throughput, thpscale's huge-page fault latencies and huge-page success,
+# stress-highalloc's success rates. Their other metrics (free_time, fault-base, NUMA locality,
+# vmstat counters, durations) explain a change but are not one, and a rank-tested latency
+# cannot decide before 10 boots: as a headline, every job would run that long. For other
+# suites (imports), a kind with a preferred direction that is a result of the benchmark.
+# Only headline metrics keep a comparison measuring or fill the default verdict section.
+HEADLINE_KINDS = ("throughput", "latency", "percent")
+HEADLINES: dict[str, tuple[str, ...]] = {
+    "vm-scalability": (r"^vm-scalability\.throughput$",),
+    "thpscale": (r"^thpscale\.fault-(huge|both)-\d+$", r"^thpscale\.Percentage huge-\d+$"),
+    "stress-highalloc": (r"^stress-highalloc\.",),
+}
+
+
+def is_headline(name: str, kind: str, higher_is_better: bool | None) -> bool:
+    """Does this metric matter on its own (see HEADLINES and HEADLINE_KINDS)?"""
+    if higher_is_better is None:
+        return False
+    patterns = HEADLINES.get(name.split(".", 1)[0])
+    if patterns is not None:
+        return any(re.search(p, name) for p in patterns)
+    return kind in HEADLINE_KINDS
 
 
 @dataclass
@@ -130,6 +203,9 @@ class Verdict:
     n_base: int
     n_new: int
     runs_wanted: int
+    runs_base: int = 0
+    runs_new: int = 0
+    warmup_dropped: bool = False
 
     @property
     def label(self) -> str:
@@ -207,7 +283,7 @@ def _mw_order_index(n: int, m: int, tail: float) -> int:
 
 
 def _welch(
-    base: np.ndarray, new: np.ndarray, floor: float, absolute: bool, policy: Policy
+    base: np.ndarray, new: np.ndarray, floor: float, margin: float, absolute: bool, policy: Policy
 ) -> Batch:
     nb, nn = base.shape[1], new.shape[1]
     mb, mn = base.mean(axis=1), new.mean(axis=1)
@@ -219,7 +295,8 @@ def _welch(
     with np.errstate(divide="ignore", invalid="ignore"):
         df = np.where(denom > 0, se2**2 / np.where(denom > 0, denom, 1.0), nb + nn - 2)
         scale = np.abs(mb)
-        delta = np.full_like(d, floor) if absolute else floor * scale
+        delta = np.full_like(d, margin) if absolute else margin * scale
+        least = np.full_like(d, floor) if absolute else floor * scale
         exact = se <= 1e-12 * np.maximum(np.abs(mb) + np.abs(mn), 1e-300)
         safe_se = np.where(exact, 1.0, se)
         t = d / safe_se
@@ -230,7 +307,7 @@ def _welch(
         p_eq = np.where((d == 0) & exact, 0.0, p_eq)
         half = stats.t.ppf(0.5 + policy.confidence / 2, df) * np.where(exact, 0.0, se)
         pct = np.where(scale > 0, 100.0 / np.where(scale > 0, scale, 1.0), np.nan)
-    big = np.abs(d) >= delta
+    big = np.abs(d) >= least
     return Batch(
         outcome=np.full(d.shape, UNDECIDED),
         sign=np.sign(d),
@@ -244,13 +321,13 @@ def _welch(
     )
 
 
-def _rank(base: np.ndarray, new: np.ndarray, floor: float, policy: Policy) -> Batch:
+def _rank(base: np.ndarray, new: np.ndarray, floor: float, margin: float, policy: Policy) -> Batch:
     nb, nn = base.shape[1], new.shape[1]
     diffs = np.log(new)[:, :, None] - np.log(base)[:, None, :]
     diffs = np.sort(diffs.reshape(diffs.shape[0], -1), axis=1)
     nm = nb * nn
     hl = np.median(diffs, axis=1)
-    bound = math.log1p(floor)
+    bound = math.log1p(margin)
 
     def u_above(shift: float) -> np.ndarray:  # U of (new - shift) against base
         return (diffs > shift).sum(axis=1) + 0.5 * (diffs == shift).sum(axis=1)
@@ -274,7 +351,7 @@ def _rank(base: np.ndarray, new: np.ndarray, floor: float, policy: Policy) -> Ba
         ci_high_pct=hi,
         p_value=p,
         p_equiv=np.maximum(p_lo, p_hi),
-        big=np.abs(hl) >= bound,
+        big=np.abs(hl) >= math.log1p(floor),
         test="mann-whitney",
     )
 
@@ -293,12 +370,13 @@ def decide_batch(
     base = np.asarray(base, dtype=float)
     new = np.asarray(new, dtype=float)
     floor = policy.effect_floor(kind)
+    margin = policy.equivalence_margin(kind)
     if rank is None:
         rank = kind in policy.rank_kinds
     if rank:
-        res = _rank(base, new, floor, policy)
+        res = _rank(base, new, floor, margin, policy)
     else:
-        res = _welch(base, new, floor, kind in policy.absolute_kinds, policy)
+        res = _welch(base, new, floor, margin, kind in policy.absolute_kinds, policy)
     looks = policy.n_looks
     sig = res.p_value * looks <= min(policy.alpha, policy.fdr_q)
     equiv = res.p_equiv * looks <= policy.equivalence_alpha
@@ -337,26 +415,37 @@ def _use_rank(base: np.ndarray, new: np.ndarray, kind: str, policy: Policy) -> b
 
 
 def judge(
-    base: Sequence[float],
-    new: Sequence[float],
+    base: Side,
+    new: Side,
     *,
     higher_is_better: bool | None,
     kind: str = "",
     policy: Policy = DEFAULT,
     metric: str = "",
 ) -> Verdict:
-    """The verdict on one metric from one value per run on each side."""
-    b, n = _clean(base), _clean(new)
+    """The verdict on one metric. Each side is one value per run (every run its own boot)
+    or {boot: per-run values}; the test's unit is the boot mean, so noise shared by the runs
+    of a boot is in the variance and cannot look like an effect. ``n_base``/``n_new`` and
+    ``runs_wanted`` count boots; ``runs_base``/``runs_new`` count runs."""
+    b, n, runs_b, runs_n, drop = units(base, new)
     nmin = min(b.size, n.size)
     if nmin < 2:
-        return Verdict(
+        # one boot per side (however many runs it holds) says nothing about boot-to-boot
+        # noise: more boots are needed, not more runs
+        v = Verdict(
             metric, "n/a", "none", None, None, None, None, None, "", b.size, n.size,
-            max(policy.start_runs, 2),
+            max(policy.start_runs, 2), runs_b, runs_n, drop,
         )  # fmt: skip
+        if runs_b >= 2 and runs_n >= 2:
+            v.outcome = "undecided"
+            v.test = "one boot per side"
+        return v
     rank = _use_rank(b, n, kind, policy)
     res = decide_batch(b[None, :], n[None, :], kind=kind, policy=policy, rank=rank)
     p = float(res.p_value[0])
-    return _verdict(metric, res, 0, higher_is_better, min(1.0, p * policy.n_looks), b, n, policy)
+    v = _verdict(metric, res, 0, higher_is_better, min(1.0, p * policy.n_looks), b, n, policy)
+    v.runs_base, v.runs_new, v.warmup_dropped = runs_b, runs_n, drop
+    return v
 
 
 def _verdict(
@@ -404,7 +493,7 @@ def bh_adjust(p: Sequence[float]) -> np.ndarray:
 
 
 def judge_many(
-    pairs: Mapping[str, tuple[Sequence[float], Sequence[float], bool | None, str]],
+    pairs: Mapping[str, tuple[Side, Side, bool | None, str]],
     policy: Policy = DEFAULT,
 ) -> dict[str, Verdict]:
     """Verdicts for all metrics of one comparison: ``pairs[name] = (base, new,

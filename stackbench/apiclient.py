@@ -7,6 +7,7 @@ file ``$STACKBENCH_HOME/token``.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import urllib.error
@@ -99,11 +100,13 @@ class ApiClient:
                 mbox = mbox.read_bytes()
             except OSError as exc:
                 raise InputError(mbox, exc.strerror or "cannot read") from None
-        text = mbox.decode(errors="replace") if isinstance(mbox, bytes) else mbox
-        return self.post(
-            "/api/series",
-            {"mbox": text, "tree": tree, "base": base, "jobs": jobs, "runs": runs},
-        )
+        body: dict[str, Any] = {"tree": tree, "base": base, "jobs": jobs, "runs": runs}
+        if isinstance(mbox, bytes):
+            # the bytes as read: mails in latin-1 or any other charset must reach git am as is
+            body["mbox_base64"] = base64.b64encode(mbox).decode()
+        else:
+            body["mbox"] = mbox
+        return self.post("/api/series", body)
 
     def series(self, series_id: int) -> dict[str, Any]:
         return self.get(f"/api/series/{series_id}")

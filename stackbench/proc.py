@@ -94,3 +94,19 @@ def tail_text(path: Path, lines: int = 50) -> str:
     except FileNotFoundError:
         return ""
     return "\n".join(data.splitlines()[-lines:])
+
+
+def live_pid(pidfile: Path) -> int | None:
+    """The pid a daemon wrote to ``pidfile`` while that process still exists, else None.
+    A process owned by someone else (PermissionError) still counts as running."""
+    try:
+        pid = int(pidfile.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass
+    return pid

@@ -43,7 +43,13 @@ def _registered() -> list[Service]:
     import importlib
     import importlib.util
 
-    for mod in ("stackbench.jobs.services", "stackbench.web.services"):
+    # in start order: the dispatcher hands series to the master and stops first
+    mods = (
+        "stackbench.jobs.services",
+        "stackbench.web.services",
+        "stackbench.jobs.dispatcher_service",
+    )
+    for mod in mods:
         if importlib.util.find_spec(mod) is not None:
             importlib.import_module(mod)
     return SERVICES

@@ -30,7 +30,9 @@ from stackbench.jobs import bisect_runner, nightly, pipeline
 from stackbench.resultsdb.models import Bisect, KernelBuild, MailOutbox, Metric, Regression
 from stackbench.resultsdb.verdict import DEFAULT, Policy
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
+# boots are the verdict's unit: every kernel of the nightly, every step and the confirmation
+# boot at least 3 times (two runs each), about 25 s a boot under TCG on the shared host
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
 TREE = "linux-6.1"
 # one short vm-scalability case: two usemem tasks write a quarter of the guest's memory

@@ -81,3 +81,78 @@ def test_no_regression_at_all_is_not_blamed_on_the_last_commit():
     sim = Simulated(commits, bad_from=99)
     res = bisect(sim, commits[1:], "c0", higher_is_better=True, kind="throughput")
     assert res.state == "inconclusive" and res.culprit is None
+
+
+class Recording(Simulated):
+    """Simulated, remembering every list of values it handed out."""
+
+    def __init__(self, *args, fluke=None, fluke_runs=0, **kw):
+        super().__init__(*args, **kw)
+        self.handed: list[tuple[str, list[float]]] = []
+        self.fluke = fluke  # this commit's first ``fluke_runs`` runs are 30% low
+        self.fluke_runs = fluke_runs
+
+    def measure(self, commit, runs):
+        values = super().measure(commit, runs)
+        if values is not None and commit == self.fluke:
+            values = [v * 0.7 if i < self.fluke_runs else v for i, v in enumerate(values)]
+        if values is not None:
+            self.handed.append((commit, list(values)))
+        return values
+
+
+def _confirm_values(sim: Recording, res, commit: str) -> list[float]:
+    """The values of ``commit`` in its last measurement that its bisect step had not seen."""
+    before = max(s.runs for s in res.steps if s.commit == commit)
+    mine = [v for c, v in sim.handed if c == commit]
+    return mine[-1][before:]
+
+
+def test_confirmation_uses_fresh_runs_and_reports_bonferroni_confidence():
+    from stackbench.resultsdb.verdict import DEFAULT, judge
+
+    commits = [f"c{i}" for i in range(7)]
+    sim = Recording(commits, bad_from=4, drop=0.04, seed=3)
+    res = bisect(sim, commits[1:], "c0", higher_is_better=True, kind="throughput")
+    assert res.state == "found" and res.culprit == "c4"
+    parent, culprit = _confirm_values(sim, res, "c3"), _confirm_values(sim, res, "c4")
+    # fresh: at least the first look's worth, none of which a step had seen
+    assert len(parent) == len(culprit) >= DEFAULT.start_runs
+    v = judge(parent, culprit, higher_is_better=True, kind="throughput")
+    assert v.label == "worse"
+    assert res.confidence == 1 - min(1.0, v.p_value * DEFAULT.n_looks)
+
+
+def test_a_fluke_step_is_refuted_by_fresh_runs_and_the_range_stays_open():
+    # c2's first runs (the ones its step judged) are a fluke; the real drop is at c4
+    commits = [f"c{i}" for i in range(6)]
+    sim = Recording(commits, bad_from=4, drop=0.3, fluke="c2", fluke_runs=5)
+    res = bisect(sim, commits[1:], "c0", higher_is_better=True, kind="throughput")
+    assert [s.commit for s in res.steps if s.verdict == "bad"][:1] == ["c2"]
+    assert res.state == "inconclusive" and res.culprit is None
+    assert "c4" in res.candidates and res.candidates != ["c2"]
+    assert "fresh runs do not confirm c2" in res.message
+
+
+class RefusesAgain(Simulated):
+    """Measures each commit once; asked for more runs later, ``dead`` no longer boots."""
+
+    def __init__(self, *args, dead, **kw):
+        super().__init__(*args, **kw)
+        self.dead = dead
+        self.asked: dict[str, int] = {}
+
+    def measure(self, commit, runs):
+        first = self.asked.setdefault(commit, runs)
+        if commit == self.dead and runs > first:
+            return None
+        return super().measure(commit, runs)
+
+
+def test_a_culprit_that_cannot_be_measured_again_is_not_confirmed():
+    commits = [f"c{i}" for i in range(5)]
+    sim = RefusesAgain(commits, bad_from=2, dead="c2")
+    res = bisect(sim, commits[1:], "c0", higher_is_better=True, kind="throughput")
+    assert res.state == "inconclusive" and res.culprit is None and res.confidence is None
+    assert res.candidates == ["c2"]  # the steps found it; only the confirmation is missing
+    assert res.message == "the culprit or its parent cannot be measured again"

@@ -69,12 +69,78 @@ def test_new_runs_make_the_stored_text_stale(eng, capsys):
     assert _row(after.out)[0] == "1501"
 
 
-def test_warnings_come_back_with_the_stored_text(eng, capsys):
+def test_machines_are_refused_until_picked_then_kept_per_choice(eng, capsys):
     ig.ingest(eng, _runs() + _runs(machine="box-1", level=100000.0))
-    first = _compare(capsys)
-    again = _compare(capsys)
-    assert "runs from 2 machines are pooled" in first.err
-    assert again.err == first.err and again.out == first.out
+    # mixing two machines is refused, and the refusal is no kept table
+    assert cli.main(["compare", "--style", "lkp", "--all", BASE[:8], PATCH[:8]]) == 1
+    err = capsys.readouterr().err
+    assert "come from 2 machines" in err and "--pool-machines" in err
+    assert "Traceback" not in err
+    with eng.connect() as c:
+        assert c.execute(text("SELECT count(*) FROM comparison")).scalar() == 0
+    pooled = _compare(capsys, "--pool-machines")
+    assert pooled.out.startswith("# runs pooled across 2 machines (--pool-machines): box-1, ")
+    assert _compare(capsys, "--pool-machines").out == pooled.out
+    one = _compare(capsys, "--machine", "qemu-vm")
+    assert _row(one.out)[:3] == ["1001", "+10.0%", "1101"]
+    other = _compare(capsys, "--machine", "box-1")
+    assert _row(other.out)[:3] == ["100001", "+10.0%", "110001"]
+    with eng.connect() as c:
+        assert c.execute(text("SELECT count(*) FROM comparison")).scalar() == 3
+
+
+def _compare_args(*extra: str):
+    from stackbench.cli import compare
+
+    parser = cli.build_parser("compare")
+    return compare, parser.parse_args(["compare", *extra, BASE[:8], PATCH[:8]])
+
+
+def test_every_option_that_changes_the_table_is_in_the_key():
+    compare, base = _compare_args()
+    # every compare option but the kernels (the key's refs) and --plot (a file beside the
+    # table, not the table) reaches the key
+    dests = set(vars(base)) - {"kernels", "plot", "command", "verbose", "_run"}
+    assert {("all_rows" if d == "all" else d) for d in dests} == set(compare.options(base))
+    variants = [
+        ["--style", "mmtests"],
+        ["--style", "stackbench"],
+        ["--style", "alloc-latency"],
+        ["--style", "alloc-latency", "--pass", "2"],
+        ["--style", "order-success"],
+        ["--style", "per-run", "--metric", "vm-scalability.throughput"],
+        ["--style", "per-run", "--metric", "vm-scalability.median"],
+        ["--all"],
+        ["--style", "mmtests", "--table", "counts"],
+        ["--style", "mmtests", "--monitor", "vmstat"],
+        ["--suite", "vm-scalability"],
+        ["--machine", "box-1"],
+        ["--machine", "qemu-vm"],
+        ["--pool-machines"],
+        ["--suite-source", "upstream"],
+        ["--suite-source", "builtin"],
+    ]
+    keys = {}
+    for extra in [[], *variants]:
+        _, args = _compare_args(*extra)
+        key = textcache.View(tuple(args.kernels), **compare.options(args)).key
+        assert key not in keys, f"{extra} shares a kept table with {keys.get(key)}"
+        keys[key] = extra
+    _, plotted = _compare_args("--plot", "x.svg")
+    assert textcache.View(tuple(plotted.kernels), **compare.options(plotted)).key in keys
+
+
+def test_two_option_sets_do_not_share_a_kept_table(eng, capsys):
+    ig.ingest(eng, _runs() + _runs(machine="box-1", level=100000.0))
+    on_qemu = _compare(capsys, "--machine", "qemu-vm").out
+    pooled = _compare(capsys, "--pool-machines").out
+    assert pooled != on_qemu and pooled.startswith("# runs pooled")
+    assert _compare(capsys, "--machine", "qemu-vm").out == on_qemu
+    # the stored entries carry the options they were made with
+    with eng.connect() as c:
+        kept = c.execute(text("SELECT params -> 'cli' FROM comparison ORDER BY key")).scalars()
+        options = sorted((o["machine"] or "", o["pool_machines"]) for o in kept)
+    assert options == [("", True), ("qemu-vm", False)]
 
 
 def test_unknown_kernel_is_an_error_and_stores_nothing(eng, capsys):

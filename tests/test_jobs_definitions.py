@@ -11,9 +11,17 @@ from stackbench.errors import InputError, NotFoundError
 from stackbench.jobs import definitions as d
 
 
+def expand_ok(job: d.JobDef) -> bool:
+    return len(d.expand(job, guest_mem_mb=1024, guest_cpus=2)) >= 1
+
+
 def test_shipped_definitions_load_and_expand():
     jobs = {j.name: j for j in d.load_all()}
-    assert set(jobs) == {"vm-scalability", "thpscale", "stress-highalloc"}
+    assert {"vm-scalability", "thpscale", "stress-highalloc"} <= set(jobs)
+    # every other shipped definition reproduces a seed's experiment and names the seed
+    for name in set(jobs) - {"vm-scalability", "thpscale", "stress-highalloc"}:
+        assert name.startswith(f"seed-{jobs[name].seed}-"), name
+        assert expand_ok(jobs[name])
     vms = d.expand(jobs["vm-scalability"], guest_mem_mb=1024, guest_cpus=2)
     assert len(vms) == 12
     assert {sj.test for sj in vms} >= {"anon-w-seq-mt", "lru-file-readtwice", "mmap-xread-seq-mt"}
@@ -143,7 +151,9 @@ def test_load_file_errors(tmp_path):
         d.load(str(broken))
     with pytest.raises(InputError, match=r"missing.yaml: "):
         d.load(str(tmp_path / "missing.yaml"))
-    with pytest.raises(NotFoundError, match=r"no job definition 'fio' \(known: stress-highalloc"):
+    with pytest.raises(
+        NotFoundError, match=r"no job definition 'fio' \(known: seed-000-.*stress-highalloc"
+    ):
         d.load("fio")
     ok = tmp_path / "mine.yaml"
     ok.write_text(

@@ -113,9 +113,12 @@ def test_import_of_a_single_run_dir_and_file(eng):
 @pytest.mark.parametrize(
     ("tree", "message"),
     [
-        ("malformed-json", "stats.json: malformed JSON"),
-        ("non-numeric", "stats.json: stat 'vm-scalability.throughput' has a non-numeric value"),
-        ("unequal-matrix", "matrix.json: stat 'proc-vmstat.pgfault' has 2 values, expected 3"),
+        ("malformed-json", "stats.json:2: malformed JSON"),
+        ("non-numeric", "stats.json:1: stat 'vm-scalability.throughput' has a non-numeric value"),
+        (
+            "unequal-matrix",
+            "matrix.json:6: stat 'proc-vmstat.pgfault' has 3 values, more than the 2 runs",
+        ),
         ("wrong-depth", "stats.json: not at LKP result depth"),
         ("job-mismatch", "job.yaml: job.yaml has testcase 'will-it-scale'"),
         ("empty", "empty: no LKP results found"),

@@ -12,6 +12,8 @@ import pytest
 from aiosmtpd.controller import Controller
 from sqlalchemy import text
 
+from stackbench import cli
+from stackbench.errors import InputError
 from stackbench.resultsdb import ingest as ig
 from stackbench.resultsdb.models import Patch, Regression, Series
 from stackbench.web.mailer import outbox, reports
@@ -71,9 +73,15 @@ def _runs(commit: str, name: str, values):
 HOSTILE = "mm: <script>alert(1)</script>\r\nBcc: victim@example.com"
 
 
-def _series(eng) -> int:
+def _series(eng, submitter_email: str = "dev@example.com") -> int:
+    """A finished series owned by the account "dev" (verified address dev@example.com)."""
     from sqlalchemy.orm import Session
 
+    from stackbench.web import auth
+
+    with Session(eng) as s, s.begin():
+        owner = auth.create_user(s, "dev", password="pw-dev-123", email="dev@example.com")
+        owner_id = owner.id
     base, c1 = "b" * 40, "c" * 40
     ig.ingest(eng, _runs(base, "base", [100, 101, 99, 100, 100]))
     ig.ingest(eng, _runs(c1, "1/1", [70, 71, 69, 70, 70]))
@@ -82,10 +90,11 @@ def _series(eng) -> int:
             title=HOSTILE,
             version=2,
             submitter="Dev",
-            submitter_email="dev@example.com",
+            submitter_email=submitter_email,
             message_id="<cover-123@example.com>",
             base_commit=base,
             state="done",
+            owner_id=owner_id,
         )
         series.patches.append(
             Patch(
@@ -206,7 +215,7 @@ def test_dry_run_writes_files(eng, tmp_path):
 
 
 def test_refuses_injected_recipient(eng):
-    with pytest.raises(ValueError):
+    with pytest.raises(InputError, match="not a single mail address"):
         outbox.enqueue(
             eng,
             kind="t",
@@ -215,3 +224,66 @@ def test_refuses_injected_recipient(eng):
             subject="s",
             body="b",
         )
+
+
+def test_report_goes_to_the_owner_not_to_the_mbox_from(eng, smtp):
+    """Any account can write any From: in an mbox; the report goes to the list and to the
+    submitting account's own verified address, never to the From of the mails."""
+    handler, port = smtp
+    sid = _series(eng, submitter_email="victim@example.org")
+    reports.queue(eng, reports.series_report(eng, sid, _cfg(port)))
+    assert len(outbox.deliver(eng, _cfg(port)).sent) == 1
+    assert sorted(handler.envelopes[0]) == ["dev@example.com", "linux-mm@kvack.example"]
+
+
+def test_unverified_or_missing_owner_address_mails_only_the_list(eng, smtp):
+    from sqlalchemy.orm import Session
+
+    from stackbench.web import auth
+
+    handler, port = smtp
+    sid = _series(eng, submitter_email="victim@example.org")
+    with Session(eng) as s, s.begin():
+        auth.find_user(s, "dev").email_verified = False
+    reports.queue(eng, reports.series_report(eng, sid, _cfg(port)))
+    outbox.deliver(eng, _cfg(port))
+    assert handler.envelopes == [["linux-mm@kvack.example"]]
+
+
+def test_comma_in_an_mbox_from_neither_crashes_nor_reaches_a_header(eng, monkeypatch, capsys):
+    """From: Eve <a,evil@example.com> was accepted at intake and crashed
+    `stackbench mail series ID` with a ValueError traceback."""
+    from stackbench.jobs import pipeline
+    from stackbench.patches.parser import parse_mbox
+
+    mbox = (
+        b"From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
+        b"From: Eve <a,evil@example.com>\nSubject: [PATCH] mm: x\nMessage-ID: <e@x>\n\n"
+        b"x\n---\ndiff --git a/a.c b/a.c\n--- a/a.c\n+++ b/a.c\n@@ -1 +1 @@\n-a\n+b\n"
+    )
+    parsed = parse_mbox(mbox)
+    assert parsed.submitter_email == "" and parsed.patches[0].author_email == ""
+    assert "evil" in parsed.submitter  # kept as the name, shown but never mailed
+    sid = pipeline.submit(eng, mbox, jobs=["stress-highalloc"], runs=1)
+    monkeypatch.setenv("STACKBENCH_MAIL_LIST", "linux-mm@kvack.example")
+    assert cli.main(["mail", "series", str(sid)]) == 0
+    assert capsys.readouterr().out.startswith("queued mail ")
+    with eng.connect() as c:
+        assert c.scalar(text("SELECT to_addrs FROM mail_outbox")) == ["linux-mm@kvack.example"]
+
+
+def test_a_bad_recipient_is_one_line_on_the_cli(eng, monkeypatch, capsys):
+    monkeypatch.setenv("STACKBENCH_MAIL_LIST", "list@example.org, other@example.org")
+    sid = _series(eng)
+    assert cli.main(["mail", "series", str(sid)]) == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "not a single mail address" in err
+
+
+def test_user_add_refuses_a_bad_address(eng):
+    from sqlalchemy.orm import Session
+
+    from stackbench.web import auth
+
+    with Session(eng) as s, pytest.raises(InputError, match="invalid mail address"):
+        auth.create_user(s, "eve", email="a,evil@example.com")

@@ -501,3 +501,132 @@ def test_a_drifted_step_is_placed_by_the_bad_kernel_too(shift):
     res = bisect(m, commits[1:], "c0", higher_is_better=True, kind="throughput", policy=wide)
     assert res.state == "found" and res.culprit == "c5", [s.as_dict() for s in res.steps]
     assert any("than bad" in s.reason or "equivalent to bad" in s.reason for s in res.steps)
+
+
+def _looks_walked(policy) -> list[int]:
+    n, seen = policy.start_runs, [policy.start_runs]
+    while (n := policy.next_look(n)) and n > seen[-1]:
+        seen.append(n)
+    return seen
+
+
+@pytest.mark.parametrize(
+    ("runs", "max_runs"), [(None, 40), (None, 12), (3, 40), (None, None), (7, None)]
+)
+def test_the_error_budget_is_split_over_every_look_the_branch_takes(eng, runs, max_runs):
+    nightly.sync_tracked(eng, tracked(runs=runs, max_runs=max_runs))
+    pol = nightly._policy_for(branch_row(eng), None)
+    walked = _looks_walked(pol)
+    assert walked[-1] == (max_runs or 20)
+    # alpha per look times the looks really taken stays within the documented budget
+    assert pol.n_looks >= len(walked)
+    assert pol.alpha / pol.n_looks * len(walked) <= nightly.DEFAULT.alpha
+
+
+class NoisyDurationLab(FakeLab):
+    """Throughput as FakeLab; the job's elapsed time scatters by 30% (a busy host)."""
+
+    def _duration(self, idx):
+        return {"duration.elapsed": [float(self.rng.normal(5.0, 1.5))]}
+
+
+def test_an_undecided_duration_alone_measures_nothing_more(eng, mail_env):
+    lab = NoisyDurationLab(n=2, noise=5.0)
+    night(eng, lab)
+    lab.head = 1
+    (job,) = night(eng, lab)["branches"][0]["jobs"]
+    assert job["verdicts"].get("unchanged") == 1  # the throughput, decided at the first look
+    assert job["verdicts"].get("undecided") == 1  # the duration
+    assert (job["runs_base"], job["runs_head"]) == (5, 5)
+
+
+def test_an_undecided_headline_metric_gets_more_runs(eng, mail_env):
+    lab = FakeLab(n=2, noise=40.0)  # throughput CoV 4%: not decided at 5 runs
+    night(eng, lab)
+    lab.head = 1
+    (job,) = night(eng, lab)["branches"][0]["jobs"]
+    assert job["runs_head"] > 5 and job["runs_base"] == job["runs_head"]
+
+
+class BootLab(FakeLab):
+    """Each call is one boot of ``runs_per_boot`` runs sharing that boot's offset (the host's
+    load during the boot): CoV 3% between boots, 0.3% between runs of a boot."""
+
+    runs_per_boot = 2
+
+    def __init__(self, *args, slow_boot=None, **kw):
+        super().__init__(*args, **kw)
+        self.calls: list[tuple[str, int]] = []
+        self.slow_boot = slow_boot  # (commit index, boot number): that boot's host is 20% slow
+
+    def run(self, eng, tree, build_id, job, runs):
+        with Session(eng) as s:
+            commit = s.get(KernelBuild, build_id).commit
+        idx = self.history.index(commit)
+        n_boot = sum(1 for c, _ in self.calls if c == commit)
+        self.calls.append((commit, runs))
+        self.boots += 1
+        offset = 1 + 0.03 * self.rng.normal()
+        if self.slow_boot == (idx, n_boot):
+            offset *= 0.8
+        ((_name, spec),) = br.job_spec_strings(job)
+        data = [
+            ig.RunData(
+                job=spec,
+                kernel=ig.KernelSpec(
+                    commit, config_name="fake", config_hash="fake", compiler="fake", tree=tree
+                ),
+                machine=ig.MachineSpec("fake-qemu", kind="qemu", cpus=2, memory_mb=1024),
+                iteration=i,
+                samples={METRIC: [float(1000 * offset * (1 + 0.003 * self.rng.normal()))]},
+                source="fake",
+                meta={"boot_id": f"{commit[:8]}-boot-{n_boot}"},
+                idempotency_key=f"boot-{commit}-{n_boot}-{i}",
+            )
+            for i in range(runs)
+        ]
+        ig.ingest(eng, data)
+
+
+def test_runs_are_grouped_by_boot_and_boots_are_added_one_call_each(eng, mail_env):
+    lab = BootLab(n=2)
+    night(eng, lab)
+    assert lab.calls == [(lab.history[0], 2)] * 5  # five boots of two runs: the first look
+    lab.head = 1
+    (job,) = night(eng, lab)["branches"][0]["jobs"]
+    assert job["runs_base"] == job["runs_head"] >= 5  # boots, not runs
+    with Session(eng) as s:
+        head_runs = s.scalar(
+            select(func.count())
+            .select_from(Run)
+            .join(KernelBuild, KernelBuild.id == Run.build_id)
+            .where(KernelBuild.commit == lab.history[1])
+        )
+    assert head_runs == 2 * job["runs_head"]
+
+
+def test_one_slow_boot_of_a_neutral_head_opens_no_regression(eng, mail_env):
+    # the head's first boot ran on a slow host: both of its runs are 20% low; judged as ten
+    # independent runs that is a 4% drop with a tight interval, judged by boots it is noise
+    lab = BootLab(n=2, slow_boot=(1, 0), seed=11)
+    night(eng, lab)
+    lab.head = 1
+    (b,) = night(eng, lab)["branches"]
+    assert b["regressions"] == [] and b["state"] == "unchanged", b
+
+
+class DeadLab(FakeLab):
+    """Builds, but no run ever finishes: nothing is stored."""
+
+    def run(self, eng, tree, build_id, job, runs):
+        self.boots += 1
+
+
+def test_boots_that_store_nothing_end_the_top_up(eng):
+    lab = DeadLab(n=1)
+    bid = lab.build(eng, TREE, lab.history[0])
+    (jid,) = br.job_ids(eng, JOB)
+    assert br.top_up_boots(eng, lab, TREE, bid, JOB, jid, 5) == (0, 1)
+    lab.runs_per_boot = 2
+    assert br.top_up_boots(eng, lab, TREE, bid, JOB, jid, 5) == (0, 1)
+    assert lab.boots == 2

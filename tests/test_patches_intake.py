@@ -138,7 +138,7 @@ def test_push_options_set_jobs_and_runs(eng, setup):
         "-o",
         "runs=5",
         "-o",
-        "jobs=thpscale,vm-scalability-anon-w-seq",
+        "jobs=thpscale,vm-scalability[test=anon-w-seq,runtime=5s]",
         str(bare),
         "topic:refs/for/linux-6.1/main",
         check=False,
@@ -147,7 +147,7 @@ def test_push_options_set_jobs_and_runs(eng, setup):
     with Session(eng) as s:
         series = s.scalars(select(Series)).one()
         assert series.meta["runs"] == 5
-        assert series.meta["jobs"] == ["thpscale", "vm-scalability-anon-w-seq"]
+        assert series.meta["jobs"] == ["thpscale", "vm-scalability[test=anon-w-seq,runtime=5s]"]
 
 
 @pytest.mark.parametrize(
@@ -158,6 +158,13 @@ def test_push_options_set_jobs_and_runs(eng, setup):
         (["topic:refs/for/linux-6.1/no-such-base"], "base 'no-such-base' is not a branch"),
         (["main:refs/for/linux-6.1/main"], "adds no commits to 'main'"),
         (["-o", "color=red", "topic:refs/for/linux-6.1/main"], "push option 'color'"),
+        # the same validation as the web form, the API and the CLI
+        (["-o", "runs=31", "topic:refs/for/linux-6.1/main"], "runs: must be between 1 and 30"),
+        (["-o", "jobs=no-such-job", "topic:refs/for/linux-6.1/main"], "no job definition"),
+        (
+            ["-o", "jobs=thpscale[nope=1]", "topic:refs/for/linux-6.1/main"],
+            "jobs: job 'thpscale[nope=1]'",
+        ),
     ],
 )
 def test_rejected_pushes_change_nothing(eng, setup, args, message):

@@ -81,7 +81,7 @@ def test_submit_stores_once_with_raw_mails(eng):
         assert series.state == "new"
         assert series.meta["jobs"] == ["stress-highalloc"]
         assert series.meta["runs"] == 2
-        assert series.meta["mbox_b64"]
+        assert series.mbox == mbox  # the bytes as submitted, outside meta
         assert len(series.patches) == 3
         assert series.tree.default_base == "v6.1-debian"
         assert series.base_ref == "v6.1-debian"

@@ -62,14 +62,14 @@ def _rows(text: str) -> dict[tuple[str, str], list[str]]:
         m = re.match(r"\s+new:\s+(\S+)", line)
         if m:
             kernel = m.group(1)
-        elif line.startswith("  vm-scalability."):
+        elif re.match(r"  [\w-]+\.\S", line):
             cells = re.split(r"\s{2,}", line.strip())
             rows[(kernel, cells[0])] = cells
     return rows
 
 
 def test_table_rows_and_outcomes(three):
-    out = render.render(three, ["base", "slow", "same"], style="stackbench")
+    out = render.render(three, ["base", "slow", "same"], style="stackbench", all_rows=True)
     lines = out.splitlines()
     assert lines[0] == "== vm-scalability/anon-w-seq-mt  size=8T test=anon-w-seq-mt"
     assert lines[1] == f"   base: base ({BASE[:12]})"
@@ -104,7 +104,7 @@ def test_table_rows_and_outcomes(three):
     # one run per side: n/a, no statistics
     na = rows[("slow", "vm-scalability.migrate_mbps")]
     assert na[5] == "n/a" and na[3] == "-" and na[4] == "-" and na[6] == "-"
-    assert "undecided rows need 10 runs per side" in out
+    assert "undecided rows need 10 boots per side" in out
     assert "Benjamini-Hochberg" in out and "across the 8 rows" in out
 
 
@@ -126,16 +126,94 @@ def test_compare_shares_the_verdicts_and_fdr_spans_the_table(three):
     assert rows[("slow", "vm-scalability.free_time")][2].test == "mann-whitney"
 
 
-def test_cli_compare_style_stackbench(three):
+def _cli(*argv: str) -> str:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main(["compare", "--style", "stackbench", "base", SLOW[:8]])
+        rc = main(["compare", "--style", "stackbench", *argv])
     assert rc == 0, err.getvalue()
-    rows = _rows(out.getvalue())
+    return out.getvalue()
+
+
+def test_cli_compare_style_stackbench(three):
+    out = _cli("--all", "base", SLOW[:8])
+    rows = _rows(out)
     assert rows[("slow", "vm-scalability.throughput")][5] == "worse"
     assert ("same", "vm-scalability.throughput") not in rows
     # 4 rows in this table: the FDR statement counts them
-    assert "across the 4 rows" in out.getvalue()
+    assert "across the 4 rows" in out
+
+
+def test_default_view_lists_changed_and_undecided_headline_metrics(three):
+    out = _cli("base", "slow", "same")
+    rows = _rows(out)
+    # slow: the throughput (-10%, worse); free_time is vm-scalability's side metric
+    assert [k for k in rows if k[0] == "slow"] == [("slow", "vm-scalability.throughput")]
+    assert [k for k in rows if k[0] == "same"] == []  # nothing changed or undecided
+    lines = out.splitlines()
+    slow_rest, same_rest = [ln for ln in lines if "more rows not shown" in ln]
+    assert slow_rest == (
+        "  3 more rows not shown (other metrics: 1 n/a, 1 undecided, 1 ~); --all lists them"
+    )
+    assert same_rest == (
+        "  4 more rows not shown (headline: 1 ~; other metrics: 1 n/a, 2 ~); --all lists them"
+    )
+    assert "  no headline metric changed or undecided" in lines
+    # the FDR still spans every row, shown or not
+    assert "across the 8 rows" in out
+    assert "need" not in out  # no headline metric asks for more boots
+
+
+THP = ig.JobSpec("thpscale", "thpscale", {"thp": "always"})
+
+
+def _thp_runs(commit: str, name: str, huge: float, both: float, seed: int) -> list[ig.RunData]:
+    rng = np.random.default_rng(seed)
+    return [
+        ig.RunData(
+            job=THP,
+            kernel=ig.KernelSpec(commit, name=name),
+            machine=ig.MachineSpec("qemu-vm", cpus=2),
+            iteration=it,
+            samples={
+                "thpscale.fault-huge-1": [huge * (1 + 0.01 * rng.normal())],
+                "thpscale.fault-both-1": [both * (1 + 0.01 * rng.normal())],
+                "thpscale.fault-base-1": [50 * (1 + 0.2 * it)],  # a side metric, wild
+                "thpscale.Percentage huge-1": [90 + 0.1 * rng.normal()],
+            },
+        )
+        for it in range(5)
+    ]
+
+
+def test_default_view_orders_headline_metrics_by_the_size_of_their_change(eng):
+    ig.ingest(eng, _thp_runs(BASE, "base", 100.0, 200.0, 1))
+    ig.ingest(eng, _thp_runs(SLOW, "slow", 130.0, 220.0, 2))  # +30% and +10% latency
+    out = render.render(eng, ["base", "slow"], style="stackbench")
+    rows = _rows(out)
+    assert list(rows) == [("slow", "thpscale.fault-huge-1"), ("slow", "thpscale.fault-both-1")]
+    # latencies decide from 10 boots on (rank test): undecided, and the footer says so
+    assert {r[5] for r in rows.values()} == {"undecided"}
+    assert "undecided headline metrics need 10 boots per side to decide." in out
+    assert "2 more rows not shown (headline: 1 ~; other metrics: 1 undecided)" in out
+
+
+def test_all_lists_every_row_by_name(three):
+    out = _cli("--all", "base", "slow", "same")
+    assert len(_rows(out)) == 8 and "not shown" not in out
+
+
+def test_runs_of_one_boot_are_one_unit(eng):
+    # five runs per kernel, all from one boot each: nothing can be decided, however tight
+    data = []
+    for commit, name, tput in ((BASE, "base", 100000.0), (SLOW, "slow", 90000.0)):
+        for run in _runs(commit, name, tput, 2.0, 1):
+            run.meta = {**(run.meta or {}), "boot_id": f"boot-{name}"}
+            run.idempotency_key = f"{commit}-{run.iteration}"
+            data.append(run)
+    ig.ingest(eng, data)
+    rows = _rows(render.render(eng, ["base", "slow"], style="stackbench", all_rows=True))
+    tput = rows[("slow", "vm-scalability.throughput")]
+    assert tput[5] == "undecided" and tput[7] == "1/1>5"
 
 
 def test_single_kernel_is_a_clear_error(three):

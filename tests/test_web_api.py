@@ -177,10 +177,13 @@ def test_comparisons_in_each_style(eng, client):
     add_tree(eng)
     sid = make_series(eng)
     build_ids = populate_results(eng, sid, runs=3)
-    r = client.post("/api/comparisons", json={"kernels": [f"#{b}" for b in build_ids]})
+    add_user(eng, "alice")
+    auth = bearer(add_token(eng, "alice"))
+    body = {"kernels": [f"#{b}" for b in build_ids]}
+    r = client.post("/api/comparisons", json=body, headers=auth)
     assert r.status_code == 201
     key = r.get_json()["key"]
-    again = client.post("/api/comparisons", json={"kernels": [f"#{b}" for b in build_ids]})
+    again = client.post("/api/comparisons", json=body, headers=auth)
     assert again.get_json()["key"] == key  # the same comparison, the same permanent URL
     d = client.get(f"/api/comparisons/{key}").get_json()
     assert [k["id"] for k in d["kernels"]] == build_ids
@@ -193,7 +196,7 @@ def test_comparisons_in_each_style(eng, client):
     st = client.get(f"/api/comparisons/{key}/tables/stackbench")
     assert st.status_code in (200, 404)
     assert client.get(f"/api/comparisons/{key}/tables/html").status_code == 404
-    missing = client.post("/api/comparisons", json={"kernels": ["deadbeefdead"]})
+    missing = client.post("/api/comparisons", json={"kernels": ["deadbeefdead"]}, headers=auth)
     assert missing.status_code == 404 and "unknown kernel" in missing.get_json()["error"]
 
 

@@ -63,6 +63,8 @@ def test_comparison_page_tables_verdicts_plots(eng, client):
     add_tree(eng)
     sid = make_series(eng)
     populate_results(eng, sid, runs=4)
+    add_user(eng, "alice")
+    login(client)
     r = client.get(f"/series/{sid}/compare", follow_redirects=True)
     assert r.status_code == 200
     html = r.get_data(as_text=True)
@@ -97,6 +99,8 @@ def test_compare_pick_form_every_metric_text_and_plots(eng, client):
 
     with db(eng) as s:
         commits = [s.get(KernelBuild, b).commit for b in build_ids]
+    add_user(eng, "alice")
+    login(client)  # starting a comparison needs an account
     picked = client.get("/compare/new", query_string={"k": f"{commits[0][:10]} {commits[2]}"})
     assert picked.status_code == 303
     key = picked.headers["Location"].rsplit("/", 1)[1]
@@ -135,3 +139,21 @@ def test_run_links_to_buildbot_and_logs(eng, app, client):
     d2.meta = {"buildbot_url": "javascript:alert(1)"}
     rid2 = ingest.ingest(eng, [d2]).inserted[0]
     assert "javascript:" not in client.get(f"/runs/{rid2}").get_data(as_text=True)
+
+
+def test_seed_experiments_page_lists_each_seed_with_its_definitions(eng, client):
+    html = client.get("/jobs/seeds").get_data(as_text=True)
+    assert "Experiments from the seeds" in html
+    for seed, name in (
+        ("000", "seed-000-thp-folio-compaction"),
+        ("001", "seed-001-proactive-compaction"),
+        ("002", "seed-002-steady-state"),
+        ("003", "seed-003-compaction-hogger"),
+        ("003", "seed-003-compaction-build"),
+        ("004", "seed-004-thpscale-compaction"),
+    ):
+        assert f'id="seed-{seed}-{name}"' in html
+    assert "mm: proactive compaction" in html and "compare --style alloc-latency" in html
+    assert "vm.compaction_proactiveness: [0, 20]" in html
+    jobs = client.get("/jobs").get_data(as_text=True)
+    assert 'href="/jobs/seeds"' in jobs

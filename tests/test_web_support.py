@@ -18,8 +18,13 @@ DATA = Path(__file__).resolve().parent / "data" / "web"
 
 
 @pytest.fixture
-def app(eng):
-    from stackbench.web import create_app
+def app(eng, monkeypatch):
+    from stackbench.web import comparisons, create_app
+
+    # each test's database starts empty, so build ids (and comparison keys) repeat: the
+    # per-process caches must not serve the previous test's page
+    for name, size in (("RESULTS", 32), ("CACHE", 64), ("_RECENT", 256)):
+        monkeypatch.setattr(comparisons, name, comparisons.RenderCache(size))
 
     return create_app({"ENGINE": eng, "SECRET_KEY": "test-secret", "TESTING": True})
 

@@ -23,6 +23,15 @@ DEFAULTS: dict[str, Any] = {
     # per user: at most SUBMIT_RATE_COUNT submissions in SUBMIT_RATE_WINDOW seconds
     "SUBMIT_RATE_COUNT": 20,
     "SUBMIT_RATE_WINDOW": 3600,
+    # per user: at most COMPARE_RATE_COUNT new comparisons (each computes tables and plots)
+    "COMPARE_RATE_COUNT": 30,
+    "COMPARE_RATE_WINDOW": 3600,
+    # each kernel adds about a second to a comparison; a 31-patch series plus its base fits
+    "COMPARE_MAX_KERNELS": 32,
+    # wrong passwords or git tokens: LOGIN_FAIL_COUNT per user name (three times that per
+    # client address) in LOGIN_FAIL_WINDOW seconds, then sign-in waits
+    "LOGIN_FAIL_COUNT": 10,
+    "LOGIN_FAIL_WINDOW": 900,
     "SESSION_COOKIE_HTTPONLY": True,
     "SESSION_COOKIE_SAMESITE": "Lax",
     # behind HTTPS (production): send the session cookie only over TLS
@@ -88,6 +97,19 @@ def create_app(config: dict | None = None) -> Flask:
         if request.path.startswith("/git/"):
             return exc
         return render_template("error.html", error=exc), exc.code
+
+    from sqlalchemy import exc as sa_exc
+    from werkzeug.exceptions import ServiceUnavailable
+
+    @app.errorhandler(sa_exc.OperationalError)
+    @app.errorhandler(sa_exc.InterfaceError)
+    def database_gone(exc: Exception):
+        # a database restart or network cut: say so (503, retry later) instead of a bare 500;
+        # the pool pings connections, so the next request reconnects
+        app.logger.warning("database unavailable: %s", str(exc).splitlines()[0][:200])
+        return http_error(
+            ServiceUnavailable("the database is unavailable right now; try again in a moment")
+        )
 
     @app.after_request
     def security_headers(resp):

@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 from werkzeug.security import check_password_hash, generate_password_hash
 
 from stackbench.errors import InputError, NotFoundError
+from stackbench.patches.mailheaders import is_mail_address
 from stackbench.resultsdb.models import ApiToken, AppUser
 
 TOKEN_PREFIX = "sbt_"
@@ -46,11 +47,16 @@ def create_user(
     worker: bool = False,
 ) -> AppUser:
     name = clean_username(name)
+    email = email.strip()
+    if email and not is_mail_address(email):
+        raise InputError("user", f"invalid mail address {email[:120]!r} (one plain local@domain)")
     if s.scalar(select(AppUser).where(AppUser.name == name)) is not None:
         raise InputError("user", f"user '{name}' already exists")
     user = AppUser(
         name=name,
         email=email,
+        # an address an administrator typed for the account is the account's own
+        email_verified=bool(email),
         password_hash=generate_password_hash(password) if password else "",
         is_admin=admin,
         is_worker=worker,
@@ -61,7 +67,20 @@ def create_user(
 
 
 def set_password(user: AppUser, password: str) -> None:
+    """A new password; every signed-in session of the user ends."""
     user.password_hash = generate_password_hash(password)
+    end_sessions(user)
+
+
+def end_sessions(user: AppUser) -> None:
+    """Sessions are signed cookies holding (uid, generation): a new generation voids them."""
+    user.session_gen = (user.session_gen or 0) + 1
+
+
+def start_session(user: AppUser) -> None:
+    session.clear()
+    session["uid"] = user.id
+    session["gen"] = user.session_gen or 0
 
 
 def find_user(s: Session, name: str) -> AppUser:
@@ -109,14 +128,21 @@ def token_from_request() -> str | None:
 
 
 def basic_auth_user(s: Session) -> AppUser | None:
-    """The user of HTTP Basic credentials: NAME and an API token (preferred) or password."""
+    """The user of HTTP Basic credentials: NAME and one of NAME's API tokens. The account
+    password is not accepted here (git stores credentials in helpers and URLs; a token can
+    be revoked alone). Wrong tokens count toward the login throttle like wrong passwords."""
+    from stackbench.web import ratelimit
+
     auth = request.authorization
     if auth is None or auth.type != "basic" or not auth.username or not auth.password:
+        return None
+    if ratelimit.login_blocked(s, auth.username, request.remote_addr or ""):
         return None
     user = user_for_token(s, auth.password)
     if user is not None and user.name == auth.username:
         return user
-    return check_password(s, auth.username, auth.password)
+    ratelimit.record_login_failure(s, auth.username, request.remote_addr or "")
+    return None
 
 
 def init_app(app: Flask) -> None:
@@ -136,7 +162,11 @@ def init_app(app: Flask) -> None:
             return
         uid = session.get("uid")
         if uid is not None:
-            g.user = dbsession.get().get(AppUser, uid)
+            user = dbsession.get().get(AppUser, uid)
+            if user is None or session.get("gen") != (user.session_gen or 0):
+                session.clear()  # signed out elsewhere, password changed or user deleted
+                return
+            g.user = user
 
 
 def login_required(view: Callable[..., Any]) -> Callable[..., Any]:

@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session
 from stackbench.errors import NotFoundError, StackbenchError
 from stackbench.resultsdb import query
 from stackbench.resultsdb.models import Comparison, KernelBuild
+from stackbench.resultsdb.verdict import is_headline
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +53,27 @@ COUNTER_WORDS = (
 class Options:
     all_rows: bool = False
     suite: str | None = None
+    machine: str | None = None  # only this machine's runs
+    pool_machines: bool = False  # pool the runs of several machines (the tables say so)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"all_rows": self.all_rows, "suite": self.suite}
+        out: dict[str, Any] = {"all_rows": self.all_rows, "suite": self.suite}
+        # only when set, so the keys of existing comparisons stay what they were
+        if self.machine:
+            out["machine"] = self.machine
+        if self.pool_machines:
+            out["pool_machines"] = True
+        return out
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any] | None) -> Options:
+        p = params or {}
+        return cls(
+            all_rows=bool(p.get("all_rows")),
+            suite=p.get("suite"),
+            machine=p.get("machine"),
+            pool_machines=bool(p.get("pool_machines")),
+        )
 
 
 def comparison_key(build_ids: list[int], opts: Options) -> str:
@@ -83,14 +102,43 @@ def resolve_builds(s: Session, refs: list[str]) -> list[int]:
     return ids
 
 
-def get_or_create(s: Session, build_ids: list[int], opts: Options) -> Comparison:
+class QuotaExceeded(StackbenchError):
+    """The user started too many new comparisons lately (HTTP 429)."""
+
+
+def get_or_create(
+    s: Session, build_ids: list[int], opts: Options, *, owner_id: int | None = None
+) -> Comparison:
     key = comparison_key(build_ids, opts)
     s.execute(
         insert(Comparison)
-        .values(key=key, build_ids=build_ids, params=opts.as_dict(), result={})
+        .values(
+            key=key, build_ids=build_ids, params={**opts.as_dict(), "owner_id": owner_id}, result={}
+        )
         .on_conflict_do_nothing(index_elements=["key"])
     )
     return s.scalars(select(Comparison).where(Comparison.key == key)).one()
+
+
+def create_for(
+    s: Session, user_id: int, refs: list[str], opts: Options, *, max_kernels: int
+) -> Comparison:
+    """A comparison a signed-in user asks for: at most ``max_kernels`` kernels (the cost
+    grows with each), and a new one only within the user's quota; asking again for a
+    comparison that exists costs nothing."""
+    from stackbench.web import ratelimit
+
+    ids = resolve_builds(s, refs)
+    if len(ids) > max_kernels:
+        raise StackbenchError(f"{len(ids)} kernels: at most {max_kernels} per comparison")
+    key = comparison_key(ids, opts)
+    found = s.scalars(select(Comparison).where(Comparison.key == key)).one_or_none()
+    if found is not None:
+        return found
+    msg = ratelimit.check_comparison(s, user_id)
+    if msg:
+        raise QuotaExceeded(msg)
+    return get_or_create(s, ids, opts, owner_id=user_id)
 
 
 def fingerprint(conn, build_ids: list[int]) -> str:
@@ -144,12 +192,30 @@ def _render_tables(ds: query.Dataset, opts: Options) -> tuple[dict[str, Any], di
     try:
         from stackbench.resultsdb.tables import verdict
 
-        tables["stackbench"] = verdict.render(ds)
+        # as the CLI prints it: headline changes by default, every row with all_rows
+        tables["stackbench"] = verdict.render(ds, all_rows=opts.all_rows)
     except ImportError:
         errors["stackbench"] = "the stackbench verdict renderer is not installed on this server"
     except StackbenchError as exc:
         errors["stackbench"] = str(exc)
+    tables["seeds"] = _seed_tables(ds)
     return tables, errors
+
+
+def _seed_tables(ds: query.Dataset) -> list[dict[str, str]]:
+    """The seeds' layouts (001's latency percentiles, 003's Success/Success(N)) that these
+    results can fill; none when the comparison has no such runs."""
+    try:
+        from stackbench.resultsdb.tables import render
+    except ImportError:
+        return []
+    out = []
+    for style in ("alloc-latency", "order-success"):
+        try:
+            out.append({"style": style, "text": render.render_seed_style(ds, style)})
+        except StackbenchError:
+            continue
+    return out
 
 
 def _per_run(ds: query.Dataset, job_id: int, metric_id: int) -> list[list[float]]:
@@ -163,6 +229,34 @@ def _per_run(ds: query.Dataset, job_id: int, metric_id: int) -> list[list[float]
     return out
 
 
+def verdict_section(rows: list[dict[str, Any]], all_rows: bool) -> tuple[list[dict], str]:
+    """The verdict section's rows: changed and undecided headline metrics (any later
+    kernel), largest change first, and the line that counts the rest; every row with
+    ``all_rows``."""
+    if all_rows:
+        return rows, ""
+
+    def size(r: dict[str, Any]) -> float:
+        changes = [abs(v["change_pct"]) for v in r["verdicts"] if v.get("change_pct") is not None]
+        return max(changes, default=0.0)
+
+    def open_(r: dict[str, Any]) -> bool:
+        return any(v.get("outcome") in ("changed", "undecided") for v in r["verdicts"])
+
+    shown = sorted((r for r in rows if r.get("headline") and open_(r)), key=lambda r: -size(r))
+    rest = [r for r in rows if not (r.get("headline") and open_(r))]
+    if not rest:
+        return shown, ""
+    changed = sum(1 for r in rest if r.get("cls"))
+    undecided = sum(1 for r in rest if open_(r) and not r.get("cls"))
+    other = len(rest) - changed - undecided
+    line = (
+        f"{len(rest)} more metrics not shown: {changed} changed and {undecided} undecided "
+        f"counters, durations or metrics without a direction, {other} unchanged or n/a"
+    )
+    return shown, line
+
+
 def is_counter(name: str) -> bool:
     return name.startswith(COUNTER_PREFIXES) and any(w in name for w in COUNTER_WORDS)
 
@@ -172,7 +266,7 @@ def compute(eng: Engine, build_ids: list[int], opts: Options) -> dict[str, Any]:
     with eng.connect() as conn:
         fp = fingerprint(conn, build_ids)
         kernels = kernels_of(conn, build_ids)
-        ds = query.load(conn, kernels, suite=opts.suite)
+        ds = query.load(conn, kernels, suite=opts.suite, machine=opts.machine)
     result: dict[str, Any] = {
         "fingerprint": fp,
         "kernels": [{"id": k.id, "commit": k.commit, "label": k.label} for k in kernels],
@@ -181,14 +275,32 @@ def compute(eng: Engine, build_ids: list[int], opts: Options) -> dict[str, Any]:
         "metrics": [],
     }
     if not ds.runs:
-        result["errors"]["all"] = "no finished runs stored for these kernels yet"
+        on = f" on machine {opts.machine}" if opts.machine else ""
+        result["errors"]["all"] = f"no finished runs stored for these kernels{on} yet"
         return result
-    result["tables"], result["errors"] = _render_tables(ds, opts)
-    from stackbench.resultsdb.tables.render import pooled_warnings
+    from stackbench.resultsdb.tables.render import machines_of
 
-    result["warnings"] = pooled_warnings(
-        ds, hint="'stackbench compare --machine NAME' compares one"
-    )
+    result["machines"] = machines_of(ds)
+    if ds.pooled_machines():
+        if not opts.pool_machines:
+            result["errors"]["all"] = (
+                f"runs of these kernels come from {len(result['machines'])} machines "
+                f"({', '.join(result['machines'])}): runs are compared per machine; pick "
+                "one machine, or pool them (the tables then say so)"
+            )
+            return result
+        result["pooled"] = (
+            f"runs pooled across {len(result['machines'])} machines: "
+            f"{', '.join(result['machines'])}"
+        )
+    result["tables"], result["errors"] = _render_tables(ds, opts)
+    if result.get("pooled"):
+        head = f"# {result['pooled']} (--pool-machines)\n"
+        for style in ("lkp", "stackbench"):
+            if result["tables"].get(style):
+                result["tables"][style] = head + result["tables"][style]
+        for t in result["tables"]["mmtests"]:
+            t["text"] = head + t["text"]
     from stackbench.web import verdicts
 
     rows = []
@@ -205,6 +317,7 @@ def compute(eng: Engine, build_ids: list[int], opts: Options) -> dict[str, Any]:
                 "higher_is_better": met.higher_is_better,
                 "kind": met.kind,
                 "counter": is_counter(met.name),
+                "headline": is_headline(met.name, met.kind, met.higher_is_better),
                 "values": _per_run(ds, job_id, metric_id),
                 "verdicts": [],
             }
@@ -266,9 +379,7 @@ def _lookup(eng: Engine, key: str) -> Found:
             if stored_fp == live_fp:
                 cached = stored
             else:
-                opts = Options(
-                    **{k: v for k, v in (params or {}).items() if k in ("all_rows", "suite")}
-                )
+                opts = Options.from_params(params)
                 cached = _finite(compute(eng, build_ids, opts))
                 live_fp = cached["fingerprint"]
                 conn.execute(update(Comparison).where(Comparison.id == cid).values(result=cached))

@@ -6,7 +6,6 @@ register each push as a series."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 import threading
 from pathlib import Path
@@ -46,9 +45,8 @@ def ensure_intake_repo(database_url: str | None = None) -> Path:
             gitops.git(repo, "config", "receive.denyDeletes", "true")
             gitops.git(repo, "config", "receive.fsckObjects", "true")
             gitops.git(repo, "config", "http.receivepack", "true")
-        if not marker.exists() or marker.read_text() != want:
+        if not marker.exists() or marker.read_text() != want or marker.stat().st_mode & 0o077:
+            # (re)written also when an older stackbench left them readable by others
             intake.install_hook(repo, [sys.executable, "-m", "stackbench", "intake-push"], env=env)
-            tmp = marker.with_suffix(".tmp")
-            tmp.write_text(want)
-            os.replace(tmp, marker)
+            intake.write_private(marker, want)
     return repo

@@ -102,12 +102,16 @@ SCHEMAS: dict[str, Any] = {
         "type": "object",
         "properties": {
             "mbox": {"type": "string", "description": "the series as mbox text"},
+            "mbox_base64": {
+                "type": "string",
+                "description": "instead of mbox: the mbox bytes in base64 (any charset)",
+            },
             "tree": {"type": "string"},
             "base": {"type": "string", "description": "empty: the mbox's base-commit line"},
             "jobs": {"type": "array", "items": {"type": "string"}},
             "runs": {"type": "integer", "minimum": 1, "maximum": 30},
         },
-        "required": ["mbox", "tree", "jobs"],
+        "required": ["tree", "jobs"],
     },
     "RunUpload": {
         "type": "object",

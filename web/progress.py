@@ -129,4 +129,9 @@ def jobs_for(s: Session, commits: list[Commit]) -> list[Job]:
 
 
 def is_pending(series: Series) -> bool:
+    """Still changing: running, or finished by the dispatcher that has yet to note its
+    report mail (the page keeps following it until it says where the mail went)."""
+    meta = series.meta or {}
+    if series.state in ("done", "failed") and meta.get("submitted"):
+        return "report_mail" not in meta
     return series.state in PENDING_SERIES

@@ -1,15 +1,16 @@
-"""Per-user submission rate limit, counted from the series table so every gunicorn worker
-(and the API, the form and git push alike) sees the same budget."""
+"""Rate limits counted in the database, so every gunicorn worker (and the API, the form and
+git push alike) sees the same budget: submissions per user (the series table), comparisons
+per user (the comparison table) and wrong passwords per name and per client address."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
 from flask import current_app
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from stackbench.resultsdb.models import Series
+from stackbench.resultsdb.models import Comparison, LoginFailure, Series
 
 
 def submissions_left(s: Session, user_id: int) -> tuple[int, int]:
@@ -32,3 +33,48 @@ def check_submission(s: Session, user_id: int) -> str | None:
         return None
     limit = current_app.config["SUBMIT_RATE_COUNT"]
     return f"rate limit: at most {limit} submissions per {window // 60} minutes; try later"
+
+
+def login_blocked(s: Session, name: str, remote: str) -> bool:
+    """True when too many wrong passwords or tokens were given lately for this user name,
+    or from this client address (guessing across many names)."""
+    limit = int(current_app.config["LOGIN_FAIL_COUNT"])
+    since = datetime.now(UTC) - timedelta(seconds=int(current_app.config["LOGIN_FAIL_WINDOW"]))
+    recent = select(func.count()).select_from(LoginFailure).where(LoginFailure.created_at > since)
+    by_name = s.scalar(recent.where(LoginFailure.name == name[:200])) or 0
+    by_remote = s.scalar(recent.where(LoginFailure.remote == remote)) or 0
+    return by_name >= limit or by_remote >= 3 * limit
+
+
+def record_login_failure(s: Session, name: str, remote: str) -> None:
+    # rows older than the window count for nothing: dropped here, so the table stays small
+    window = int(current_app.config["LOGIN_FAIL_WINDOW"])
+    s.execute(
+        delete(LoginFailure).where(
+            LoginFailure.created_at < datetime.now(UTC) - timedelta(seconds=2 * window)
+        )
+    )
+    # committed at once: the failed request itself writes nothing else
+    s.add(LoginFailure(name=name[:200], remote=remote))
+    s.commit()
+
+
+def login_wait_message() -> str:
+    minutes = max(1, int(current_app.config["LOGIN_FAIL_WINDOW"]) // 60)
+    return f"too many failed sign-ins: try again in {minutes} minutes"
+
+
+def check_comparison(s: Session, user_id: int) -> str | None:
+    """None when the user may start another comparison, else the message to show. Counted
+    per user from the comparisons they created in the window."""
+    limit = int(current_app.config["COMPARE_RATE_COUNT"])
+    window = int(current_app.config["COMPARE_RATE_WINDOW"])
+    since = datetime.now(UTC) - timedelta(seconds=window)
+    used = s.scalar(
+        select(func.count())
+        .select_from(Comparison)
+        .where(Comparison.params["owner_id"].astext == str(user_id), Comparison.created_at > since)
+    )
+    if int(used or 0) < limit:
+        return None
+    return f"rate limit: at most {limit} new comparisons per {window // 60} minutes; try later"

@@ -46,21 +46,33 @@ def gunicorn_argv(
     ]  # fmt: skip
     if daemon:
         argv += ["--daemon", "--pid", str(pidfile())]
-    return argv + ["stackbench.web.wsgi:app"]
+    return argv + _control_socket() + ["stackbench.web.wsgi:app"]
+
+
+def control_socket() -> Path:
+    return config.home() / "gunicorn.ctl"
+
+
+def _control_socket() -> list[str]:
+    """gunicorn >= 25 opens a control socket, by default ~/.gunicorn/gunicorn.ctl: two
+    instances (two homes, or tests) would share it, and stopping one deletes the other's.
+    Each home gets its own; a path too long for a unix socket turns it off."""
+    try:
+        from gunicorn.config import Config
+    except ImportError:
+        return []
+    if "control_socket" not in Config().settings:
+        return []  # an older gunicorn without one
+    path = control_socket()
+    if len(os.fsencode(path)) > 100:
+        return ["--no-control-socket"]
+    return ["--control-socket", str(path)]
 
 
 def running_pid() -> int | None:
-    try:
-        pid = int(pidfile().read_text().strip())
-    except (FileNotFoundError, ValueError):
-        return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None
-    except PermissionError:
-        pass
-    return pid
+    from stackbench import proc
+
+    return proc.live_pid(pidfile())
 
 
 def start() -> str:

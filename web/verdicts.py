@@ -1,6 +1,6 @@
 """Verdicts for the comparison page, from :mod:`stackbench.resultsdb.verdict` so the page
 highlights exactly what the stackbench table says (:func:`stackbench.resultsdb.tables.verdict.
-compare`): each later kernel against the base, one value per run, false-discovery control
+compare`): each later kernel against the base, one value per boot, false-discovery control
 across every row of the comparison."""
 
 from __future__ import annotations

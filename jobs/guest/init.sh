@@ -6,7 +6,15 @@
 # /results/<name>/<run>/ with the benchmark's raw output (output, stderr, files the suite
 # writes), /proc snapshots before and after (vmstat, buddyinfo, pagetypeinfo, meminfo,
 # zoneinfo as <file>.before / <file>.after), and a `status` file (rc, start/end epoch and
-# uptime). A failing run is recorded and the next one starts. At the end /results goes to
+# uptime). A failing run is recorded and the next one starts.
+#
+# Before each run the job's system knobs (/stackbench/jobs/<name>.knobs, jobs/knobs.py) are
+# written, after the knobs an earlier job changed went back to their boot-time values; what
+# the kernel reads back goes to <run>/knobs. A knob the kernel lacks or refuses fails the run
+# (<run>/knob-error). A job with a scenario stage (SCENARIO... in its .env) gets it started
+# by scenario.sh before the benchmark and stopped after, with snapshots
+# <file>.scenario-before taken before it; extfrag_index and unusable_index come from debugfs
+# when the kernel has it. At the end /results goes to
 # the host as a tar stream over the virtio serial port org.stackbench.results, then the
 # guest reboots (QEMU runs with -no-reboot and exits).
 
@@ -18,6 +26,7 @@ mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev 2> /dev/null
 mount -t tmpfs -o mode=1777 tmpfs /tmp
+[ -d /sys/kernel/debug ] && mount -t debugfs debugfs /sys/kernel/debug 2> /dev/null
 
 SB=/stackbench
 R=/results
@@ -32,10 +41,77 @@ uptime_s() {
 	cut -d' ' -f1 /proc/uptime
 }
 
-snapshot() { # <dir> <before|after>
+snapshot() { # <dir> <before|after|scenario-before>
 	for f in vmstat buddyinfo pagetypeinfo meminfo zoneinfo; do
 		[ -r /proc/$f ] && cat /proc/$f > "$1/$f.$2"
 	done
+	for f in extfrag_index unusable_index; do
+		[ -r /sys/kernel/debug/extfrag/$f ] && cat /sys/kernel/debug/extfrag/$f > "$1/$f.$2"
+	done
+}
+
+# a knob file's value; THP's "always [madvise] never" reads as the bracketed choice
+knob_value() {
+	v=$(cat "$1" 2> /dev/null) || return 1
+	case "$v" in
+	*"["*"]"*) echo "$v" | sed -n 's/.*\[\(.*\)\].*/\1/p' ;;
+	*) echo "$v" ;;
+	esac
+}
+
+save_knob_defaults() {
+	: > /tmp/knob-defaults
+	[ -r $SB/knobs ] || return 0
+	while read -r k path; do
+		v=$(knob_value "$path") && echo "$path $v" >> /tmp/knob-defaults
+	done < $SB/knobs
+}
+
+restore_knobs() {
+	while read -r path v; do
+		[ "$(knob_value "$path")" = "$v" ] || echo "$v" > "$path" 2> /dev/null
+	done < /tmp/knob-defaults
+}
+
+apply_knobs() { # <name> <run dir>; 1 with <run dir>/knob-error when the kernel says no
+	f=$SB/jobs/$1.knobs
+	if [ -s "$f" ]; then
+		while read -r k path v; do
+			if [ ! -e "$path" ]; then
+				echo "knob $k: this kernel has no $path" > "$2/knob-error"
+				return 1
+			fi
+			if ! echo "$v" > "$path" 2> /dev/null; then
+				echo "knob $k: the kernel refused $v (writing $path)" > "$2/knob-error"
+				return 1
+			fi
+		done < "$f"
+	fi
+	for w in $(cat $SB/jobs/$1.cmdline 2> /dev/null); do
+		if ! grep -qw -- "$w" /proc/cmdline; then
+			echo "cmdline $w: not on the kernel command line" > "$2/knob-error"
+			return 1
+		fi
+		if grep -q "Unknown kernel command line parameters.*$w" /tmp/dmesg-boot; then
+			echo "cmdline $w: this kernel does not know the parameter" > "$2/knob-error"
+			return 1
+		fi
+	done
+	: > "$2/knobs"
+	while read -r k path; do
+		v=$(knob_value "$path") && echo "$k $v" >> "$2/knobs"
+	done < $SB/knobs
+	cp /proc/cmdline "$2/cmdline"
+}
+
+scenario() { # <start|stop> <name> <run dir>
+	(
+		set -a
+		. "$SB/jobs/$2.env"
+		SB_BIN=$SB/bin SB_WORK=/tmp/work SB_OUT=$3
+		set +a
+		exec sh "$SB/guest/scenario.sh" "$1"
+	) < /dev/null >> "$3/scenario.log" 2>&1
 }
 
 results_port() {
@@ -70,28 +146,55 @@ run_one() { # <name> <suite> <run> <timeout_s>
 	mkdir -p /tmp/work
 	sync
 	echo 3 > /proc/sys/vm/drop_caches 2> /dev/null
-	snapshot "$d" before
+	restore_knobs
 	t0=$(uptime_s)
 	e0=$(date +%s)
+	staged=0
+	unset rc
+	grep -q '^SCENARIO=' "$SB/jobs/$name.env" && staged=1
+	if ! apply_knobs "$name" "$d"; then
+		rc=3
+		say "$name run $run: $(cat "$d/knob-error")"
+	elif [ $staged = 1 ]; then
+		snapshot "$d" scenario-before
+		scenario start "$name" "$d" || {
+			rc=4
+			echo "scenario: $(tail -n 1 "$d/scenario.log")" > "$d/scenario-error"
+			say "$name run $run: scenario stage failed"
+		}
+	fi
+	if [ -z "${rc:-}" ]; then
+		run_bench "$name" "$suite" "$d" "$tmo"
+	fi
+	[ $staged = 1 ] && scenario stop "$name" "$d"
+	t1=$(uptime_s)
+	e1=$(date +%s)
+	printf 'rc %s\nstart_epoch %s\nend_epoch %s\nstart_uptime %s\nend_uptime %s\n' \
+		"$rc" "$e0" "$e1" "$t0" "$t1" > "$d/status"
+	say "$name run $run: rc=$rc elapsed=$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')s"
+	unset rc
+}
+
+run_bench() { # <name> <suite> <run dir> <timeout_s>; sets rc
+	name=$1 suite=$2 d=$3 tmo=$4
+	snapshot "$d" before
 	(
 		set -a
 		. "$SB/jobs/$name.env"
 		SB_BIN=$SB/bin SB_CASES=$SB/cases SB_WORK=/tmp/work SB_OUT=$d
 		SB_MODULE=$SB/modules/stackbench_highalloc.ko
 		set +a
-		exec timeout -s KILL "$tmo" sh "$SB/guest/run-$suite.sh"
+		# SB_RUNNER (from the .env): an upstream suite's runner (jobs/suites.py)
+		exec timeout -s KILL "$tmo" sh "$SB/guest/${SB_RUNNER:-run-$suite.sh}"
 	) < /dev/null > "$d/output" 2> "$d/stderr"
 	rc=$?
-	t1=$(uptime_s)
-	e1=$(date +%s)
 	snapshot "$d" after
-	printf 'rc %s\nstart_epoch %s\nend_epoch %s\nstart_uptime %s\nend_uptime %s\n' \
-		"$rc" "$e0" "$e1" "$t0" "$t1" > "$d/status"
-	say "$name run $run: rc=$rc elapsed=$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')s"
 }
 
 say "guest up: $(uname -r), $(nproc) cpus, $(awk '$1 == "MemTotal:" { print $2 }' /proc/meminfo) kB"
 cp $SB/plan $R/plan
+dmesg > /tmp/dmesg-boot 2> /dev/null
+save_knob_defaults
 uname -a > $R/uname
 cat /proc/cmdline > $R/cmdline
 [ -r /proc/version ] && cat /proc/version > $R/version

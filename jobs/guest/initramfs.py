@@ -21,6 +21,7 @@ from pathlib import Path
 
 from stackbench import config, proc
 from stackbench.errors import InputError, StackbenchError
+from stackbench.jobs import knobs, suites
 from stackbench.jobs.definitions import GUEST_DIR, WORKLOADS_DIR, SubJob
 
 BUSYBOX = Path("/bin/busybox")
@@ -31,8 +32,18 @@ PROGRAMS: dict[str, tuple[str, ...]] = {
     "usemem": ("usemem.c",),
     "readfile": ("readfile.c",),
     "thpscale": ("thpscale.c",),
+    "fragment": ("fragment.c",),
 }
-RUNNERS = ("run-vm-scalability.sh", "run-thpscale.sh", "run-stress-highalloc.sh")
+RUNNERS = (
+    "run-vm-scalability.sh",
+    "run-thpscale.sh",
+    "run-stress-highalloc.sh",
+    "scenario.sh",
+    "run-vm-scalability-upstream.sh",
+    "run-thpscale-upstream.sh",
+)
+# commands the upstream case scripts call that busybox lacks or spells differently
+UPSTREAM_BIN = GUEST_DIR / "upstream-bin"
 MODULE_NAME = "stackbench_highalloc.ko"
 # the first line /init prints on the console: the guest reached its userspace (qemu.boot's
 # ``expect``)
@@ -121,6 +132,19 @@ def is_static_elf(path: Path) -> bool:
     return all(struct.unpack_from("<I", table, i * phentsize)[0] != 3 for i in range(phnum))
 
 
+def upstream_files(plan: list[SubJob] | GuestPlan) -> dict[str, Path]:
+    """The built upstream suites the plan's upstream sub-jobs run (path under
+    /stackbench/upstream -> host file), fetched and built on first use (jobs/suites.py)."""
+    files: dict[str, Path] = {}
+    done: set[tuple[str, suites.Upstream]] = set()
+    for sj in as_plan(plan).subjobs:
+        if sj.upstream is None or (sj.suite, sj.upstream) in done:
+            continue
+        done.add((sj.suite, sj.upstream))
+        files.update(suites.build(sj.suite, sj.upstream))
+    return files
+
+
 # ---- cpio (newc) ----------------------------------------------------------------------------
 
 
@@ -194,6 +218,7 @@ def build_initramfs(
     if needs_module and module_ko is None:
         raise StackbenchError("initramfs: the plan runs stress-highalloc but no module was given")
     programs = compile_programs(cache_dir)
+    upstream = upstream_files(gp)
 
     cp = CpioWriter()
     for d in (
@@ -215,6 +240,9 @@ def build_initramfs(
         "stackbench/guest",
         "stackbench/jobs",
         "stackbench/modules",
+        "stackbench/guest/upstream-bin",
+        "stackbench/upstream",
+        *sorted({f"stackbench/upstream/{Path(rel).parent}" for rel in upstream}),
     ):
         cp.dir(d)
     cp.chardev("dev/console", 5, 1)
@@ -228,6 +256,10 @@ def build_initramfs(
         cp.file(f"stackbench/cases/{case.stem}", case.read_bytes(), 0o755)
     for runner in RUNNERS:
         cp.file(f"stackbench/guest/{runner}", (GUEST_DIR / runner).read_bytes(), 0o755)
+    for tool in sorted(UPSTREAM_BIN.iterdir()):
+        cp.file(f"stackbench/guest/upstream-bin/{tool.name}", tool.read_bytes(), 0o755)
+    for rel, path in sorted(upstream.items()):
+        cp.file(f"stackbench/upstream/{rel}", path.read_bytes(), 0o755)
     if module_ko is not None:
         cp.file(f"stackbench/modules/{MODULE_NAME}", Path(module_ko).read_bytes())
     cp.file("stackbench/plan", plan_text(gp).encode())
@@ -235,6 +267,11 @@ def build_initramfs(
     cp.file("stackbench/versions", "".join(versions).encode())
     for sj in gp.subjobs:
         cp.file(f"stackbench/jobs/{sj.name}.env", env_text(sj).encode())
+        cp.file(f"stackbench/jobs/{sj.name}.knobs", knobs.knobs_text(sj.setup.knobs).encode())
+        cp.file(f"stackbench/jobs/{sj.name}.cmdline", (sj.setup.cmdline + "\n").encode())
+    cp.file(
+        "stackbench/knobs", knobs.all_paths_text([sj.setup.knobs for sj in gp.subjobs]).encode()
+    )
     data = cp.finish()
 
     out = Path(out)

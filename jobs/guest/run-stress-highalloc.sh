@@ -4,21 +4,34 @@
 # attempts MemTotal/hugepage * ALLOC_PERMILLE/1000 allocations PACE_MS apart and holds what
 # it got until the pass ends; its log goes to pass<N>.log in the run's output directory.
 #
-# In: GFP PACE_MS ALLOC_PERMILLE LOAD_PERMILLE LOAD_TASKS, SB_BIN, SB_WORK, SB_OUT,
-#     SB_MODULE (the .ko; loaded here unless the proc file already exists).
+# ORDER (default 9) is the allocation order, ATTEMPTS (when > 0) an explicit count per pass,
+# PASSES (default 3) how many passes run: with fewer, the last one is still the one at rest.
+#
+# In: GFP PACE_MS ALLOC_PERMILLE LOAD_PERMILLE LOAD_TASKS [ORDER ATTEMPTS PASSES], SB_BIN,
+#     SB_WORK, SB_OUT, SB_MODULE (the .ko; loaded here with order=ORDER, reloaded when a
+#     previous job loaded it with another order).
 set -u
 
+ORDER=${ORDER:-9}
+ATTEMPTS=${ATTEMPTS:-0}
+PASSES=${PASSES:-3}
 proc=/proc/stackbench_highalloc
+param=/sys/module/stackbench_highalloc/parameters/order
+if [ -e $proc ] && [ -r $param ] && [ "$(cat $param)" != "$ORDER" ]; then
+	rmmod stackbench_highalloc || { echo "highalloc: rmmod for order $ORDER failed" >&2; exit 1; }
+fi
 if [ ! -e $proc ]; then
 	[ -n "${SB_MODULE:-}" ] && [ -e "$SB_MODULE" ] || { echo "highalloc: no module" >&2; exit 1; }
-	insmod "$SB_MODULE" || { echo "highalloc: insmod $SB_MODULE failed" >&2; exit 1; }
+	insmod "$SB_MODULE" order="$ORDER" ||
+		{ echo "highalloc: insmod $SB_MODULE order=$ORDER failed" >&2; exit 1; }
 fi
 
 memtotal_kb=$(awk '$1 == "MemTotal:" { print $2 }' /proc/meminfo)
 attempts=$((memtotal_kb / 2048 * ALLOC_PERMILLE / 1000))
+[ "$ATTEMPTS" -gt 0 ] && attempts=$ATTEMPTS
 [ "$attempts" -ge 1 ] || attempts=1
 load_bytes=$((memtotal_kb * 1024 / 1000 * LOAD_PERMILLE))
-echo "highalloc: $attempts attempts per pass, gfp $GFP, pace ${PACE_MS}ms, load $load_bytes bytes"
+echo "highalloc: $attempts attempts per pass, order $ORDER, gfp $GFP, pace ${PACE_MS}ms, load $load_bytes bytes"
 
 stop=$SB_WORK/highalloc-stop
 # The guest has no swap and no disk: the load's memory cannot be reclaimed, so when the pass
@@ -63,12 +76,15 @@ if [ "$load_bytes" -gt 0 ]; then
 	load_pid=$!
 	sleep 1
 fi
-pass 1 || rc=1
-pass 2 || rc=1
+n=1
+while [ "$n" -lt "$PASSES" ] && [ "$n" -le 2 ]; do
+	pass $n || rc=1
+	n=$((n + 1))
+done
 if [ "$load_bytes" -gt 0 ]; then
 	touch "$stop"
 	wait "$load_pid" || echo "highalloc: the load ended with $? (killed for memory?)"
 	rm -f "$SB_WORK"/load-* "$stop"
 fi
-pass 3 || rc=1
+pass $n || rc=1
 exit $rc

@@ -6,7 +6,9 @@ Passes 1 and 2 run under load, pass 3 at rest (FORMATS.md section 5). Other line
 the load's own chatter) are ignored.
 
 Samples (names without the ``stress-highalloc.`` prefix): ``passK`` = the success percentage of
-pass K as printed, ``latency-passK`` = the nanoseconds of every attempt of pass K in order.
+pass K as printed, ``latency-passK`` = the nanoseconds of every attempt of pass K in order,
+``allocated-passK`` = how many attempts of pass K succeeded (seed 001's "huge pages allocated",
+seed 003's successful allocations).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ _LOOKS_LIKE_ATTEMPT = re.compile(r"^\s*\d+\s+(success|failure)\b")
 def parse(text: str, source: str = "<stress-highalloc output>") -> dict[str, list[float]]:
     out: dict[str, list[float]] = {}
     latencies: list[float] = []
+    successes = 0
     passes = 0
     for lineno, line in enumerate(text.splitlines(), 1):
         m = _ATTEMPT.match(line)
@@ -33,6 +36,7 @@ def parse(text: str, source: str = "<stress-highalloc output>") -> dict[str, lis
             if not ns.isdigit():
                 raise InputError(source, f"line {lineno}: attempt time {ns!r} is not nanoseconds")
             latencies.append(float(ns))
+            successes += m.group(2) == "success"
             continue
         if _LOOKS_LIKE_ATTEMPT.match(line):
             raise InputError(
@@ -50,7 +54,9 @@ def parse(text: str, source: str = "<stress-highalloc output>") -> dict[str, lis
             passes += 1
             out[f"pass{passes}"] = [float(value)]
             out[f"latency-pass{passes}"] = latencies
+            out[f"allocated-pass{passes}"] = [float(successes)]
             latencies = []
+            successes = 0
     if latencies:
         raise InputError(
             source,

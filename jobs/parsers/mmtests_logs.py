@@ -6,6 +6,12 @@ snapshots of /proc files: ``file start :: /proc/vmstat`` opens the snapshot take
 benchmark and ``file end :: /proc/vmstat`` the one taken after; a snapshot runs until the next
 bookkeeping line. /proc/vmstat snapshots are parsed into counters; the others (zoneinfo,
 meminfo...) are kept as raw text.
+
+mmtests writes more than these (run-mmtests.sh, shellpacks/common.sh): ``arch :: x86_64``,
+``raid-create :: N``, ``status :: RC``, ``mount :: start`` followed by the output of
+``mount``... and later versions add more. Any other ``key :: value`` line is kept in
+``Bookkeeping.extra`` (the lines after it, up to the next ``key :: value`` line, are its
+output and are not read); only a line that breaks a known record is an error.
 """
 
 from __future__ import annotations
@@ -18,6 +24,11 @@ from stackbench.errors import InputError
 _HEADER = re.compile(
     r"^(start|version|finish|test begin|test end|time|file start|file end) :: ?(.*)$"
 )
+# what GNU time writes before its -f line when the command failed; run-mmtests.sh copies
+# time's output file (``timestamp``) into both files after 'test end'
+_TIME_STATUS = re.compile(r"^Command (exited with non-zero status|terminated by signal) (\d+)$")
+# any other bookkeeping line: a key at the start of the line (no indentation), then " :: "
+_OTHER = re.compile(r"^([A-Za-z/][\w./-]*(?: [\w./-]+)*) :: ?(.*)$")
 _TIME = re.compile(
     r"^(\S+) (\d+(?:\.\d+)?) user (\d+(?:\.\d+)?) system (\d+(?:\.\d+)?) elapsed\s*$"
 )
@@ -37,6 +48,8 @@ class BenchRecord:
     elapsed: float | None = None
     start_files: dict[str, str] = field(default_factory=dict)  # path -> raw snapshot
     end_files: dict[str, str] = field(default_factory=dict)
+    # ("start"|"end", path) -> line number of the snapshot's first line, for errors
+    file_lines: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def durations(self) -> dict[str, float]:
         if self.elapsed is None:
@@ -50,6 +63,7 @@ class Bookkeeping:
     version: str = ""
     start: int | None = None
     finish: int | None = None
+    extra: dict[str, str] = field(default_factory=dict)  # other "key :: value" lines
 
 
 def _epoch(word: str, source: str, lineno: int, what: str) -> int:
@@ -77,15 +91,29 @@ def parse_bookkeeping(text: str, source: str, *, snapshots: bool) -> Bookkeeping
         block = None
         block_owner = None
 
+    in_other = False  # inside the output that follows an unknown "key :: value" line
+    ended: BenchRecord | None = None  # the test whose 'test end' came last
     for lineno, line in enumerate(text.splitlines(keepends=True), 1):
         m = _HEADER.match(line.rstrip("\n"))
+        other = None if m else _OTHER.match(line.rstrip("\n"))
+        if other:
+            close_block()
+            key, value = other.group(1), other.group(2).strip()
+            book.extra[key] = value if key not in book.extra else f"{book.extra[key]}\n{value}"
+            in_other = True
+            continue
         if not m:
             if block is not None:
                 block.append(line)
-            elif line.strip():
+            elif (status := _TIME_STATUS.match(line.strip())) and ended is not None:
+                if ended.rc is None:  # older mmtests log no exit code on 'test end'
+                    code = int(status.group(2))
+                    ended.rc = code if status.group(1).startswith("exited") else 128 + code
+            elif line.strip() and not in_other:
                 raise InputError(source, f"line {lineno}: unexpected line {line.strip()!r}")
             continue
         close_block()
+        in_other = False
         kind, rest = m.group(1), m.group(2).strip()
         words = rest.split()
         if kind == "version":
@@ -119,7 +147,7 @@ def parse_bookkeeping(text: str, source: str, *, snapshots: bool) -> Bookkeeping
                     )
                 current.rc = int(words[2])
             _check_snapshots(current, source)
-            current = None
+            ended, current = current, None
         elif kind == "time":
             t = _TIME.match(rest)
             if not t:
@@ -136,6 +164,7 @@ def parse_bookkeeping(text: str, source: str, *, snapshots: bool) -> Bookkeeping
             if current is None:
                 raise InputError(source, f"line {lineno}: '{kind} :: {rest}' outside a test")
             files = current.start_files if kind == "file start" else current.end_files
+            current.file_lines[(kind.split()[1], rest)] = lineno + 1
             block = []
             block_owner = (files, rest)
     close_block()
@@ -157,11 +186,8 @@ def _check_snapshots(rec: BenchRecord, source: str) -> None:
                 f"test {rec.name!r}: 'file start :: {path}' has no matching "
                 f"'file end :: {path}' (snapshot truncated?)",
             )
-    for path in rec.end_files:
-        if path not in rec.start_files:
-            raise InputError(
-                source, f"test {rec.name!r}: 'file end :: {path}' has no 'file start :: {path}'"
-            )
+    # an end snapshot alone is fine: run-mmtests.sh zeroes /proc/lock_stat when a test
+    # begins and logs only 'file end :: /proc/lock_stat'
 
 
 def parse_timestamp(text: str, source: str = "tests-timestamp") -> Bookkeeping:
@@ -172,16 +198,20 @@ def parse_sysstate(text: str, source: str = "tests-sysstate") -> Bookkeeping:
     return parse_bookkeeping(text, source, snapshots=True)
 
 
-def parse_vmstat(raw: str, source: str, what: str = VMSTAT) -> dict[str, int]:
+def parse_vmstat(
+    raw: str, source: str, what: str = VMSTAT, first_line: int | None = None
+) -> dict[str, int]:
     """Counters of one /proc/vmstat snapshot; any line that is not ``name <integer>`` is an
-    error, and so is an empty snapshot (it was cut short)."""
+    error, and so is an empty snapshot (it was cut short). ``first_line``: the snapshot's
+    line number in its file, so an error names the file's line."""
     out: dict[str, int] = {}
-    for line in raw.splitlines():
+    for i, line in enumerate(raw.splitlines()):
         if not line.strip():
             continue
         words = line.split()
         if len(words) != 2 or not words[1].lstrip("-").isdigit():
-            raise InputError(source, f"{what} snapshot: malformed line {line.strip()!r}")
+            at = f"line {first_line + i}: " if first_line is not None else ""
+            raise InputError(source, f"{at}{what} snapshot: malformed line {line.strip()!r}")
         out[words[0]] = int(words[1])
     if not out:
         raise InputError(source, f"{what} snapshot is empty (truncated?)")
@@ -198,6 +228,9 @@ def find_vmstat(rec: BenchRecord, source: str) -> tuple[dict[str, int], dict[str
     """The before/after vmstat counters of one benchmark, or None without snapshots."""
     if VMSTAT not in rec.start_files:
         return None
-    start = parse_vmstat(rec.start_files[VMSTAT], source, f"start {VMSTAT}")
-    end = parse_vmstat(rec.end_files[VMSTAT], source, f"end {VMSTAT}")
+    lines = rec.file_lines
+    start = parse_vmstat(
+        rec.start_files[VMSTAT], source, f"start {VMSTAT}", lines.get(("start", VMSTAT))
+    )
+    end = parse_vmstat(rec.end_files[VMSTAT], source, f"end {VMSTAT}", lines.get(("end", VMSTAT)))
     return start, end

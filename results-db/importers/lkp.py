@@ -8,12 +8,20 @@ of the metric of the same name (``vm-scalability.throughput``, ``proc-vmstat.pgf
 A commit with run directories is read from their stats.json; its matrix.json (one list
 element per run) is used only when no run has a stats.json.
 
+Trees are read the way LKP's ``unite-stats`` leaves them (lib/matrix.rb): stats that are the
+integer 0 in every run of a commit and per-CPU ``sched_debug`` stats are dropped, as LKP drops
+them from the commit's matrix.json; a stat a run lacks is no sample of that run (a sparse stat:
+in matrix.json its list stops at the last run that has it). What unite-stats writes beside the
+results (``avg.json``, ``stddev.json``, the cross-commit matrix.json at the ``<compiler>`` level,
+per-run monitor matrices) and any other file is skipped, with a note for ``--verbose``.
+
 Everything is read and checked before anything is written: a bad file stops the import with
 its path and what is wrong, and the database is left as it was.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
@@ -50,6 +58,12 @@ _NOT_PARAMS = frozenset(AXES) | {
     "arch",
 }
 _RAW_LOG_LIMIT = 4 << 20
+_ROOTFS_SEP = re.compile(r"[^a-zA-Z0-9._-]")
+_MATRIX_NAMES = ("matrix.json", "matrix.json.gz")
+# unite-stats' summaries of a matrix (lib/matrix.rb unite_to): derived, never read
+_SUMMARY_NAMES = frozenset({"avg.json", "stddev.json", "avg.csv", "stddev.csv", "matrix.csv"})
+# unite_remove_denylist_stats: per-CPU sched_debug stats never reach a matrix
+_DENYLISTED_STAT = re.compile(r"^sched_debug.*\.[0-9]+$")
 
 
 @dataclass
@@ -74,30 +88,45 @@ class LkpRun:
     source_file: Path
     job: dict[str, Any] = field(default_factory=dict)
     logs: dict[str, bytes] = field(default_factory=dict)
+    # stats whose value in this run is the JSON integer 0 (unite-stats drops a stat that is
+    # one in every run of a commit; 0.0 is kept, as LKP keeps it)
+    int_zeros: frozenset[str] = frozenset()
 
 
 # -- finding files -------------------------------------------------------------------------
 
 
-def find_result_files(paths: Iterable[str]) -> tuple[list[Path], list[Path]]:
-    """Every stats.json and matrix.json under the given paths (files or folders)."""
+def find_result_files(
+    paths: Iterable[str], notes: list[str] | None = None
+) -> tuple[list[Path], list[Path]]:
+    """Every run's stats.json and every commit's matrix.json under the given paths (files or
+    folders); what else unite-stats writes, and any other file, is skipped (noted in
+    ``notes``)."""
     stats: list[Path] = []
     matrices: list[Path] = []
+    notes = notes if notes is not None else []
     for given in paths:
         p = Path(given)
         if not p.exists():
             raise InputError(given, "no such file or directory")
         found_here = 0
-        candidates = [p] if p.is_file() else _walk(p)
-        for f in candidates:
-            if f.name == "stats.json":
+        skipped = 0
+        for f in [p] if p.is_file() else _walk(p):
+            kind = _classify(f)
+            if kind == "stats":
                 stats.append(f.resolve())
                 found_here += 1
-            elif f.name == "matrix.json":
+            elif kind == "matrix":
                 matrices.append(f.resolve())
                 found_here += 1
-            elif p.is_file():
+            elif p.is_file() and kind == "other":
                 raise InputError(given, "not an LKP stats.json or matrix.json")
+            elif kind == "other":
+                skipped += 1
+            else:
+                notes.append(f"skipped {f}: {kind}")
+        if skipped:
+            notes.append(f"skipped {_plural(skipped, 'other file')} under {given}")
         if not found_here:
             raise InputError(
                 given,
@@ -110,8 +139,32 @@ def _walk(root: Path) -> Iterable[Path]:
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames.sort()
         for name in sorted(filenames):
-            if name in ("stats.json", "matrix.json"):
-                yield Path(dirpath, name)
+            yield Path(dirpath, name)
+
+
+def _classify(f: Path) -> str:
+    """'stats', 'matrix', 'other', or why unite-stats' own file is skipped."""
+    parent = f.parent
+    if f.name == "stats.json":
+        return "stats"  # its depth is checked when it is read
+    if f.name in _SUMMARY_NAMES:
+        return "a summary unite-stats derives from matrix.json"
+    if f.name not in _MATRIX_NAMES:
+        return "other"
+    if _COMMIT.match(parent.name):
+        return "matrix"
+    if _RUN.match(parent.name) and _COMMIT.match(parent.parent.name):
+        return "a run's monitor samples (the run's stats.json is read)"
+    if _has_commit_dirs(parent):
+        return "the cross-commit matrix of the <compiler> level (each commit is read instead)"
+    return "matrix"  # its depth is checked, and refused, when it is read
+
+
+def _has_commit_dirs(d: Path) -> bool:
+    try:
+        return any(c.is_dir() and _COMMIT.match(c.name) for c in d.iterdir())
+    except OSError:
+        return False
 
 
 def parse_result_root(commit_dir: Path, file: Path) -> ResultRoot:
@@ -131,71 +184,102 @@ def parse_result_root(commit_dir: Path, file: Path) -> ResultRoot:
 # -- reading and checking -----------------------------------------------------------------
 
 
-def _load_json(path: Path) -> Any:
+def _load_json(path: Path) -> tuple[Any, str]:
     try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
+        raw = path.read_bytes()
+        if path.name.endswith(".gz"):
+            raw = gzip.decompress(raw)
+        text = raw.decode()
+    except (OSError, EOFError, gzip.BadGzipFile, UnicodeDecodeError) as exc:
         raise InputError(path, f"cannot read: {exc}") from None
     try:
-        return json.loads(text)
+        return json.loads(text), text
     except json.JSONDecodeError as exc:
-        raise InputError(path, f"malformed JSON: {exc.msg} at line {exc.lineno}") from None
+        raise InputError(
+            f"{path}:{exc.lineno}", f"malformed JSON: {exc.msg} at line {exc.lineno}"
+        ) from None
 
 
-def _number(path: Path, stat: str, v: Any) -> float:
+def _where(path: Path, text: str, stat: str) -> str:
+    """``file:line`` of a stat's key (LKP pretty-prints its JSON, a key per line)."""
+    at = text.find(json.dumps(stat, ensure_ascii=False) + ":")
+    return f"{path}:{text.count(chr(10), 0, at) + 1}" if at >= 0 else str(path)
+
+
+def _number(path: Path, text: str, stat: str, v: Any) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise InputError(path, f"stat '{stat}' has a non-numeric value {json.dumps(v)[:40]}")
+        raise InputError(
+            _where(path, text, stat), f"stat '{stat}' has a non-numeric value {json.dumps(v)[:40]}"
+        )
     if not math.isfinite(v):
-        raise InputError(path, f"stat '{stat}' is not a finite number")
+        raise InputError(_where(path, text, stat), f"stat '{stat}' is not a finite number")
     return float(v)
+
+
+def _is_int_zero(v: Any) -> bool:
+    return type(v) is int and v == 0
 
 
 def read_stats(path: Path) -> dict[str, list[float]]:
     """stats.json: one scalar per stat (a list counts as several samples of one run)."""
-    data = _load_json(path)
+    return _read_stats(path)[0]
+
+
+def _read_stats(path: Path) -> tuple[dict[str, list[float]], frozenset[str]]:
+    data, text = _load_json(path)
     if not isinstance(data, dict):
         raise InputError(path, "expected a JSON object of stat: value")
     if not data:
         raise InputError(path, "no stats")
     out: dict[str, list[float]] = {}
+    zeros = set()
     for stat, v in data.items():
         if not stat:
             raise InputError(path, "empty stat name")
         if isinstance(v, list):
             if not v:
-                raise InputError(path, f"stat '{stat}' is an empty list")
-            out[stat] = [_number(path, stat, x) for x in v]
+                raise InputError(_where(path, text, stat), f"stat '{stat}' is an empty list")
+            out[stat] = [_number(path, text, stat, x) for x in v]
+            if all(map(_is_int_zero, v)):
+                zeros.add(stat)
         else:
-            out[stat] = [_number(path, stat, v)]
-    return out
+            out[stat] = [_number(path, text, stat, v)]
+            if _is_int_zero(v):
+                zeros.add(stat)
+    return out, frozenset(zeros)
 
 
 def read_matrix(path: Path) -> tuple[list[int], dict[str, list[float]]]:
-    """matrix.json: stat -> one value per run; returns (run numbers, matrix)."""
-    data = _load_json(path)
+    """matrix.json: stat -> one value per run; returns (run numbers, matrix).
+
+    A stat's list may be shorter than the run count: LKP appends a run's value after padding
+    the runs before it with 0 (lib/stats.rb add_stats_to_matrix), so a list stops at the last
+    run that has the stat. Such a stat has no value for the runs past its end."""
+    data, text = _load_json(path)
     if not isinstance(data, dict):
         raise InputError(path, "expected a JSON object of stat: [value per run]")
     sources = data.get("stats_source")
     if sources is not None and (
         not isinstance(sources, list) or not all(isinstance(s, str) for s in sources)
     ):
-        raise InputError(path, "stats_source must be a list of paths")
-    matrix: dict[str, list[float]] = {}
-    width: int | None = len(sources) if sources is not None else None
-    for stat, values in data.items():
-        if stat == "stats_source":
-            continue
+        raise InputError(_where(path, text, "stats_source"), "stats_source must be a list of paths")
+    lists = {k: v for k, v in data.items() if k != "stats_source"}
+    for stat, values in lists.items():
         if not isinstance(values, list):
-            raise InputError(path, f"stat '{stat}' is not a list (one value per run)")
-        if width is None:
-            width = len(values)
-        if len(values) != width:
             raise InputError(
-                path,
-                f"stat '{stat}' has {len(values)} values, expected {width} (one per run; "
-                "lists of unequal length)",
+                _where(path, text, stat), f"stat '{stat}' is not a list (one value per run)"
             )
-        matrix[stat] = [_number(path, stat, x) for x in values]
+    width = len(sources) if sources is not None else max(map(len, lists.values()), default=0)
+    matrix: dict[str, list[float]] = {}
+    for stat, values in lists.items():
+        if len(values) > width:
+            raise InputError(
+                _where(path, text, stat),
+                f"stat '{stat}' has {len(values)} values, more than the {width} runs in "
+                "stats_source (one value per run)",
+            )
+        if values:  # unite-stats removes empty lists; one left over says nothing
+            matrix[stat] = [_number(path, text, stat, x) for x in values]
     if not matrix or not width:
         raise InputError(path, "no runs in matrix")
     return _run_numbers(path, sources, width), matrix
@@ -236,6 +320,9 @@ def check_job_matches(path: Path, job: dict[str, Any], root: ResultRoot) -> None
         v = job.get(key)
         if v is None:
             continue
+        if key == "rootfs":
+            # the path holds the rootfs file's name (lib/job.rb rootfs_filename)
+            v = _ROOTFS_SEP.split(str(v))[-1]
         if str(v) != getattr(root, key):
             raise InputError(
                 path, f"job.yaml has {key} '{v}' but the path has '{getattr(root, key)}'"
@@ -325,7 +412,8 @@ def collect_runs(stats_files: list[Path], matrix_files: list[Path]) -> list[LkpR
                 f, f"not at LKP result depth: '{run_dir.name}' is not a run number ({LAYOUT})"
             )
         root = parse_result_root(run_dir.parent, f)
-        run = LkpRun(root, int(run_dir.name), read_stats(f), f)
+        stats, zeros = _read_stats(f)
+        run = LkpRun(root, int(run_dir.name), stats, f, int_zeros=zeros)
         job_file = run_dir / "job.yaml"
         if job_file.is_file():
             run.job = read_job(job_file)
@@ -336,6 +424,7 @@ def collect_runs(stats_files: list[Path], matrix_files: list[Path]) -> list[LkpR
             run.logs[root.testcase] = raw.read_bytes()
         runs.append(run)
         commits_with_runs.add(root.commit_dir)
+    unite_like_lkp(runs)
     for f in matrix_files:
         root = parse_result_root(f.parent, f)
         numbers, matrix = read_matrix(f)  # checked even when the runs' stats.json win
@@ -347,9 +436,29 @@ def collect_runs(stats_files: list[Path], matrix_files: list[Path]) -> list[LkpR
             check_job_matches(jf, job, root)
             break
         for col, num in enumerate(numbers):
-            stats = {stat: [values[col]] for stat, values in matrix.items()}
+            stats = {stat: [v[col]] for stat, v in matrix.items() if col < len(v)}
             runs.append(LkpRun(root, num, stats, f, job=job))
     return runs
+
+
+def unite_like_lkp(runs: list[LkpRun]) -> None:
+    """Drop, per commit, the stats unite-stats keeps out of the commit's matrix.json (lib/
+    matrix.rb unite_to): per-CPU sched_debug stats, and stats that are the integer 0 in every
+    run that has them. ncompare reads that matrix, so such a stat is no row of its table (not
+    a ``0.00 -100.0% 0.00`` one)."""
+    by_commit: dict[Path, list[LkpRun]] = {}
+    for r in runs:
+        by_commit.setdefault(r.root.commit_dir, []).append(r)
+    for group in by_commit.values():
+        seen: set[str] = set()
+        nonzero: set[str] = set()
+        for r in group:
+            seen.update(r.stats)
+            nonzero.update(k for k in r.stats if k not in r.int_zeros)
+        drop = {k for k in seen if k not in nonzero or _DENYLISTED_STAT.match(k)}
+        if drop:
+            for r in group:
+                r.stats = {k: v for k, v in r.stats.items() if k not in drop}
 
 
 def _job_params(runs: list[LkpRun]) -> dict[tuple[str, str], dict[str, str]]:
@@ -410,11 +519,12 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-def import_paths(eng: Engine, paths: list[str]) -> str:
-    """Import every LKP run under ``paths``; a one-line summary of what happened."""
+def import_paths(eng: Engine, paths: list[str], notes: list[str] | None = None) -> str:
+    """Import every LKP run under ``paths``; a one-line summary of what happened (what was
+    skipped goes to ``notes``)."""
     if not paths:
         raise InputError("lkp", "no paths given")
-    stats_files, matrix_files = find_result_files(paths)
+    stats_files, matrix_files = find_result_files(paths, notes)
     data = to_run_data(collect_runs(stats_files, matrix_files))
     kernels = {(d.kernel.commit, d.kernel.config_hash, d.kernel.compiler) for d in data}
     jobs = {(d.job.suite, d.job.params_key) for d in data}

@@ -6,6 +6,11 @@ Per iteration the importer reads ``tests-timestamp`` (durations), ``tests-syssta
 thpscale (and its successor thpchallenge, same log format) and stress-highalloc. Everything
 is parsed and checked before the first row is written, so a bad file stops the import with
 its path and what is wrong, and the database is left as it was.
+
+Real runs hold more than this: monitor logs (``vmstat-thpscale.gz``...), ``dmesg.gz``,
+benchmarks stackbench does not read, bookkeeping lines it does not know (``arch :: x86_64``).
+Those are skipped, with a note for ``--verbose``; unknown ``key :: value`` lines are kept in
+the run's metadata (``mmtests_sysstate``).
 """
 
 from __future__ import annotations
@@ -74,11 +79,22 @@ def _read_text(path: Path) -> str:
         raise InputError(path, f"cannot read: {exc}") from None
 
 
-def _benchmarks(iter_dir: Path) -> dict[str, Path]:
+# what parse_iteration reads in an iteration directory besides the benchmarks' own
+_BOOKKEEPING = frozenset({"tests-timestamp", "tests-sysstate", "tests-sysstate.gz"})
+
+
+def _benchmarks(iter_dir: Path, notes: list[str] | None = None) -> dict[str, Path]:
     found = {}
+    skipped = []
     for p in sorted(iter_dir.iterdir()):
         if p.is_dir() and p.name in SUITE_VERSIONS:
             found[p.name] = p / "logs"
+        elif p.name not in _BOOKKEEPING:
+            skipped.append(p.name + ("/" if p.is_dir() else ""))
+    if skipped and notes is not None:
+        # monitors (vmstat-<test>.gz, proc-vmstat-..., their .start files), dmesg.gz,
+        # other benchmarks: not read by stackbench
+        notes.append(f"skipped in {iter_dir}: {', '.join(skipped)}")
     if not found:
         raise InputError(
             iter_dir,
@@ -115,22 +131,38 @@ def _epoch(value: int | None) -> datetime | None:
 
 
 def parse_iteration(
-    iteration: int, iter_dir: Path, kernel: KernelSpec, run_name: str
+    iteration: int,
+    iter_dir: Path,
+    kernel: KernelSpec,
+    run_name: str,
+    notes: list[str] | None = None,
 ) -> list[RunData]:
     """One RunData per benchmark of one iteration, fully validated."""
     ts_path = iter_dir / "tests-timestamp"
     ss_path = iter_dir / "tests-sysstate"
     ts_text = _read_text(ts_path)
+    stub = None
     if (iter_dir / "tests-sysstate.gz").is_file():
-        # later mmtests compress the snapshots and leave a stub beside them
+        # run-mmtests.sh gzips tests-sysstate at the end of each iteration; lines logged
+        # after that (``status :: RC``) start a new, small tests-sysstate beside it
+        if ss_path.is_file():
+            try:
+                stub = mmtests_logs.parse_sysstate(_read_text(ss_path), str(ss_path))
+            except InputError as exc:  # the data is in the .gz; the stub only adds lines
+                if notes is not None:
+                    notes.append(f"skipped {exc}")
         ss_path = iter_dir / "tests-sysstate.gz"
         ss_text = thpscale.read_log(ss_path, "tests-sysstate")
     else:
         ss_text = _read_text(ss_path)
     timestamp = mmtests_logs.parse_timestamp(ts_text, str(ts_path))
     sysstate = mmtests_logs.parse_sysstate(ss_text, str(ss_path))
+    extra = {**timestamp.extra, **sysstate.extra, **(stub.extra if stub else {})}
+    if extra and notes is not None:
+        keys = ", ".join(sorted(extra))
+        notes.append(f"{iter_dir}: kept as run metadata (mmtests_sysstate): {keys}")
     runs = []
-    for bench, logs_dir in _benchmarks(iter_dir).items():
+    for bench, logs_dir in _benchmarks(iter_dir, notes).items():
         if bench == "stress-highalloc":
             raw, logs = _highalloc_samples(logs_dir)
         else:
@@ -184,6 +216,7 @@ def parse_iteration(
                     "mmtests_run": run_name,
                     "path": str(iter_dir.resolve()),
                     "mmtests_version": sysstate.version,
+                    **({"mmtests_sysstate": extra} if extra else {}),
                 },
                 started_at=_epoch(rec.begin),
                 finished_at=_epoch(rec.end),
@@ -193,8 +226,11 @@ def parse_iteration(
     return runs
 
 
-def parse_run(path: str | Path, name: str | None = None) -> list[RunData]:
-    """Every run of an mmtests run directory, or an InputError before anything is stored."""
+def parse_run(
+    path: str | Path, name: str | None = None, notes: list[str] | None = None
+) -> list[RunData]:
+    """Every run of an mmtests run directory, or an InputError before anything is stored;
+    what is skipped goes to ``notes``."""
     root = Path(path)
     run_name = root.resolve().name
     iters = find_iterations(root)
@@ -204,12 +240,14 @@ def parse_run(path: str | Path, name: str | None = None) -> list[RunData]:
     kernel = KernelSpec(commit=kname, name=kname, meta={"mmtests_run": run_name})
     runs: list[RunData] = []
     for n, iter_dir in iters:
-        runs.extend(parse_iteration(n, iter_dir, kernel, run_name))
+        runs.extend(parse_iteration(n, iter_dir, kernel, run_name, notes))
     return runs
 
 
-def import_run(eng: Engine, path: str, name: str | None = None) -> str:
-    runs = parse_run(path, name)
+def import_run(
+    eng: Engine, path: str, name: str | None = None, notes: list[str] | None = None
+) -> str:
+    runs = parse_run(path, name, notes)
     res = ingest(eng, runs)
     kname = runs[0].kernel.name
     suites = sorted({r.job.suite for r in runs})

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from stackbench.resultsdb import query
-from stackbench.resultsdb.tables import lkp_rule
+from stackbench.resultsdb.tables import lkp_fail, lkp_rule, lkp_unite
 
 ABS_WIDTH = 10
 REL_WIDTH = 10
@@ -104,6 +104,11 @@ def job_axes(job: query.JobRow) -> dict[str, str]:
         if v is None or isinstance(v, (dict, list)):
             continue
         axes[str(k)] = str(v)
+    if axes.get("suite_source") == "upstream":
+        # the upstream commit the job ran (its suite version is upstream-N+<commit>+<hash>)
+        parts = job.suite_version.split("+")
+        if len(parts) == 3:
+            axes["suite_commit"] = parts[1][:12]
     return {k: v for k, v in axes.items() if v != ""}
 
 
@@ -407,7 +412,11 @@ def failure_header(n: int) -> str:
 
 def render_group(group: Group, all_rows: bool = False, more: bool = True) -> str:
     keys = all_stat_keys(group) if all_rows else changed_stat_keys(group, more=more)
-    rows = sort_stats(calc_stats(keys, group))
+    # failure rows count every run; %stddev rows leave incomplete runs out (lkp_fail)
+    complete = lkp_fail.complete_group(group)
+    failures = [calc_stat(k, group) for k in keys if lkp_rule.is_function_stat(k)]
+    perf_keys = [k for k in keys if not lkp_rule.is_function_stat(k)]
+    rows = sort_stats(failures + calc_stats(perf_keys, complete))
     failure = [r for r in rows if r.failure]
     perf = [r for r in rows if not r.failure]
     if not failure and not perf:
@@ -434,7 +443,7 @@ def render(ds: query.Dataset, all_rows: bool = False, *, more: bool = True) -> s
     """
     single = len(ds.kernels) == 1
     parts = []
-    for g in build_groups(ds):
+    for g in lkp_unite.unite(build_groups(ds), ds):  # no 0 -> 0 rows, as in LKP
         if len(g.columns) < 2 and not single:
             continue
         # a lone kernel has nothing to be compared with: show all its stats

@@ -99,6 +99,7 @@ def collect(ds: query.Dataset, suite: str, prefix: str | None = None) -> dict[st
     with different mmtests checkouts still line up."""
     prefix = f"{suite}." if prefix is None else prefix
     job_ids = {j.id for j in ds.jobs.values() if j.suite == suite}
+    refuse_mixed_sources(ds, suite)
     smp = ds.samples()
     picked: dict[tuple[int, int], list[tuple[tuple[int, int], int, int]]] = {}
     first: dict[tuple[int, int], int] = {}  # (job, metric) -> first segment, for the order
@@ -120,6 +121,20 @@ def collect(ds: query.Dataset, suite: str, prefix: str | None = None) -> dict[st
         for _order, build_id, i in sorted(picked[key]):
             s.runs[build_id].append(smp.segment(i))
     return out
+
+
+class MixedSourcesError(StackbenchError):
+    """A suite's runs come from upstream and builtin programs: one table each, not one."""
+
+
+def refuse_mixed_sources(ds: query.Dataset, suite: str) -> None:
+    """Upstream and builtin runs of a suite measure different programs: never one column."""
+    sources = {j.suite_source for j in ds.jobs.values() if j.suite == suite}
+    if {"upstream", "builtin"} <= sources:
+        raise MixedSourcesError(
+            f"{suite}: these kernels have runs of upstream and builtin {suite}, which are not "
+            "pooled; pick one with --suite-source upstream or --suite-source builtin"
+        )
 
 
 # ---------------------------------------------------------------- layout

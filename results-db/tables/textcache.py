@@ -33,7 +33,8 @@ _LOOKUP = (
 
 @dataclass(frozen=True)
 class View:
-    """What ``stackbench compare`` was asked for: the key of its text."""
+    """What ``stackbench compare`` was asked for: the key of its text. Every option that
+    changes the printed table is a field (the CLI builds one from compare.options)."""
 
     refs: tuple[str, ...]
     style: str
@@ -42,6 +43,10 @@ class View:
     monitor: str | None = None
     suite: str | None = None
     machine: str | None = None
+    pool_machines: bool = False
+    metric: str | None = None
+    pass_no: int = 1
+    suite_source: str | None = None
 
     @property
     def key(self) -> str:

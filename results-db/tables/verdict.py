@@ -1,23 +1,25 @@
-"""stackbench's own comparison table: every metric with a verdict that can be trusted.
+"""stackbench's own comparison table: the verdicts that matter, each one that can be trusted.
 
 The first kernel is the base. One block per job (suite, test, parameters), in the same job
-order as the LKP table; inside it one sub-block per later kernel with one row per metric,
-ordered by metric name:
+order as the LKP table; inside it one sub-block per later kernel. By default a block lists
+its changed and undecided headline metrics (:func:`verdict.is_headline`), largest change
+first, and one line counting the rows it hides; ``all_rows`` lists every metric by name:
 
-    metric   base mean   new mean   change   [95% CI]   verdict   q   runs
+    metric   base mean   new mean   change   [95% CI]   verdict   q   boots
 
-* Values are per RUN: the mean of that run's samples. A latency metric has thousands of
-  samples per run, but they share one boot's memory layout, so pooling them would call any
-  boot-to-boot difference significant; the run is the independent unit. Base and new mean
-  are the means of those per-run values.
-* change is the relative difference of means with Welch's 95% interval; for latency metrics
-  (the rank path of :mod:`stackbench.resultsdb.verdict`) it is the Hodges-Lehmann ratio, the
-  median of all pairwise new/base ratios, with its distribution-free interval.
+* The unit is the BOOT: each run is the mean of its samples, each boot the mean of its runs
+  (runs of one boot share its memory layout and the host's load, so they are not
+  independent; see :mod:`stackbench.resultsdb.boots`). Base and new mean are the means of
+  the runs.
+* change is the relative difference of means with Welch's 95% interval on boot means; for
+  latency metrics (the rank path of :mod:`stackbench.resultsdb.verdict`) it is the
+  Hodges-Lehmann ratio, the median of all pairwise new/base ratios, with its
+  distribution-free interval.
 * verdict: ``better`` / ``worse`` (changed, direction from the metric), ``changed`` (a metric
-  with no preferred direction), ``~`` (shown to be within the minimum effect), ``undecided``
-  (needs more runs: the runs column says how many per side), ``n/a`` (a side with fewer than
-  two runs). Significance is controlled with Benjamini-Hochberg across ALL rows of the table;
-  q is that adjusted p-value.
+  with no preferred direction), ``~`` (shown to be within the kind's equivalence margin),
+  ``undecided`` (needs more boots: the boots column says how many per side), ``n/a`` (a side
+  with fewer than two runs). Significance is controlled with Benjamini-Hochberg across ALL
+  rows of the comparison, shown or not; q is that adjusted p-value.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import math
 from collections.abc import Sequence
 
 from stackbench.errors import StackbenchError
-from stackbench.resultsdb import query, verdict
+from stackbench.resultsdb import boots, query, verdict
 
 
 def _job_order(job: query.JobRow) -> tuple:
@@ -46,6 +48,10 @@ def _job_title(job: query.JobRow) -> str:
     title = job.suite + (f"/{job.test}" if job.test and job.test != job.suite else "")
     extra = [p for p in (params, job.suite_version and f"version {job.suite_version}") if p]
     return title + (f"  {'  '.join(extra)}" if extra else "")
+
+
+def _flat(per_boot: dict) -> list[float]:
+    return [x for runs in per_boot.values() for x in runs]
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -82,11 +88,11 @@ def _q(v: verdict.Verdict) -> str:
 
 
 def _runs(v: verdict.Verdict) -> str:
-    have = f"{v.n_base}/{v.n_new}"
+    have = f"{v.n_base}/{v.n_new}" + ("w" if v.warmup_dropped else "")
     return f"{have}>{v.runs_wanted}" if v.runs_wanted else have
 
 
-HEAD = ("metric", "base", "new", "change", "95% CI", "verdict", "q", "runs")
+HEAD = ("metric", "base", "new", "change", "95% CI", "verdict", "q", "boots")
 RIGHT = (False, True, True, True, True, False, True, True)
 
 
@@ -108,6 +114,7 @@ def compare(
     with Benjamini-Hochberg across all of them: [(job, kernel, [(metric, base mean, new mean,
     verdict)])] in table order. Shared with the web pages and mails."""
     base = ds.kernels[0]
+    boot_of = {rid: boots.boot_key(r) for rid, r in ds.runs.items()}
     pairs: dict[tuple[int, int, str], tuple] = {}
     means: dict[tuple[int, int, str], tuple[float | None, float | None]] = {}
     blocks: list[tuple[query.JobRow, int, list[str]]] = []
@@ -121,13 +128,13 @@ def compare(
             names = []
             for metric_id, m in metrics:
                 per_build = ds.values[(job_id, metric_id)]
-                b = verdict.per_run(per_build.get(base.id, {}))
-                n = verdict.per_run(per_build.get(kernel.id, {}))
+                b = boots.per_boot(per_build.get(base.id, {}), boot_of)
+                n = boots.per_boot(per_build.get(kernel.id, {}), boot_of)
                 if not b and not n:
                     continue
                 key = (job_id, idx, m.name)
                 pairs[key] = (b, n, m.higher_is_better, m.kind)
-                means[key] = (_mean(b), _mean(n))
+                means[key] = (_mean(_flat(b)), _mean(_flat(n)))
                 names.append(m.name)
             if names:
                 blocks.append((job, idx, names))
@@ -145,7 +152,39 @@ def compare(
     return out
 
 
-def render(ds: query.Dataset, policy: verdict.Policy = verdict.DEFAULT) -> str:
+Row = tuple[str, float | None, float | None, verdict.Verdict]
+
+
+def _shown(rows: list[Row], headline: set[str], all_rows: bool) -> tuple[list[Row], str]:
+    """The rows of one block the default view shows (changed and undecided headline metrics,
+    largest change first) and the line that counts the others ("" when none is hidden)."""
+    if all_rows:
+        return rows, ""
+    keep = [r for r in rows if r[0] in headline and r[3].outcome in ("changed", "undecided")]
+    keep.sort(key=lambda r: (-abs(r[3].change_pct) if r[3].change_pct is not None else 1, r[0]))
+    hidden = [r for r in rows if r not in keep]
+    if not hidden:
+        return keep, ""
+    parts = []
+    for title, group in (
+        ("headline", [r for r in hidden if r[0] in headline]),
+        ("other metrics", [r for r in hidden if r[0] not in headline]),
+    ):
+        counts: dict[str, int] = {}
+        for r in group:
+            counts[r[3].label] = counts.get(r[3].label, 0) + 1
+        if counts:
+            inner = ", ".join(f"{n} {label}" for label, n in sorted(counts.items()))
+            parts.append(f"{title}: {inner}")
+    return keep, f"  {len(hidden)} more rows not shown ({'; '.join(parts)}); --all lists them"
+
+
+def render(
+    ds: query.Dataset, policy: verdict.Policy = verdict.DEFAULT, *, all_rows: bool = False
+) -> str:
+    """The table. By default each block lists its changed and undecided headline metrics
+    (:func:`verdict.is_headline`), largest change first, and one line counting the rest;
+    ``all_rows`` lists every metric by name."""
     if len(ds.kernels) < 2:
         raise StackbenchError(
             "the stackbench table compares kernels: give a base and at least one more"
@@ -153,9 +192,16 @@ def render(ds: query.Dataset, policy: verdict.Policy = verdict.DEFAULT) -> str:
     blocks = compare(ds, policy)
     if not blocks:
         raise StackbenchError("no metric has results for the base and a later kernel")
+    headline = {
+        m.name
+        for m in ds.metrics.values()
+        if verdict.is_headline(m.name, m.kind, m.higher_is_better)
+    }
     base = ds.kernels[0]
+    n_rows = sum(len(rows) for _j, _k, rows in blocks)
+    shown = [_shown(rows, headline, all_rows) for _j, _k, rows in blocks]
     table_rows: list[list[tuple[str, ...]]] = []
-    for _job, _kernel, rows in blocks:
+    for rows, _rest in shown:
         table_rows.append(
             [
                 (name, _num(mb), _num(mn), _pct(v.change_pct), _ci(v), v.label, _q(v), _runs(v))
@@ -167,10 +213,11 @@ def render(ds: query.Dataset, policy: verdict.Policy = verdict.DEFAULT) -> str:
         for row in rows:
             widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
     lines: list[str] = []
-    n_rows = sum(len(r) for r in table_rows)
     undecided = 0
     last_job = None
-    for (job, kernel, rows), formatted in zip(blocks, table_rows, strict=True):
+    for (job, kernel, _rows), (rows, rest), formatted in zip(
+        blocks, shown, table_rows, strict=True
+    ):
         if job.id != last_job:
             if lines:
                 lines.append("")
@@ -178,19 +225,29 @@ def render(ds: query.Dataset, policy: verdict.Policy = verdict.DEFAULT) -> str:
             lines.append(f"   base: {_label(base)}")
             last_job = job.id
         lines.append(f"   new:  {_label(kernel)}")
-        lines.extend(_format([HEAD], widths))
-        lines.extend(_format(formatted, widths))
+        if formatted:
+            lines.extend(_format([HEAD], widths))
+            lines.extend(_format(formatted, widths))
+        else:
+            lines.append("  no headline metric changed or undecided")
+        if rest:
+            lines.append(rest)
         undecided = max(undecided, verdict.runs_needed([r[3] for r in rows], policy))
     lines.append("")
     lines.append(
-        "change: difference of per-run means relative to the base, Welch's 95% interval "
+        "change: difference of means relative to the base, Welch's 95% interval on boot means "
         "(latency: Hodges-Lehmann ratio, rank test)"
+    )
+    lines.append(
+        "boots: base/new boots, the unit of the test (the runs of a boot are averaged first; "
+        "w: the first run of each boot differed measurably and was dropped)"
     )
     lines.append(
         f"verdict: Benjamini-Hochberg at q={policy.fdr_q:g} across the {n_rows} rows, "
         f"alpha={policy.alpha:g} per metric over {policy.n_looks} looks; "
-        "~ = within the minimum effect"
+        "~ = within the equivalence margin of the metric's kind"
     )
     if undecided:
-        lines.append(f"undecided rows need {undecided} runs per side to decide.")
+        what = "undecided rows" if all_rows else "undecided headline metrics"
+        lines.append(f"{what} need {undecided} boots per side to decide.")
     return "\n".join(lines) + "\n"

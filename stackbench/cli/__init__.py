@@ -110,6 +110,41 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except Exception as exc:
+        lost = database_failure(exc)
+        if lost is None:
+            raise
+        print(f"stackbench: error: {lost}", file=sys.stderr)
+        return 1
+
+
+def database_failure(exc: BaseException) -> str | None:
+    """One line for a database that went away or cannot be reached (a restart, a network
+    cut, a wrong URL), or None for any other exception. Every command writes in
+    transactions, so what was committed is whole and running the command again is safe."""
+    import psycopg
+    from sqlalchemy import exc as sa_exc
+
+    if isinstance(exc, sa_exc.DBAPIError) and not isinstance(
+        exc, (sa_exc.OperationalError, sa_exc.InterfaceError)
+    ):
+        return None
+    if not isinstance(
+        exc,
+        (
+            sa_exc.OperationalError,
+            sa_exc.InterfaceError,
+            psycopg.OperationalError,
+            psycopg.InterfaceError,
+        ),
+    ):
+        return None
+    cause = getattr(exc, "orig", None) or exc
+    first = next((ln.strip() for ln in str(cause).splitlines() if ln.strip()), type(cause).__name__)
+    return (
+        f"database connection lost or refused ({first[:200]}); "
+        "what was committed is complete: run the command again once the database is up"
+    )
 
 
 if __name__ == "__main__":

@@ -17,14 +17,37 @@ enough) or an mmtests run name.
   --style mmtests    compare-mmtests.pl's tables (thpscale era): --table latency|counts|
                      locality|significance|highalloc,
                      or a monitor block with --monitor duration|vmstat
-  --style stackbench every stat with stackbench's verdict: change, 95% interval, significance
-                     after false-discovery-rate control"""
+  --style stackbench stackbench's verdicts: change, 95% interval, significance after
+                     false-discovery-rate control; the changed and undecided headline
+                     metrics, largest first, and a line counting the rest (--all: every row)
+  --style alloc-latency   stress-highalloc attempt latency percentiles per kernel with the
+                     pages allocated (seed 001's table); --pass K picks the pass
+  --style order-success   order-N Success and Success(N) beside compact_* counters per
+                     scenario (seed 003's table)
+  --style per-run    --metric NAME over the run index per kernel, with whether it reaches a
+                     steady state (seed 002's view); --plot FILE.svg draws it
+
+Runs are keyed by machine: when a job's runs come from several machines, pick one with
+--machine NAME or pool them with --pool-machines (the table's first line then says so)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("kernels", nargs="+", metavar="KERNEL", help="base first")
-    p.add_argument("--style", choices=["lkp", "mmtests", "stackbench"], default="lkp")
-    p.add_argument("--all", action="store_true", help="lkp: every stat (as 'lkp ncompare -a')")
+    p.add_argument(
+        "--style",
+        choices=["lkp", "mmtests", "stackbench", "alloc-latency", "order-success", "per-run"],
+        default="lkp",
+    )
+    p.add_argument("--metric", default=None, help="per-run: the metric to follow")
+    p.add_argument(
+        "--pass", dest="pass_no", type=int, default=1, help="alloc-latency, order-success: pass"
+    )
+    p.add_argument("--plot", default=None, metavar="FILE", help="per-run: write an SVG plot")
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help="lkp: every stat (as 'lkp ncompare -a'); stackbench: every metric's row",
+    )
     p.add_argument(
         "--table",
         choices=["latency", "counts", "locality", "significance", "highalloc"],
@@ -42,9 +65,41 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--machine",
         default=None,
-        help="only runs on this machine (by default, runs of a job on several machines are "
-        "pooled, with a warning)",
+        help="only runs on this machine (needed when a job's runs come from several)",
     )
+    p.add_argument(
+        "--pool-machines",
+        action="store_true",
+        help="pool the runs of several machines into one column (the header says so)",
+    )
+    p.add_argument(
+        "--suite-source",
+        choices=["upstream", "builtin"],
+        default=None,
+        help="only runs of upstream suites, or only builtin ones (the mmtests tables refuse "
+        "to put both in one column)",
+    )
+
+
+SEED_STYLES = ("alloc-latency", "order-success", "per-run")
+
+
+def write_plot(path: str, kernels: list[str], metric: str | None, machine: str | None) -> None:
+    """The per-run series as an SVG file (one line per kernel over the run index)."""
+    from stackbench.errors import InputError, StackbenchError
+    from stackbench.resultsdb import db, query
+    from stackbench.resultsdb.tables import per_run
+
+    if not metric:
+        raise StackbenchError("--plot draws the per-run view: give --style per-run --metric NAME")
+    with db.engine().connect() as conn:
+        ds = query.load(conn, query.resolve_kernels(conn, kernels), machine=machine)
+    try:
+        with open(path, "w") as fh:
+            fh.write(per_run.svg(ds, metric))
+    except OSError as exc:
+        raise InputError(path, f"cannot write the plot: {exc.strerror}") from None
+    print(f"stackbench: plot written to {path}", file=sys.stderr)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -54,54 +109,62 @@ def run(args: argparse.Namespace) -> int:
         from stackbench import apiclient  # urllib's HTTP stack only when it talks HTTP
 
         client = apiclient.client()
-        if args.table or args.monitor or args.machine:
+        if (
+            args.table
+            or args.monitor
+            or args.machine
+            or args.pool_machines
+            or args.suite_source
+            or args.style in SEED_STYLES
+        ):
             from stackbench.errors import StackbenchError
 
             raise StackbenchError(
-                "--table/--monitor/--machine are not available through STACKBENCH_URL; open the "
-                "comparison page, or unset STACKBENCH_URL to read the database"
+                "--table/--monitor/--machine/--pool-machines/--suite-source and the seed "
+                "styles are not available through STACKBENCH_URL; open the comparison page, "
+                "or unset STACKBENCH_URL to read the database"
             )
         out = client.compare(args.kernels, style=args.style, all_rows=args.all, suite=args.suite)
     else:
         from stackbench.resultsdb.tables import textcache
 
-        view = textcache.View(
-            tuple(args.kernels),
-            args.style,
-            args.all,
-            args.table,
-            args.monitor,
-            args.suite,
-            args.machine,
-        )
-        out = _without_sqlalchemy(args, view)
-        if out is not None:
-            print(out, end="" if out.endswith("\n") else "\n")
-            return 0
-        from stackbench.resultsdb import db
-        from stackbench.resultsdb.tables import render
+        opts = options(args)
+        view = textcache.View(tuple(args.kernels), **opts)
+        out = _without_sqlalchemy(args.kernels, opts, view)
+        if out is None:
+            from stackbench.resultsdb import db
+            from stackbench.resultsdb.tables import render
 
-        out = render.render(
-            db.engine(),
-            args.kernels,
-            style=args.style,
-            all_rows=args.all,
-            table=args.table,
-            monitor=args.monitor,
-            suite=args.suite,
-            machine=args.machine,
-            warn=lambda line: print(f"stackbench: warning: {line}", file=sys.stderr),
-            cache=view,
-        )
+            out = render.render(db.engine(), args.kernels, warn=_warn, cache=view, **opts)
+        if args.plot:
+            write_plot(args.plot, args.kernels, args.metric, args.machine)
     print(out, end="" if out.endswith("\n") else "\n")
     return 0
+
+
+def options(args: argparse.Namespace) -> dict:
+    """Every option that changes the printed table: render's arguments, and the key of the
+    kept text (textcache.View), so that two commands share a kept table only when they
+    would print the same one."""
+    return {
+        "style": args.style,
+        "all_rows": args.all,
+        "table": args.table,
+        "monitor": args.monitor,
+        "suite": args.suite,
+        "machine": args.machine,
+        "pool_machines": args.pool_machines,
+        "metric": args.metric,
+        "pass_no": args.pass_no,
+        "suite_source": args.suite_source,
+    }
 
 
 def _warn(line: str) -> None:
     print(f"stackbench: warning: {line}", file=sys.stderr)
 
 
-def _without_sqlalchemy(args: argparse.Namespace, view) -> str | None:
+def _without_sqlalchemy(kernels: list[str], opts: dict, view) -> str | None:
     """The table through one psycopg connection: the stored text when the runs are
     unchanged, else computed there and stored. None when that path cannot serve (no
     running database, a schema to migrate, a connection error): the caller then goes
@@ -122,17 +185,6 @@ def _without_sqlalchemy(args: argparse.Namespace, view) -> str | None:
                 return hit.text
             from stackbench.resultsdb.tables import render
 
-            return render.render_on(
-                conn,
-                args.kernels,
-                style=args.style,
-                all_rows=args.all,
-                table=args.table,
-                monitor=args.monitor,
-                suite=args.suite,
-                machine=args.machine,
-                warn=_warn,
-                cache=view,
-            )
+            return render.render_on(conn, kernels, warn=_warn, cache=view, **opts)
         except (textcache.Schema, psycopg.Error):
             return None

@@ -158,6 +158,7 @@ def print_tables(eng, sid: int, *, all_rows: bool = False, out=None) -> None:
     from stackbench.jobs import pipeline
     from stackbench.resultsdb.models import Patch, Run
     from stackbench.resultsdb.tables import render
+    from stackbench.resultsdb.tables.mmtests import MixedSourcesError
 
     kernels = pipeline.series_kernels(eng, sid)
     with Session(eng) as s:
@@ -181,13 +182,20 @@ def print_tables(eng, sid: int, *, all_rows: bool = False, out=None) -> None:
         print(f"  {k.name:<14} {k.commit[:12]}  {subjects.get(k.commit, 'base')}", file=out)
     refs = [k.commit for k in measured]
     for title, style, suite, opts in TABLES:
-        print(f"\n== {title} ==", file=out)
+        if style == "lkp":
+            opts = {**opts, "all_rows": all_rows}
         try:
-            if style == "lkp":
-                opts = {**opts, "all_rows": all_rows}
             text = render.render(eng, refs, style=style, suite=suite, **opts)
+        except MixedSourcesError:
+            # upstream and builtin runs of the suite: a table for each, never one pooled
+            for source in ("upstream", "builtin"):
+                text = render.render(eng, refs, style=style, suite=suite, suite_source=source)
+                print(f"\n== {title}, suite_source={source} ==", file=out)
+                print(text.rstrip("\n"), file=out)
+            continue
         except StackbenchError as exc:
             text = f"(none: {exc})"
+        print(f"\n== {title} ==", file=out)
         print(text.rstrip("\n"), file=out)
 
 

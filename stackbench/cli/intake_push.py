@@ -19,7 +19,8 @@ repository; reads git's hook input ('<old> <new> <ref>' lines) on stdin.
   --hook post-receive  register each pushed range as a series (one patch per commit),
                        keep it under refs/stackbench/series/<ID>, print its ID and URL
 
-Push options: git push -o runs=5 -o jobs=thpscale,vm-scalability-anon-w-seq ..."""
+Push options, validated like every submission (runs 1..30, jobs with overrides):
+  git push -o runs=5 -o 'jobs=thpscale,vm-scalability[test=anon-w-seq]' ..."""
 
 PUSH_OPTIONS = ("runs", "jobs")
 
@@ -47,13 +48,16 @@ def run(args: argparse.Namespace) -> int:
     updates = intake.read_hook_input(sys.stdin.read())
     options = _options(intake.read_push_options(os.environ))
     if args.hook == "pre-receive":
-        _check(repo, updates)
+        _check(repo, updates, options)
         return 0
     return _register(repo, updates, options)
 
 
 def _options(raw: dict[str, str]) -> dict[str, object]:
+    """Push options as the submission's fields (validated with the rest by lifecycle.check):
+    ``-o runs=5``, ``-o jobs=thpscale[madvise=false],vm-scalability``."""
     from stackbench.errors import InputError
+    from stackbench.jobs.pipeline import split_job_specs
 
     out: dict[str, object] = {}
     for key, value in raw.items():
@@ -62,18 +66,13 @@ def _options(raw: dict[str, str]) -> dict[str, object]:
                 f"push option {key[:40]!r}", f"unknown; known: {', '.join(PUSH_OPTIONS)}"
             )
         if key == "runs":
-            if not value.isdigit() or not 1 <= int(value) <= 100:
-                raise InputError("push option runs", f"expected 1..100, got {value[:20]!r}")
-            out["runs"] = int(value)
+            out["runs"] = value
         else:
-            jobs = [j.strip() for j in value.split(",") if j.strip()]
-            if not jobs or any(not j.replace("-", "").replace("_", "").isalnum() for j in jobs):
-                raise InputError("push option jobs", "expected job names separated by commas")
-            out["jobs"] = jobs
+            out["jobs"] = split_job_specs(value)
     return out
 
 
-def _check(repo: Path, updates: list[tuple[str, str, str]]) -> None:
+def _check(repo: Path, updates: list[tuple[str, str, str]], options: dict) -> None:
     from stackbench.patches import intake
     from stackbench.resultsdb import db
 
@@ -81,13 +80,14 @@ def _check(repo: Path, updates: list[tuple[str, str, str]]) -> None:
     targets = [(intake.parse_push_ref(ref), new) for _old, new, ref in updates]
     with db.session() as session:
         for (tree, base), new in targets:
-            _known_tree(session, tree)
+            _checked(session, tree, options)
             intake.series_from_push(repo, tree, base, new)
 
 
 def _register(repo: Path, updates: list[tuple[str, str, str]], options: dict) -> int:
     from stackbench import config
-    from stackbench.patches import gitops, intake, store
+    from stackbench.jobs import lifecycle
+    from stackbench.patches import gitops, intake
     from stackbench.patches.apply import ApplyResult
     from stackbench.resultsdb import db
 
@@ -96,27 +96,24 @@ def _register(repo: Path, updates: list[tuple[str, str, str]], options: dict) ->
         owner_id = _owner(session, os.environ.get("REMOTE_USER"))
         for _old, new, ref in updates:
             tree, base = intake.parse_push_ref(ref)
-            _known_tree(session, tree)
+            checked = _checked(session, tree, options)
             parsed = intake.series_from_push(repo, tree, base, new)
-            series = store.create_series(
+            checked.base = base
+            # the pushed commits are the applied patches: nothing to git am
+            result = ApplyResult(
+                base_sha=parsed.base_commit or "",
+                commits=[p.commit_sha or "" for p in parsed.patches],
+                ok=True,
+            )
+            series = lifecycle.create(
                 session,
                 parsed,
-                tree=tree,
-                base=base,
+                checked,
                 source="push",
                 owner_id=owner_id,
-                jobs=options.get("jobs"),  # type: ignore[arg-type]
-                runs=options.get("runs"),  # type: ignore[arg-type]
                 meta={"push": {"repo": str(repo), "ref": ref, "head": new}},
+                applied=result,
             )
-            if series.state == "new":
-                # the pushed commits are the applied patches: nothing to git am
-                result = ApplyResult(
-                    base_sha=parsed.base_commit or "",
-                    commits=[p.commit_sha or "" for p in parsed.patches],
-                    ok=True,
-                )
-                store.record_apply(session, series.id, result)
             done.append((series.id, ref, new, len(parsed.patches), base, series.title))
     url = config.server_url()
     for series_id, ref, new, count, base, title in done:
@@ -129,16 +126,11 @@ def _register(repo: Path, updates: list[tuple[str, str, str]], options: dict) ->
     return 0
 
 
-def _known_tree(session, tree: str) -> None:
-    from sqlalchemy import select
+def _checked(session, tree: str, options: dict):
+    """The one validation of every front door (tree, jobs, runs); one line on failure."""
+    from stackbench.jobs import lifecycle
 
-    from stackbench.errors import InputError
-    from stackbench.resultsdb.models import Tree
-
-    names = list(session.scalars(select(Tree.name).order_by(Tree.name)))
-    if tree not in names:
-        known = ", ".join(names) or "none registered"
-        raise InputError(f"tree {tree!r}", f"unknown tree (known: {known})")
+    return lifecycle.check(session, tree=tree, jobs=options.get("jobs"), runs=options.get("runs"))
 
 
 def _owner(session, user: str | None) -> int | None:

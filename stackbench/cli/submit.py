@@ -20,7 +20,10 @@ one: a finished series is not run again (use --rerun to add a round of runs).
 
   --jobs    job definitions (jobs/defs), with optional parameter overrides:
             --jobs 'thpscale[madvise=false],vm-scalability[test=anon-w-seq,runtime=10s]'
-  --no-wait only store the series (a worker or a later `stackbench submit` runs it)
+  --no-wait store the series and hand it to the dispatcher of `stackbench up`, which applies
+            it, has Buildbot (or, without a master, itself) build and measure every commit,
+            and queues the report mail; follow it on the series page. Without `stackbench
+            up` running, nothing happens until it is started.
 
 Exit status: 0 when every kernel was built and measured, 1 otherwise."""
 
@@ -31,7 +34,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--base", default=None, help="base ref (default: base-commit or the tree's)")
     p.add_argument("--jobs", default=None, metavar="NAME,...", help="default: all three suites")
     p.add_argument("--runs", type=int, default=None, help="runs of every job per kernel")
-    p.add_argument("--no-wait", action="store_true", help="store only; do not run")
+    p.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="hand the series to the dispatcher of 'stackbench up' instead of running it here",
+    )
     p.add_argument("--rerun", action="store_true", help="run a finished series again")
     add_machine_arguments(p)
 
@@ -95,24 +102,33 @@ def print_summary(eng, series_id: int, out=None) -> None:
             print(f"  {label:>5}  {commit[:12]}  {status:<12} {counts}", file=out)
 
 
+def store(eng, data: bytes, args: argparse.Namespace, *, here: bool) -> int:
+    """The series through the one validation and creation of every front door; ``here``:
+    this process runs it, so the dispatcher leaves it alone."""
+    from sqlalchemy.orm import Session
+
+    from stackbench.jobs import lifecycle, pipeline
+    from stackbench.patches.parser import parse_mbox
+
+    jobs = pipeline.split_job_specs(args.jobs) if args.jobs else None
+    parsed = parse_mbox(data, source=args.mbox)
+    meta = {"dispatch": {"executor": "foreground"}} if here else None
+    with Session(eng) as s, s.begin():
+        checked = lifecycle.check(s, tree=args.tree, base=args.base, jobs=jobs, runs=args.runs)
+        series = lifecycle.create(s, parsed, checked, source="mbox", mbox=data, meta=meta)
+        return series.id
+
+
 def run(args: argparse.Namespace) -> int:
     from stackbench.jobs import pipeline
     from stackbench.resultsdb import db
 
     data = read_mbox(args.mbox)
-    jobs = pipeline.split_job_specs(args.jobs) if args.jobs else None
     eng = db.engine()
-    sid = pipeline.submit(
-        eng,
-        data,
-        tree=args.tree,
-        base=args.base,
-        jobs=jobs,
-        runs=args.runs,
-        filename=args.mbox,
-    )
+    sid = store(eng, data, args, here=not args.no_wait)
     print(f"series {sid} stored")
     if args.no_wait:
+        print(f"series {sid} handed to the dispatcher ('stackbench up' runs it)")
         return 0
     state = pipeline.run_series(
         eng, sid, progress=pipeline.StderrProgress(), settings=settings_from(args),

@@ -24,7 +24,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a.add_argument("name")
     a.add_argument("--admin", action="store_true", help="may manage trees, machines, branches")
     a.add_argument("--worker", action="store_true", help="may upload results")
-    a.add_argument("--email", default="")
+    a.add_argument(
+        "--email", default="", help="the account's verified address: series reports go here"
+    )
     a.add_argument("--password-stdin", action="store_true", help="read the password from stdin")
     pw = sub.add_parser("passwd", help="set an account's password")
     pw.add_argument("name")

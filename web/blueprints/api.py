@@ -7,10 +7,11 @@ Errors are JSON objects ``{"error": "...", "status": N}``; the OpenAPI document 
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
-from flask import Blueprint, Response, abort, g, request, url_for
+from flask import Blueprint, Response, abort, current_app, g, request, url_for
 from sqlalchemy import func, select
 
 from stackbench.errors import InputError, NotFoundError, StackbenchError
@@ -63,6 +64,8 @@ def series_json(x: Series, commits: list[progress.Commit] | None = None) -> dict
         "message_id": x.message_id,
         "jobs": (x.meta or {}).get("jobs", []),
         "runs": (x.meta or {}).get("runs"),
+        "progress": (x.meta or {}).get("progress"),
+        "report_mail": (x.meta or {}).get("report_mail"),
         "created_at": _iso(x.created_at),
         "patches": [
             {
@@ -135,6 +138,12 @@ def series_create():
         if not isinstance(mbox, str):
             abort(400, "mbox must be a string (the mbox text)")
         data = mbox.encode()
+        if "mbox_base64" in body:
+            # the mbox as bytes, for mails that are not UTF-8 (a JSON string cannot carry them)
+            try:
+                data = base64.b64decode(str(body["mbox_base64"]), validate=True)
+            except ValueError:
+                abort(400, "mbox_base64 is not valid base64")
         jobs = body.get("jobs") or []
         fields = body
     else:
@@ -338,6 +347,7 @@ def runs_upload():
 
 
 @bp.route("/comparisons", methods=["POST"])
+@login_required
 def comparison_create():
     body = request.get_json(silent=True)
     if not isinstance(body, dict) or not isinstance(body.get("kernels"), list):
@@ -346,11 +356,16 @@ def comparison_create():
     opts = comparisons.Options(all_rows=bool(body.get("all_rows")), suite=body.get("suite"))
     s = dbsession.get()
     try:
-        ids = comparisons.resolve_builds(s, refs)
+        comp = comparisons.create_for(
+            s, g.user.id, refs, opts, max_kernels=current_app.config["COMPARE_MAX_KERNELS"]
+        )
+    except comparisons.QuotaExceeded as exc:
+        s.rollback()
+        return {"error": str(exc), "status": 429}, 429
     except StackbenchError as exc:
         s.rollback()
-        return {"error": str(exc), "status": 404}, 404
-    comp = comparisons.get_or_create(s, ids, opts)
+        status = 404 if isinstance(exc, NotFoundError) else 400
+        return {"error": str(exc), "status": status}, status
     s.commit()
     return comparison_links(comp.key), 201
 
@@ -383,7 +398,7 @@ def comparison_get(key: str):
     if body is None:
         doc = {
             **comparison_links(key),
-            "options": comp.params,
+            "options": {k: comp.params.get(k) for k in ("all_rows", "suite")},
             "kernels": result.get("kernels", []),
             "errors": result.get("errors", {}),
             "metrics": [

@@ -2,44 +2,63 @@
 
 from __future__ import annotations
 
+import re
+from urllib.parse import urlsplit
+
 from flask import Blueprint, abort, flash, g, redirect, render_template, request, session, url_for
 from sqlalchemy import select
 
 from stackbench.resultsdb.models import ApiToken
-from stackbench.web import auth, dbsession
+from stackbench.web import auth, dbsession, ratelimit
 from stackbench.web.auth import login_required
 
 bp = Blueprint("auth", __name__)
 
 
+_SAFE_NEXT = re.compile(r"/(?![/\\])[!-~]*")
+
+
 def _safe_next(target: str | None) -> str:
-    # only local paths: no open redirect to another site
-    if target and target.startswith("/") and not target.startswith("//") and "\\" not in target:
-        return target
+    """Only a local path. Browsers drop tabs and newlines from a Location (``/\t/evil`` is
+    ``//evil``) and take ``\\`` for ``/``, so the target is printable ASCII without spaces,
+    backslashes, or a second leading slash; anything else goes to the start page."""
+    if target and _SAFE_NEXT.fullmatch(target) and "\\" not in target:
+        parts = urlsplit(target)
+        if not parts.scheme and not parts.netloc:
+            return target
     return url_for("series.index")
 
 
 @bp.route("/login", methods=["GET", "POST"])
 def login():
     error = None
+    status = 200
     if request.method == "POST":
-        user = auth.check_password(
-            dbsession.get(), request.form.get("name", ""), request.form.get("password", "")
-        )
-        if user is None:
-            error = "wrong user name or password"
+        s = dbsession.get()
+        name = request.form.get("name", "")
+        remote = request.remote_addr or ""
+        if ratelimit.login_blocked(s, name, remote):
+            error, status = ratelimit.login_wait_message(), 429
         else:
-            session.clear()
-            session["uid"] = user.id
-            return redirect(_safe_next(request.form.get("next")), code=303)
+            user = auth.check_password(s, name, request.form.get("password", ""))
+            if user is None:
+                ratelimit.record_login_failure(s, name, remote)
+                error, status = "wrong user name or password", 401
+            else:
+                auth.start_session(user)
+                return redirect(_safe_next(request.form.get("next")), code=303)
     return (
-        render_template("login.html", error=error, next=request.values.get("next", "")),
-        401 if error else 200,
+        render_template("login.html", error=error, next=_safe_next(request.values.get("next"))),
+        status,
     )
 
 
 @bp.route("/logout", methods=["POST"])
 def logout():
+    if g.get("user") is not None and not g.get("via_token"):
+        # ends this session and the user's others: a stolen cookie stops working too
+        auth.end_sessions(g.user)
+        dbsession.get().commit()
     session.clear()
     return redirect(url_for("series.index"), code=303)
 

@@ -3,17 +3,27 @@ at a permanent URL (/compare/<key>)."""
 
 from __future__ import annotations
 
-from flask import Blueprint, Response, abort, redirect, render_template, request, url_for
+from flask import (
+    Blueprint,
+    Response,
+    abort,
+    current_app,
+    g,
+    redirect,
+    render_template,
+    request,
+    url_for,
+)
 from markupsafe import Markup
 from sqlalchemy import select
 
 from stackbench.errors import NotFoundError, StackbenchError
 from stackbench.resultsdb.models import KernelBuild
 from stackbench.web import comparisons, dbsession, plots
+from stackbench.web.auth import login_required
 
 bp = Blueprint("compare", __name__)
 INLINE_PLOTS = 12
-SHOWN_UNFLAGGED = 20
 
 
 @bp.route("/compare")
@@ -24,15 +34,21 @@ def pick():
 
 
 @bp.route("/compare/new")
+@login_required
 def create():
+    # computing a comparison costs seconds: only accounts start one, within a quota
     refs = [r for k in request.args.getlist("k") for r in k.split()]
     opts = comparisons.Options(
         all_rows=request.args.get("all") in ("1", "on", "true"),
         suite=request.args.get("suite") or None,
+        machine=request.args.get("machine") or None,
+        pool_machines=request.args.get("pool") in ("1", "on", "true"),
     )
     s = dbsession.get()
     try:
-        ids = comparisons.resolve_builds(s, refs)
+        comp = comparisons.create_for(
+            s, g.user.id, refs, opts, max_kernels=current_app.config["COMPARE_MAX_KERNELS"]
+        )
     except StackbenchError as exc:
         s.rollback()
         recent = list(s.scalars(select(KernelBuild).order_by(KernelBuild.id.desc()).limit(40)))
@@ -40,9 +56,8 @@ def create():
             render_template(
                 "compare_pick.html", recent=recent, error=str(exc), kernels=" ".join(refs)
             ),
-            400,
+            429 if isinstance(exc, comparisons.QuotaExceeded) else 400,
         )
-    comp = comparisons.get_or_create(s, ids, opts)
     s.commit()
     return redirect(url_for("compare.show", key=comp.key), code=303)
 
@@ -77,8 +92,8 @@ def _fragment(comp: comparisons.Found, result: dict) -> str:
         else:
             lazy.append(m)
     charts = [{"m": m, "svg": plots.bar_chart(m["metric"], labels, m["values"])} for m in counters]
-    # the page shows what changed; a comparison where nothing did still shows its top rows
-    shown = flagged or ordered[:SHOWN_UNFLAGGED]
+    # the verdict section: changed and undecided headline metrics, and a line for the rest
+    shown, rest = comparisons.verdict_section(ordered, bool((comp.params or {}).get("all_rows")))
     return render_template(
         "_compare_body.html",
         comp=comp,
@@ -87,6 +102,8 @@ def _fragment(comp: comparisons.Found, result: dict) -> str:
         flagged=flagged,
         ordered=ordered,
         shown=shown,
+        rest=rest,
+        kernel_refs=" ".join(f"#{k['id']}" for k in result["kernels"]),
         inline=inline,
         lazy=lazy,
         charts=charts,
@@ -125,6 +142,8 @@ def text_table(key: str, style: str):
         out = "\n".join(t["text"] for t in tables.get("mmtests", []))
     elif style in ("lkp", "stackbench"):
         out = tables.get(style) or ""
+    elif style in ("alloc-latency", "order-success"):
+        out = next((t["text"] for t in tables.get("seeds", []) if t["style"] == style), "")
     else:
         abort(404, f"unknown table style '{style}'")
     if not out:

@@ -65,6 +65,9 @@ def _cgi_env(repo_rel: str, rest: str, user: str | None) -> dict[str, str]:
         "STACKBENCH_HOME": os.environ.get("STACKBENCH_HOME", str(gitrepo.project_root().parent)),
         "STACKBENCH_DATABASE_URL": db_url,
     }
+    # the hook validates like every front door: it must know the same extra trees
+    if os.environ.get("STACKBENCH_TREES"):
+        env["STACKBENCH_TREES"] = os.environ["STACKBENCH_TREES"]
     if request.content_length is not None:
         env["CONTENT_LENGTH"] = str(request.content_length)
     if enc := request.headers.get("Content-Encoding"):

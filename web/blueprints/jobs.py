@@ -35,9 +35,29 @@ def shipped_definitions() -> list[dict]:
                 "params": d.params,
                 "suite_version": version,
                 "file": d.path.name if d.path else "",
+                "seed": d.seed,
             }
         )
     return out
+
+
+@bp.route("/jobs/seeds")
+def seeds():
+    """The definitions that reproduce the seeds' experiments, grouped by seed."""
+    from stackbench.jobs import definitions
+
+    defs = [d for d in shipped_definitions() if d["seed"]]
+    rows = []
+    for seed, (title, compare) in sorted(definitions.SEEDS.items()):
+        rows.append(
+            {
+                "seed": seed,
+                "title": title,
+                "compare": compare,
+                "defs": [d for d in defs if d["seed"] == seed],
+            }
+        )
+    return render_template("job_seeds.html", seeds=rows)
 
 
 @bp.route("/jobs")

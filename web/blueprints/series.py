@@ -13,9 +13,9 @@ from flask import (
     url_for,
 )
 from sqlalchemy import select
-from sqlalchemy.orm import selectinload
+from sqlalchemy.orm import defer, selectinload
 
-from stackbench.resultsdb.models import Event, KernelBuild, Run, RunLog, Series, Tree
+from stackbench.resultsdb.models import Event, KernelBuild, Patch, Run, RunLog, Series, Tree
 from stackbench.web import dbsession, filters, progress
 
 bp = Blueprint("series", __name__)
@@ -25,7 +25,21 @@ STATES = ["new", "applying", "applied", "apply-failed", "building", "running", "
 
 def filtered_series(tree: str, submitter: str, state: str, page: int, size: int):
     s = dbsession.get()
-    q = select(Series).options(selectinload(Series.patches), selectinload(Series.tree))
+    # the list shows titles and states: a patch's body and diff (megabytes for a big
+    # series) and the cover letter stay in the database
+    q = select(Series).options(
+        defer(Series.cover_letter),
+        selectinload(Series.patches).load_only(
+            Patch.id,
+            Patch.series_id,
+            Patch.idx,
+            Patch.total,
+            Patch.subject,
+            Patch.commit_sha,
+            Patch.state,
+        ),  # fmt: skip
+        selectinload(Series.tree),
+    )
     if tree:
         q = q.join(Tree, Tree.id == Series.tree_id).where(Tree.name == tree)
     if submitter:
@@ -72,7 +86,8 @@ def load_series(series_id: int) -> Series:
 
 def state_key(x: Series, commits: list[progress.Commit]) -> str:
     """Changes whenever anything shown on the series page changes state."""
-    parts = [x.state] + [
+    parts = [x.state, str((x.meta or {}).get("progress", "")), str("report_mail" in (x.meta or {}))]
+    parts += [
         c.state + "".join(f"{j}:{cell.state}:{len(cell.runs)}" for j, cell in c.cells.items())
         for c in commits
     ]

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from flask import Blueprint, g, redirect, render_template, request, url_for
-from sqlalchemy import select
 
-from stackbench.resultsdb.models import Tree
+from stackbench.jobs import lifecycle
 from stackbench.web import dbsession, submission
 from stackbench.web.auth import login_required
 
@@ -14,7 +13,7 @@ bp = Blueprint("submit", __name__)
 
 def _render(errors: dict[str, str], values: dict, status: int = 200):
     s = dbsession.get()
-    trees = list(s.scalars(select(Tree).order_by(Tree.name)))
+    trees = lifecycle.tree_choices(s)
     return (
         render_template(
             "submit.html",

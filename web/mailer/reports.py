@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 from sqlalchemy import Engine, select
 
 from stackbench.errors import NotFoundError, StackbenchError
+from stackbench.patches.mailheaders import is_mail_address
 from stackbench.resultsdb.models import (
+    AppUser,
     Bisect,
     Job,
     KernelBuild,
@@ -47,6 +49,24 @@ def _table(eng: Engine, refs: list[str], **kw) -> str:
         return f"(no table: {exc})"
 
 
+# the seeds' layouts, in a report only when the series ran jobs they read
+SEED_TABLES = (
+    ("Allocation latency (seed 001's layout):", "alloc-latency"),
+    ("Order-N success beside compaction counters (seed 003's layout):", "order-success"),
+)
+
+
+def seed_tables(eng: Engine, refs: list[str]) -> list[str]:
+    out: list[str] = []
+    for title, style in SEED_TABLES:
+        try:
+            text = tables.render(eng, refs, style=style).rstrip("\n")
+        except StackbenchError:
+            continue  # no such runs in this series
+        out += ["", title, "", text]
+    return out
+
+
 def area_of(subject: str) -> str:
     """The subsystem prefix of a commit subject: 'mm/compaction: x' -> 'mm/compaction'."""
     m = re.match(r"\s*(?:\[[^\]]*\]\s*)*([\w./-]+(?:,\s*[\w./-]+)*):", subject)
@@ -75,6 +95,10 @@ def series_report(eng: Engine, series_id: int, cfg: MailConfig | None = None) ->
         if series is None:
             raise NotFoundError(f"no series {series_id}")
         patches = list(series.patches)
+        owner = s.get(AppUser, series.owner_id) if series.owner_id else None
+        owner_email = owner.email if owner is not None and owner.email_verified else ""
+        if owner_email and not is_mail_address(owner_email):
+            owner_email = ""
         s.expunge_all()
     refs = _commit_refs(eng, series)
     total = len(patches)
@@ -96,10 +120,13 @@ def series_report(eng: Engine, series_id: int, cfg: MailConfig | None = None) ->
         lines.append(_table(eng, refs, style="lkp"))
         lines += ["", "mmtests comparison (thpscale):", ""]
         lines.append(_table(eng, refs, style="mmtests", suite="thpscale"))
+        lines += seed_tables(eng, refs)
     else:
         lines.append("No results to compare yet.")
     lines.append("")
-    to = [series.submitter_email] if series.submitter_email else []
+    # never the From of the mbox (anyone can write any address there): the list and the
+    # submitting account's own verified address only
+    to = [owner_email] if owner_email else []
     if cfg.list_addr:
         to.append(cfg.list_addr)
     refs_hdr = [r for r in (series.in_reply_to, series.message_id) if r]

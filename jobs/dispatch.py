@@ -1,0 +1,520 @@
+"""The dispatcher: the service that takes every submitted series to ``done`` or ``failed``.
+
+``stackbench up`` runs it (``stackbench dispatcher``, a process beside the web UI and the
+Buildbot master; ``down`` stops it). It looks at what is stored, never at a client:
+
+- a series in ``new`` is applied (``git am``) here: ``applied`` or ``apply-failed``;
+- an ``applied`` series goes to Buildbot (the executor of record whenever a master is
+  configured: ``$STACKBENCH_BUILDBOT_URL`` or the embedded one), with a submission key of its
+  own so a restarted dispatcher finds its buildset instead of submitting a second one; with
+  no Buildbot it runs in this process (the in-process pipeline, one series at a time);
+- a series at Buildbot advances from its builds and from the runs the workers stored
+  (``building k/N``, ``running k/M``) and ends when its last build has ended: ``failed`` with
+  every reason (the failing step's log tail and the Buildbot log's address, a stored
+  ``build-failed`` kernel, runs that crashed) or ``done``;
+- a finished series gets its report mail queued (see :func:`lifecycle.queue_report`).
+
+Only one dispatcher works on a database at a time (a PostgreSQL advisory lock), so a second
+``stackbench up`` elsewhere waits instead of doubling the work.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import Engine, select, text
+from sqlalchemy.orm import Session
+
+from stackbench.errors import StackbenchError
+from stackbench.jobs import lifecycle
+from stackbench.resultsdb.models import KernelBuild, Series
+
+log = logging.getLogger(__name__)
+
+LOCK_KEY = 0x5B_D15_9A7  # pg_advisory_lock key: one dispatcher per database
+PASSED = (0, 1)  # buildbot.process.results SUCCESS, WARNINGS
+RETRY = 5
+RESULT_NAMES = {2: "failure", 3: "skipped", 4: "exception", 6: "cancelled"}
+LOG_TAIL_LINES = 25
+
+
+def _props(build: dict[str, Any]) -> dict[str, Any]:
+    raw = build.get("properties") or {}
+    return {k: v[0] for k, v in raw.items()}
+
+
+class BuildbotExecutor:
+    """Hands series to a Buildbot master and reads back how its builds went."""
+
+    def __init__(self, master: Any) -> None:
+        self.master = master
+        self._builders: dict[int, str] = {}
+        self._bs_sub: dict[int, str] = {}
+
+    def builder(self, builderid: int) -> str:
+        if builderid not in self._builders:
+            self._builders = {
+                b["builderid"]: b["name"] for b in self.master.get("builders")["builders"]
+            }
+        return self._builders.get(builderid, str(builderid))
+
+    def last_build_id(self) -> int:
+        builds = self.master.get("builds?order=-buildid&limit=1")["builds"]
+        return int(builds[0]["buildid"]) if builds else 0
+
+    def find_buildset(self, submission: str) -> int | None:
+        """The buildset of an earlier submission with this key (a dispatcher that stopped
+        between submitting and recording it)."""
+        for bs in self.master.get("buildsets?order=-bsid&limit=50")["buildsets"]:
+            # the fan-out's triggered buildsets carry the key too: only the submitted one
+            if bs["parent_buildid"] is None and self._submission_of(int(bs["bsid"])) == submission:
+                return int(bs["bsid"])
+        return None
+
+    def _submission_of(self, bsid: int) -> str:
+        if bsid not in self._bs_sub:
+            props = self.master.get(f"buildsets/{bsid}/properties")["properties"]
+            value = (props[0] if props else {}).get("submission")
+            self._bs_sub[bsid] = str(value[0]) if value else ""
+        return self._bs_sub[bsid]
+
+    def submit(self, series_id: int, submission: str, kernels: list[tuple[str, str]],
+               jobs: list[str], runs: int) -> int:  # fmt: skip
+        from stackbench.jobs.buildbot.client import submit
+
+        found = self.find_buildset(submission)
+        if found is not None:
+            return found
+        sub = submit(
+            self.master,
+            series=series_id,
+            commits=[c for c, _ in kernels],
+            names=[n for _, n in kernels],
+            jobs=jobs,
+            runs=runs,
+            kinds=["qemu"],
+            submission=submission,
+            title=f"series {series_id}",
+        )
+        return int(sub["buildset"])
+
+    def builds(self, submission: str, since: int) -> list[dict[str, Any]]:
+        wanted = ("submission", "kernel_name", "commit", "job")
+        q = "&".join(f"property={p}" for p in wanted)
+        builds = self.master.get(f"builds?buildid__gt={since}&{q}")["builds"]
+        return [b for b in builds if _props(b).get("submission") == submission]
+
+    def pending(self, submission: str) -> int:
+        """Build requests of this submission not finished yet (queued or running)."""
+        reqs = self.master.get("buildrequests?complete=false")["buildrequests"]
+        return sum(1 for r in reqs if self._submission_of(int(r["buildsetid"])) == submission)
+
+    def failure(self, build: dict[str, Any]) -> str:
+        """One line saying which build failed, where, why (the failing step's last error
+        line) and the Buildbot log's address; the log tail follows on later lines."""
+        p = _props(build)
+        name = self.builder(build["builderid"])
+        what = " ".join(x for x in (p.get("kernel_name") or str(p.get("commit", ""))[:12],
+                                    p.get("job")) if x)  # fmt: skip
+        outcome = RESULT_NAMES.get(build["results"], str(build["results"]))
+        link = f"{self.master.url}#/builders/{build['builderid']}/builds/{build['number']}"
+        step, tail = self._failed_step_tail(build["buildid"])
+        why = first_error(tail)
+        kind = "build failed" if name.startswith("build-") else f"{name} {outcome}"
+        head = f"{what}: {kind}" + (f" in step '{step}'" if step else "")
+        return (
+            head + (f": {why}" if why else "") + f" (log: {link})" + (f"\n{tail}" if tail else "")
+        )
+
+    def _failed_step_tail(self, buildid: int) -> tuple[str, str]:
+        try:
+            steps = self.master.get(f"builds/{buildid}/steps")["steps"]
+            bad = next((s for s in steps if s["results"] not in (None, *PASSED)), None)
+            if bad is None:
+                return "", ""
+            logs = self.master.get(f"steps/{bad['stepid']}/logs")["logs"]
+            stdio = next((lg for lg in logs if lg["name"] == "stdio"), logs[0] if logs else None)
+            if stdio is None:
+                return bad["name"], ""
+            n = int(stdio.get("num_lines") or 0)
+            first = max(0, n - LOG_TAIL_LINES)
+            lines = self.master.get(
+                f"logs/{stdio['logid']}/contents?offset={first}&limit={LOG_TAIL_LINES}"
+            )["logchunks"]
+            content = "".join(c["content"] for c in lines)
+            # stdio lines carry a one-letter stream prefix: h(eader), o(ut), e(rr)
+            tail = "\n".join(ln[1:] for ln in content.splitlines() if ln[:1] in ("o", "e"))
+            return bad["name"], tail
+        except StackbenchError as exc:
+            return "", f"(log not available: {exc})"
+
+
+class Dispatcher:
+    def __init__(self, eng: Engine, master: Callable[[], Any | None] | None = None) -> None:
+        self.eng = eng
+        self._master_of = master or configured_master
+        self._executor: BuildbotExecutor | None = None
+        self._local: queue.Queue[tuple[str, int]] = queue.Queue()
+        self._queued: set[int] = set()
+        self._warned: set[int] = set()
+        self.stop = threading.Event()
+        self._thread = threading.Thread(target=self._local_worker, daemon=True)
+
+    # -- the loop
+
+    def run(self, poll: float = 2.0) -> None:
+        """Work until stopped: a tick at every notification, and every ``poll`` seconds."""
+        from stackbench.resultsdb import db
+
+        self._thread.start()
+        conn = _listen_connection(db.resolve_url(start=False))
+        try:
+            while not self.stop.is_set():
+                try:
+                    self.tick()
+                except StackbenchError as exc:
+                    log.warning("dispatcher: %s", exc)
+                except Exception:  # a bad series must not stop the service for the others
+                    log.exception("dispatcher tick failed")
+                for _ in conn.notifies(timeout=poll, stop_after=1):
+                    pass
+        finally:
+            conn.close()
+
+    def tick(self) -> None:
+        for sid, state, meta in self._active():
+            how = (meta.get("dispatch") or {}).get("executor")
+            if state in ("new", "applying") and not how:
+                self._enqueue("apply", sid)
+            elif state == "applied" and not how and meta.get("push") and "fetched" not in meta:
+                self._enqueue("fetch", sid)
+            elif state == "applied" and not how:
+                self._hand_over(sid, meta)
+            elif how == "buildbot" and state in ("building", "running"):
+                self._reconcile(sid, meta)
+            elif how == "in-process" and state in ("applied", "building", "running"):
+                self._enqueue("run", sid)  # a dispatcher stopped mid-run: run it again
+        for sid in self._unreported():  # finished while no dispatcher was there to report
+            self._report(sid, "finished")
+
+    def _active(self) -> list[tuple[int, str, dict[str, Any]]]:
+        # only series a front door handed over (lifecycle.create marks them): a foreground
+        # `stackbench demo` or `submit` runs its own
+        with Session(self.eng) as s:
+            rows = s.execute(
+                select(Series.id, Series.state, Series.meta)
+                .where(Series.state.in_(lifecycle.PENDING))
+                .where(Series.meta["submitted"].isnot(None))
+                .order_by(Series.id)
+            ).all()
+        return [(r.id, r.state, r.meta or {}) for r in rows]
+
+    def _unreported(self) -> list[int]:
+        with Session(self.eng) as s:
+            return list(
+                s.scalars(
+                    select(Series.id)
+                    .where(Series.state.in_(("done", "failed")))
+                    .where(Series.meta["submitted"].isnot(None))
+                    .where(Series.meta["report_mail"].is_(None))
+                )
+            )
+
+    # -- local work: apply, and the in-process executor
+
+    def _enqueue(self, what: str, sid: int) -> None:
+        if sid not in self._queued:
+            self._queued.add(sid)
+            self._local.put((what, sid))
+
+    def _local_worker(self) -> None:
+        while not self.stop.is_set():
+            try:
+                what, sid = self._local.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            try:
+                if what == "apply":
+                    self._apply(sid)
+                elif what == "fetch":
+                    self._fetch(sid)
+                else:
+                    self._run_in_process(sid)
+            except Exception as exc:  # recorded on the series; the service goes on
+                log.exception("series %s: %s failed", sid, what)
+                reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                lifecycle.set_state(self.eng, sid, "failed", f"{what} failed: {reason}",
+                                    error=f"{what} failed: {reason}")  # fmt: skip
+            finally:
+                self._queued.discard(sid)
+
+    def _apply(self, sid: int) -> None:
+        from stackbench.jobs import pipeline
+
+        pipeline.apply_only(self.eng, sid)  # records applied / apply-failed itself
+
+    def _fetch(self, sid: int) -> None:
+        """Pushed commits live in the intake repository: copy them into the tree's
+        repository, where this machine's builds (in-process or its local worker) look."""
+        from stackbench.jobs import pipeline
+        from stackbench.kernels import trees
+
+        with Session(self.eng) as s:
+            series = s.get(Series, sid)
+            name = series.tree.name if series is not None and series.tree else ""
+        try:
+            tree = trees.load_tree(name)
+        except StackbenchError:
+            tree = None  # a tree only the database knows: its workers fetch for themselves
+        if tree is not None:
+            pipeline._fetch_pushed(self.eng, sid, trees.ensure_repo(tree))
+        lifecycle.update_meta(self.eng, sid, fetched=tree is not None)
+
+    def _run_in_process(self, sid: int) -> None:
+        from stackbench.jobs import pipeline
+
+        state = pipeline.run_series(self.eng, sid)
+        if state in ("done", "failed"):
+            self._report(sid, state)
+
+    # -- Buildbot
+
+    def _buildbot(self) -> BuildbotExecutor | None:
+        if self._executor is None:
+            master = self._master_of()
+            if master is None:
+                return None
+            self._executor = BuildbotExecutor(master)
+        return self._executor
+
+    def _hand_over(self, sid: int, meta: dict[str, Any]) -> None:
+        bb = self._buildbot()
+        if bb is None:
+            lifecycle.update_meta(self.eng, sid, dispatch={"executor": "in-process"})
+            lifecycle.event(self.eng, sid, f"series:{sid}", "applied",
+                            "no Buildbot master configured: running it in the dispatcher")  # fmt: skip
+            self._enqueue("run", sid)
+            return
+        from stackbench.jobs import pipeline
+
+        kernels = series_kernels(self.eng, sid)
+        jobs = list(meta.get("jobs") or pipeline.DEFAULT_JOBS)
+        runs = int(meta.get("runs") or lifecycle.DEFAULT_RUNS)
+        submission = f"stackbench-series-{sid}-{int(meta.get('attempts', 0)) + 1}"
+        try:
+            since = bb.last_build_id()
+            bsid = bb.submit(sid, submission, kernels, jobs, runs)
+        except StackbenchError as exc:
+            # the master is down or restarting: the series waits, said once on its page
+            if sid not in self._warned:
+                self._warned.add(sid)
+                lifecycle.event(self.eng, sid, f"series:{sid}", "applied",
+                                f"waiting for Buildbot: {exc}")  # fmt: skip
+            return
+        self._warned.discard(sid)
+        dispatch = {
+            "executor": "buildbot",
+            "submission": submission,
+            "buildset": bsid,
+            "since_build": since,
+            "first_run": _last_run_id(self.eng) + 1,
+            "kernels": len(kernels),
+            "benchmarks": len(kernels) * len(jobs),
+            "buildbot": bb.master.url,
+        }
+        lifecycle.set_state(
+            self.eng, sid, "building",
+            f"handed to Buildbot (buildset {bsid}): {len(kernels)} kernels, "
+            f"{len(jobs)} job(s) x {runs} run(s)",
+            progress=f"0/{len(kernels)}", meta={"dispatch": dispatch},
+        )  # fmt: skip
+
+    def _reconcile(self, sid: int, meta: dict[str, Any]) -> None:
+        bb = self._buildbot()
+        d = meta["dispatch"]
+        if bb is None:
+            return
+        try:
+            builds = bb.builds(d["submission"], int(d.get("since_build", 0)))
+            pending = bb.pending(d["submission"])
+        except StackbenchError as exc:
+            log.warning("series %s: Buildbot not reachable: %s", sid, exc)
+            return
+        attach_builds(self.eng, sid)
+        names = {b["buildid"]: bb.builder(b["builderid"]) for b in builds}
+        kernel_builds = [b for b in builds if names[b["buildid"]].startswith("build-")]
+        benches = [b for b in builds if names[b["buildid"]].startswith("bench-")]
+        built = sum(1 for b in kernel_builds if b["complete"] and b["results"] != RETRY)
+        measured = sum(1 for b in benches if b["complete"] and b["results"] != RETRY)
+        n, m = int(d.get("kernels", 0)), int(d.get("benchmarks", 0))
+        finished = bool(builds) and not pending and all(b["complete"] for b in builds)
+        if not finished:
+            if built < n:
+                lifecycle.set_state(self.eng, sid, "building", f"{built} of {n} kernels built",
+                                    progress=f"{built}/{n}")  # fmt: skip
+            else:
+                lifecycle.set_state(self.eng, sid, "running",
+                                    f"{measured} of {m} benchmarks measured",
+                                    progress=f"{measured}/{m}")  # fmt: skip
+            return
+        failed = [b for b in builds if b["results"] not in (*PASSED, RETRY)]
+        reasons = [bb.failure(b) for b in failed]
+        reasons += stored_failures(self.eng, sid, int(d.get("first_run", 0)))
+        if reasons:
+            self._record_failed_builds(sid, failed, reasons)
+            firsts = list(dict.fromkeys(r.splitlines()[0] for r in reasons))
+            lifecycle.set_state(
+                self.eng, sid, "failed", f"{len(firsts)} failure(s): " + "; ".join(firsts),
+                error="; ".join(firsts),
+            )  # fmt: skip
+            for r in reasons:
+                lifecycle.event(self.eng, sid, f"series:{sid}", "failed", r)
+            self._report(sid, "failed")
+            return
+        lifecycle.set_state(self.eng, sid, "done",
+                            f"{built} kernels built, {measured} benchmarks measured", error="")  # fmt: skip
+        self._report(sid, "done")
+
+    def _report(self, sid: int, state: str) -> None:
+        log.info("series %s: %s; %s", sid, state, lifecycle.queue_report(self.eng, sid))
+
+    def _record_failed_builds(self, sid: int, failed: list[dict], reasons: list[str]) -> None:
+        """A kernel whose build failed at Buildbot gets its ``build-failed`` row (with the log
+        tail) when the worker did not write one, so the series page's matrix says why."""
+        with Session(self.eng) as s, s.begin():
+            for b, reason in zip(failed, reasons, strict=False):
+                p = _props(b)
+                commit = str(p.get("commit") or "")
+                if not commit or p.get("job"):
+                    continue
+                if s.scalars(select(KernelBuild.id).where(KernelBuild.commit == commit)).first():
+                    continue
+                s.add(KernelBuild(commit=commit, config_hash="", compiler="", series_id=sid,
+                                  name=str(p.get("kernel_name") or commit[:12]),
+                                  status="build-failed", log=reason,
+                                  meta={"buildbot_build": b["buildid"]}))  # fmt: skip
+
+
+def series_kernels(eng: Engine, sid: int) -> list[tuple[str, str]]:
+    """(commit, kernel name) of the base and every applied commit, as the pipeline names
+    them (``v6.1-debian``, ``1/3-abcdef12``)."""
+    from stackbench.jobs.pipeline import kernel_name
+
+    with Session(eng) as s:
+        series = s.get(Series, sid)
+        if series is None or not series.base_commit:
+            raise StackbenchError(f"series {sid} is not applied: no base commit")
+        base = series.base_ref or series.base_commit
+        out = [(series.base_commit, base if base != series.base_commit else base[:12])]
+        for p in sorted(series.patches, key=lambda p: p.idx):
+            if not p.commit_sha:
+                raise StackbenchError(f"series {sid}: patch {p.idx} has no commit")
+            out.append((p.commit_sha, kernel_name(p.idx, p.total, p.commit_sha)))
+        return out
+
+
+def attach_builds(eng: Engine, sid: int) -> None:
+    """Tie the kernels the workers stored to the series' patches, so its page's matrix
+    shows them (an upload knows the commit, not the patch row)."""
+    with eng.begin() as conn:
+        conn.execute(
+            text(
+                "UPDATE kernel_build k SET series_id = :s, patch_id = p.id FROM patch p "
+                "WHERE p.series_id = :s AND k.commit = p.commit_sha AND k.series_id IS NULL"
+            ),
+            {"s": sid},
+        )
+
+
+def stored_failures(eng: Engine, sid: int, first_run: int) -> list[str]:
+    """What the workers stored that failed: kernels recorded ``build-failed`` and runs since
+    the hand-over that did not finish (a kernel that panicked or hung)."""
+    commits = [c for c, _ in series_kernels(eng, sid)]
+    with eng.connect() as conn:
+        builds = conn.execute(
+            text(
+                "SELECT name, commit, log FROM kernel_build WHERE commit = ANY(:c) "
+                "AND status = 'build-failed' ORDER BY id"
+            ),
+            {"c": commits},
+        ).all()
+        runs = conn.execute(
+            text(
+                "SELECT k.name, r.status, count(*), min(r.error) FROM run r "
+                "JOIN kernel_build k ON k.id = r.build_id WHERE r.id >= :first "
+                "AND k.commit = ANY(:c) AND r.status NOT IN ('done', 'lost') "
+                "GROUP BY k.name, r.status ORDER BY k.name"
+            ),
+            {"first": first_run, "c": commits},
+        ).all()
+    out = []
+    for name, commit, blog in builds:
+        tail = "\n".join((blog or "").splitlines()[-LOG_TAIL_LINES:])
+        first = first_error(tail)
+        out.append(f"{name or commit[:12]}: build failed" + (f": {first}" if first else "")
+                   + (f"\n{tail}" if tail else ""))  # fmt: skip
+    for name, status, n, error in runs:
+        why = (error or "").splitlines()[0] if error else ""
+        out.append(f"{name}: {n} run(s) {status}" + (f" ({why})" if why else ""))
+    return out
+
+
+def first_error(tail: str) -> str:
+    """The line that says why: the compiler's first ``error:``, else make's last error
+    line, else the last line."""
+    lines = [ln.strip() for ln in tail.splitlines() if ln.strip()]
+    for pick in (
+        lambda: next(ln for ln in lines if "error:" in ln),
+        lambda: next(ln for ln in reversed(lines) if "error" in ln.lower()),
+        lambda: lines[-1],
+    ):
+        try:
+            return pick()[:300]
+        except (StopIteration, IndexError):
+            continue
+    return ""
+
+
+def _last_run_id(eng: Engine) -> int:
+    with eng.connect() as conn:
+        return int(conn.execute(text("SELECT coalesce(max(id), 0) FROM run")).scalar_one())
+
+
+def _listen_connection(url: str) -> Any:
+    import psycopg
+
+    raw = url.replace("postgresql+psycopg://", "postgresql://", 1)
+    conn = psycopg.connect(raw, autocommit=True)
+    conn.execute(f"LISTEN {lifecycle.CHANNEL}")
+    return conn
+
+
+def configured_master() -> Any | None:
+    """The Buildbot master series go to: $STACKBENCH_BUILDBOT_URL, else the embedded one
+    when ``stackbench up`` made it; None when there is none (the in-process executor)."""
+    from stackbench.jobs.buildbot import client
+
+    if os.environ.get("STACKBENCH_BUILDBOT_URL"):
+        return client.default_master()
+    return client.embedded_master()
+
+
+def hold_lock(eng: Engine, wait: Callable[[], bool]) -> Any:
+    """Take the one-dispatcher-per-database lock on a connection kept open (the lock goes
+    with it); waits while ``wait()`` says so. None when told to stop first."""
+    conn = eng.connect()
+    while True:
+        got = conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": LOCK_KEY}).scalar()
+        conn.commit()
+        if got:
+            return conn
+        if not wait():
+            conn.close()
+            return None
+        time.sleep(2.0)

@@ -1,0 +1,314 @@
+"""Every submission runs: with the services up (the dispatcher, a Buildbot master, a worker
+posting to the web API), a series submitted through a front door reaches ``done`` (runs
+stored, report mail queued) or ``failed`` with the reason, and nothing else is run by hand.
+
+Real PostgreSQL, real Buildbot master and worker, real web API, real ``git am`` and
+``git push``; the kernel builds and guest runs are the worker's ``--dry-kernel`` ones (see
+tests/test_buildbot_fanout.py), and a kernel that does not build is a worker command that
+fails the way make does.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select, text
+from sqlalchemy.orm import Session
+
+pytest.importorskip("buildbot")
+pytest.importorskip("buildbot_worker")
+
+from test_buildbot_fanout import start_web, start_worker  # noqa: E402
+from test_lifecycle_support import GIT_ENV, finished, git, wait_for  # noqa: E402
+
+from stackbench.jobs import dispatcher_service, services  # noqa: E402
+from stackbench.jobs.buildbot import client  # noqa: E402
+from stackbench.resultsdb.models import KernelBuild, MailOutbox, Run, Series  # noqa: E402
+
+pytest_plugins = ["test_lifecycle_support"]
+JOB = "vm-scalability"
+RUNS = 2
+# what a worker shows when make fails; the series must carry this line and the log address
+MAKE_ERROR = "mm/compaction.c:42:9: error: 'cc' undeclared (first use in this function)"
+FAILING_WORKER = """\
+import os, sys
+argv = sys.argv[1:]
+if argv[:2] == ["worker", "build"] and argv[argv.index("--name") + 1].startswith("2/2-"):
+    print("  CC      mm/compaction.o")
+    print({error!r})
+    print("make: *** [scripts/Makefile.build:250: mm/compaction.o] Error 1")
+    sys.exit(2)
+os.execv({argv0!r}, {argv!r} + argv)
+"""
+
+
+def add_account(name: str, email: str, worker: bool = False) -> str:
+    from stackbench.resultsdb import db
+    from stackbench.web import auth
+
+    with db.session() as s:
+        user = auth.create_user(s, name, password=f"pw-{name}-1", worker=worker)
+        user.email = email
+        return auth.create_token(s, user, f"token of {name}")
+
+
+def failing_worker_command(tmp_path: Path) -> list[str]:
+    argv = services.stackbench_argv()
+    script = tmp_path / "stackbench-failing-build"
+    script.write_text(
+        f"#!{sys.executable}\n" + FAILING_WORKER.format(error=MAKE_ERROR, argv0=argv[0], argv=argv)
+    )
+    script.chmod(0o755)
+    return [str(script)]
+
+
+@pytest.fixture
+def stack(eng, tmp_path, monkeypatch, request):
+    """What `stackbench up` runs, on loopback: the web API, a Buildbot master with one
+    dry-kernel worker, and the dispatcher service. ``request.param``: True for a worker
+    whose build of patch 2/2 fails."""
+    failing = getattr(request, "param", False)
+    server, web_url = start_web(tmp_path)
+    base = tmp_path / "bb"
+    extra = {
+        "dry_kernel": True,
+        "dry_seconds": 0.5,
+        "jobs": [JOB],
+        "runs": RUNS,
+        "kernel_configs": [{"tree": "linux-6.1", "config": "tiny-guest"}],
+    }
+    if failing:
+        extra["stackbench"] = failing_worker_command(tmp_path)
+    worker = {"name": "w1", "kind": "qemu", "cpus": 2, "memory_mb": 1024}
+    cfg = services.create_master(base / "master", [worker], extra=extra)
+    master = client.embedded_master_at(base / "master")
+    monkeypatch.setenv("STACKBENCH_BUILDBOT_URL", master.url)
+    monkeypatch.setenv("STACKBENCH_BUILDBOT_USER", master.user)
+    monkeypatch.setenv("STACKBENCH_BUILDBOT_PASSWORD", master.password)
+    monkeypatch.setenv("STACKBENCH_MAIL_LIST", "mm-list@example.org")
+    monkeypatch.setenv("STACKBENCH_PUBLIC_URL", web_url)
+    wb = None
+    try:
+        services.start_master(base / "master")
+        wb = start_worker(base, cfg, "w1", web_url)
+        print(dispatcher_service.start())
+        assert dispatcher_service.running_pid(), dispatcher_service.logfile().read_text()
+        yield web_url, master
+    finally:
+        print(dispatcher_service.stop())
+        if wb is not None:
+            services.stop_worker(wb)
+        services.stop_master(base / "master")
+        server.shutdown()
+        log = dispatcher_service.logfile()
+        if log.exists():
+            print(log.read_text()[-4000:])
+
+
+def post_series(web_url: str, token: str, mbox: str) -> int:
+    import json
+
+    body = {"mbox": mbox, "tree": "tiny", "jobs": [JOB], "runs": RUNS}
+    req = urllib.request.Request(
+        f"{web_url}/api/series",
+        data=json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        assert resp.status == 201
+        return int(json.loads(resp.read())["id"])
+
+
+def page(web_url: str, sid: int) -> str:
+    with urllib.request.urlopen(f"{web_url}/series/{sid}", timeout=30) as resp:
+        return resp.read().decode()
+
+
+def test_api_submission_reaches_done_with_runs_and_report_mail(eng, tree, stack):
+    web_url, master = stack
+    _repo, work, base = tree
+    token = add_account("alice", "alice@example.org")
+    mbox = git(work, "format-patch", "--stdout", f"{base}..HEAD") + "\n"
+
+    sid = post_series(web_url, token, mbox)
+    x = wait_for(f"series {sid} to finish", lambda: finished(eng, sid), timeout=300, every=1)
+    assert x.state == "done", (x.state, x.error)
+    assert x.error == ""
+    with Session(eng) as s:
+        commits = [x.base_commit, *(p.commit_sha for p in s.get(Series, sid).patches)]
+        runs = s.execute(
+            select(KernelBuild.commit, Run.iteration, Run.status)
+            .join(Run, Run.build_id == KernelBuild.id)
+            .where(KernelBuild.commit.in_(commits))
+        ).all()
+        mails = list(s.scalars(select(MailOutbox)))
+    # base + 2 patches, one job, RUNS runs each: all measured, nothing twice
+    assert sorted((c, i) for c, i, _st in runs) == sorted(
+        (c, i) for c in commits for i in range(RUNS)
+    )
+    assert {st for *_x, st in runs} == {"done"}
+    (mail,) = mails
+    assert mail.to_addrs == ["alice@example.org", "mm-list@example.org"]
+    assert mail.subject.startswith("Re: [PATCH 0/2]") or "step" in mail.subject
+    assert f"/series/{sid}" in mail.body and "State: done" in mail.body
+    html = page(web_url, sid)
+    assert f"report mail #{mail.id} queued to alice@example.org, mm-list@example.org" in html
+    # one buildset for the series: the dispatcher never submitted it twice
+    sets = [b for b in master.get("buildsets")["buildsets"] if not b["parent_buildid"]]
+    assert len(sets) == 1
+
+
+@pytest.mark.parametrize("stack", [True], indirect=True)
+def test_failed_build_fails_the_series_with_the_reason_on_its_page(eng, tree, stack):
+    web_url, master = stack
+    _repo, work, base = tree
+    token = add_account("alice", "alice@example.org")
+    mbox = git(work, "format-patch", "--stdout", f"{base}..HEAD") + "\n"
+
+    sid = post_series(web_url, token, mbox)
+    x = wait_for(f"series {sid} to finish", lambda: finished(eng, sid), timeout=300, every=1)
+    assert x.state == "failed", (x.state, x.error)
+    (bad,) = [p.commit_sha for p in x.patches if p.idx == 2]
+    assert x.error.startswith(f"2/2-{bad[:8]}: build failed in step 'build kernel': {MAKE_ERROR}")
+    assert f"(log: {master.url}#/builders/" in x.error
+    with eng.connect() as conn:
+        status = conn.execute(
+            text("SELECT status, log FROM kernel_build WHERE commit = :c"), {"c": bad}
+        ).one()
+        measured = conn.execute(
+            text(
+                "SELECT count(*) FROM run r JOIN kernel_build k ON k.id = r.build_id "
+                "WHERE r.status = 'done'"
+            )
+        ).scalar_one()
+    # the kernel's row says why, with make's last lines
+    assert status.status == "build-failed" and "Error 1" in status.log
+    # the kernels that did build were still measured
+    assert measured == 2 * RUNS
+    html = page(web_url, sid)
+    assert "build failed" in html and "error: &#39;cc&#39; undeclared" in html
+
+
+def test_git_push_over_http_reaches_done(eng, tree, stack):
+    web_url, _master = stack
+    repo, work, base = tree
+    token = add_account("alice", "alice@example.org")
+    url = web_url.replace("http://", f"http://alice:{token}@") + "/git/intake.git"
+    env = {**os.environ, **GIT_ENV, "HOME": str(work), "GIT_TERMINAL_PROMPT": "0"}
+    p = subprocess.run(
+        ["git", "push", "-o", f"runs={RUNS}", "-o", f"jobs={JOB}", url, f"HEAD:refs/for/tiny/{base}"],
+        cwd=work, env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    with Session(eng) as s:
+        (sid,) = s.scalars(select(Series.id)).all()
+    assert f"{web_url}/series/{sid}" in p.stderr
+
+    x = wait_for(f"series {sid} to finish", lambda: finished(eng, sid), timeout=300, every=1)
+    assert x.state == "done", (x.state, x.error)
+    assert x.source == "push" and x.meta["report_mail"]["to"][0] == "alice@example.org"
+    with eng.connect() as conn:
+        measured = conn.execute(
+            text(
+                "SELECT count(DISTINCT (k.commit, r.iteration)) FROM run r "
+                "JOIN kernel_build k ON k.id = r.build_id WHERE r.status = 'done' "
+                "AND k.commit = ANY(:c)"
+            ),
+            {"c": [x.base_commit, *(p.commit_sha for p in x.patches)]},
+        ).scalar_one()
+    # the pushed commits as pushed (no git am): base + 2 commits, RUNS runs each
+    assert [p.commit_sha for p in x.patches] == git(
+        work, "rev-list", "--reverse", f"{base}..HEAD"
+    ).split()
+    assert measured == 3 * RUNS
+    # this machine builds from the tree's repository: the pushed commits were copied there
+    assert git(repo, "cat-file", "-t", x.patches[-1].commit_sha) == "commit"
+
+
+@pytest.fixture
+def chromium():
+    chromium = Path("/usr/bin/chromium")
+    if not chromium.exists():
+        pytest.skip(f"{chromium} not installed (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(
+            executable_path=str(chromium), headless=True, args=["--no-sandbox", "--no-first-run"]
+        )
+        yield b
+        b.close()
+
+
+@pytest.mark.browser
+def test_web_form_in_a_browser_reaches_done(eng, tree, stack, chromium):
+    """A logged-in user submits by the form in chromium and watches the series page go to
+    done and name the report mail, with nothing else run."""
+    from playwright.sync_api import expect
+
+    web_url, _master = stack
+    _repo, work, base = tree
+    add_account("alice", "alice@example.org")
+    mbox = git(work, "format-patch", "--stdout", f"{base}..HEAD") + "\n"
+    page = chromium.new_context().new_page()
+    page.set_default_timeout(30_000)
+    page.goto(web_url + "/login")
+    page.fill("#name", "alice")
+    page.fill("#password", "pw-alice-1")
+    page.click("#login-button")
+    page.wait_for_url(web_url + "/")
+
+    page.goto(web_url + "/submit")
+    page.fill("#mbox_text", mbox)
+    page.select_option("#tree", "tiny")  # a YAML tree the database has not seen yet
+    page.check(f"input[name=jobs][value={JOB}]")
+    page.fill("#runs", str(RUNS))
+    page.click("#submit-button")
+    page.wait_for_url("**/series/*")
+    sid = int(page.url.rsplit("/", 1)[1])
+    # the page follows the series by itself (it polls and reloads while pending)
+    expect(page.locator("#series-state")).to_have_text("done", timeout=300_000)
+    expect(page.locator("#report-mail")).to_contain_text(
+        "queued to alice@example.org, mm-list@example.org", timeout=60_000
+    )
+    assert page.locator("td.cell .st-done").count() == 3  # base and both commits
+    x = finished(eng, sid)
+    assert x is not None and x.source == "web" and x.meta["runs"] == RUNS
+
+
+def test_dispatcher_stopped_mid_series_picks_it_up_without_a_second_buildset(eng, tree, stack):
+    from stackbench.jobs.dispatch import BuildbotExecutor, series_kernels
+
+    web_url, master = stack
+    _repo, work, base = tree
+    token = add_account("alice", "alice@example.org")
+    mbox = git(work, "format-patch", "--stdout", f"{base}..HEAD") + "\n"
+    sid = post_series(web_url, token, mbox)
+
+    def handed_over():
+        with Session(eng) as s:
+            return (s.get(Series, sid).meta or {}).get("dispatch")
+
+    d = wait_for("the hand-over to Buildbot", handed_over, timeout=120)
+    assert dispatcher_service.stop().startswith("dispatcher: stopped")
+    # a dispatcher that died between submitting and recording submits again: it finds the
+    # buildset of the same submission key instead of making a second one
+    again = BuildbotExecutor(master).submit(
+        sid, d["submission"], series_kernels(eng, sid), [JOB], RUNS
+    )
+    assert again == d["buildset"]
+    assert "started" in dispatcher_service.start()
+
+    x = wait_for(f"series {sid} to finish", lambda: finished(eng, sid), timeout=300, every=1)
+    assert x.state == "done", (x.state, x.error)
+    sets = [b for b in master.get("buildsets")["buildsets"] if not b["parent_buildid"]]
+    assert [b["bsid"] for b in sets] == [d["buildset"]]
+    with eng.connect() as conn:
+        runs = conn.execute(text("SELECT count(*), count(DISTINCT idempotency_key) FROM run")).one()
+    assert tuple(runs) == (3 * RUNS, 3 * RUNS)  # nothing measured twice
