@@ -173,3 +173,23 @@ def test_table_is_printed_when_it_cannot_be_kept(eng, capsys):
     assert "Traceback" not in out.err
     with eng.connect() as c:
         assert c.execute(text("SELECT count(*) FROM comparison")).scalar() == 0
+
+
+def test_text_kept_by_other_table_code_is_not_printed(eng, capsys, monkeypatch):
+    ig.ingest(eng, _runs())
+    first = _compare(capsys)
+    view = textcache.View((BASE[:8], PATCH[:8]), "lkp", True)
+    with eng.begin() as c:  # the kept text, as if an older stackbench had rendered it
+        c.execute(
+            text(
+                "UPDATE comparison SET result = jsonb_set(result, '{cli,text}', "
+                "to_jsonb('old layout'::text)) WHERE key = :k"
+            ),
+            {"k": view.key},
+        )
+    assert _compare(capsys).out == "old layout\n"
+    # an upgrade touches the table code: the text is computed again
+    old_key = view.key
+    monkeypatch.setattr(textcache, "_code", [textcache.code_version() + ";lkp.py:1:1"])
+    assert textcache.View((BASE[:8], PATCH[:8]), "lkp", True).key != old_key
+    assert _compare(capsys).out == first.out

@@ -7,7 +7,9 @@ pages use), under keys of their own (``cli-`` and a hash of the command's argume
 the runs' fingerprint they were made from: the kernels table's size, and the count, largest
 and sum of the ids of the finished runs of the kernels. A stored entry whose fingerprint no
 longer matches is recomputed. Anything unexpected (no database yet, a schema to migrate, a
-connection error) is a miss: the caller then takes the full path, which reports it.
+connection error) is a miss: the caller then takes the full path, which reports it. The key
+also holds the state of the table code (:func:`code_version`): an upgraded stackbench
+computes its tables afresh.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 KEY_PREFIX = "cli-"
@@ -50,8 +53,22 @@ class View:
 
     @property
     def key(self) -> str:
-        raw = json.dumps(asdict(self), sort_keys=True)
+        raw = json.dumps([asdict(self), code_version()], sort_keys=True)
         return KEY_PREFIX + hashlib.sha256(raw.encode()).hexdigest()[:32]
+
+
+_code: list[str] = []
+
+
+def code_version() -> str:
+    """The state of the code that makes the tables (results-db's modules and its tables'):
+    name, size and modification time of each, so that a text kept by another version of
+    stackbench is never printed by this one. A few stat calls; no module is imported."""
+    if not _code:
+        here = Path(__file__).resolve().parent
+        files = sorted([*here.glob("*.py"), *here.parent.glob("*.py")])
+        _code.append(";".join(f"{f.name}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files))
+    return _code[0]
 
 
 @dataclass
