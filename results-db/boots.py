@@ -2,7 +2,7 @@
 one value per boot (see :mod:`stackbench.resultsdb.verdict`).
 
 A boot key is whatever identifies one boot of one kernel on one machine: the run row's
-``boot_id`` column (migration 0003 of the rounds-of-boots plan) when the row carries it, else
+``boot_id`` column (migration 0004, the rounds-of-boots plan) when the row carries it, else
 ``run.meta["boot_id"]`` (set by the pipeline and the bisect lab), else the run itself
 (imports and older rows: every run its own boot).
 """

@@ -1,20 +1,27 @@
 """Engine and sessions: the embedded cluster by default, ``STACKBENCH_DATABASE_URL`` if set.
 
-The first use in a process starts the embedded cluster (if needed) and applies migrations, so
-every command works on a fresh home without a separate setup step.
+The first use in a process starts the embedded cluster (if needed) and checks the schema
+with one read of ``alembic_version`` against the head revision named in the migration files
+(Alembic itself is only imported to migrate). An empty database is migrated there and then,
+so every command works on a fresh home without a separate setup step; a database at another
+revision is migrated by ``stackbench migrate`` or ``stackbench up``.
 """
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from sqlalchemy import Engine, create_engine, text
-from sqlalchemy.orm import Session, sessionmaker
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+    from sqlalchemy.orm import Session
 
 from stackbench import config
+from stackbench.errors import StackbenchError
 
 _lock = threading.Lock()
 _engines: dict[str, Engine] = {}
@@ -32,23 +39,78 @@ def resolve_url(start: bool = True) -> str:
     from stackbench.resultsdb.embedded import Cluster
 
     cluster = Cluster()
-    if start:
+    if start and not (cluster.exists and _accepts(cluster.url())):
         cluster.start()
         cluster.ensure_database()
     return cluster.url()
 
 
+def _accepts(url: str) -> bool:
+    """Whether the database answers: then there is nothing to start or create (one
+    connection, instead of pg_ctl as the cluster's user and a visit to 'postgres')."""
+    import psycopg
+
+    try:
+        psycopg.connect(url.replace("+psycopg", "", 1), connect_timeout=3).close()
+    except psycopg.Error:
+        return False
+    return True
+
+
 def engine(migrate: bool = True) -> Engine:
-    """The process-wide engine for the configured database, migrated to head."""
+    """The process-wide engine for the configured database, checked to be at the head
+    revision (``migrate``: an empty database is migrated first)."""
+    # SQLAlchemy is imported by the commands that reach the database, not by the module:
+    # head_revision() is also read by the cached-comparison path, which does without it
+    from sqlalchemy import create_engine
+
     url = resolve_url()
     with _lock:
         eng = _engines.get(url)
         if eng is None:
             eng = create_engine(url, pool_pre_ping=True, future=True)
             if migrate:
-                upgrade(eng)
+                ensure_schema(eng)
             _engines[url] = eng
         return eng
+
+
+_REVISION = re.compile(r"^(down_revision|revision)\s*(?::[^=]*)?=\s*(.+)$", re.M)
+_head: list[str] = []
+
+
+def head_revision() -> str:
+    """The newest migration's revision, read from the migration files (the one no other
+    file names as its ``down_revision``), so checking a database needs no Alembic."""
+    if _head:
+        return _head[0]
+    revisions: set[str] = set()
+    parents: set[str] = set()
+    for path in (MIGRATIONS / "versions").glob("*.py"):
+        for key, raw in _REVISION.findall(path.read_text()):
+            names = set(re.findall(r"[\"']([^\"']+)[\"']", raw))
+            (revisions if key == "revision" else parents).update(names)
+    heads = sorted(revisions - parents)
+    if len(heads) != 1:
+        raise StackbenchError(f"the migrations in {MIGRATIONS} have {len(heads)} heads: {heads}")
+    _head.append(heads[0])
+    return heads[0]
+
+
+def ensure_schema(eng: Engine) -> None:
+    """Check that the database is at the head revision: migrate an empty (never migrated)
+    database, and ask for ``stackbench migrate`` when it is at another revision."""
+    rev = current_revision(eng)
+    head = head_revision()
+    if rev == head:
+        return
+    if rev is None:
+        upgrade(eng)
+        return
+    raise StackbenchError(
+        f"the database schema is at revision {rev}, this stackbench needs {head}: "
+        "run 'stackbench migrate' (or 'stackbench up')"
+    )
 
 
 def reset() -> None:
@@ -70,6 +132,7 @@ def alembic_config(eng: Engine):
 
 def upgrade(eng: Engine, revision: str = "head") -> None:
     from alembic import command
+    from sqlalchemy import text
 
     with eng.begin() as conn:
         conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _MIGRATE_LOCK})
@@ -82,16 +145,21 @@ def upgrade(eng: Engine, revision: str = "head") -> None:
 
 
 def current_revision(eng: Engine) -> str | None:
+    """The database's revision; None when it was never migrated (no ``alembic_version``)."""
+    from sqlalchemy import text
+
     with eng.connect() as conn:
-        try:
-            return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
-        except Exception:
+        # to_regclass: no error (and no aborted transaction) when the table is missing
+        if conn.execute(text("SELECT to_regclass('alembic_version')")).scalar() is None:
             return None
+        return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
 
 
 @contextmanager
 def session() -> Iterator[Session]:
     """A session in one transaction: committed on success, rolled back on error."""
+    from sqlalchemy.orm import sessionmaker  # the ORM costs start-up: only where it is used
+
     maker = sessionmaker(bind=engine(), expire_on_commit=False)
     with maker() as s, s.begin():
         yield s

@@ -16,7 +16,8 @@ import sys
 from array import array
 from collections.abc import Sequence
 
-from psycopg.adapt import Dumper
+import numpy as np
+from psycopg.adapt import Dumper, Loader
 from psycopg.pq import Format
 
 INT4_OID, FLOAT8_OID = 23, 701
@@ -120,3 +121,48 @@ def copy_rows(run_id: int, metric_ids: Sequence[int], seqs: Sequence[int], value
             n,
         )
     )
+
+
+# -- reading arrays back: binary int4[]/float8[] results straight into numpy -------------
+
+_ELEMENT = {
+    INT4_ARRAY_OID: np.dtype([("len", ">i4"), ("v", ">i4")]),
+    FLOAT8_ARRAY_OID: np.dtype([("len", ">i4"), ("v", ">f8")]),
+}
+_NATIVE = {INT4_ARRAY_OID: np.int64, FLOAT8_ARRAY_OID: np.float64}
+
+
+def array_from_wire(oid: int, data: bytes | memoryview) -> np.ndarray:
+    """A one-dimensional ``int4[]``/``float8[]`` without NULLs in binary wire form, as a
+    numpy array (int64 or float64), with no Python object per element."""
+    ndim, has_nulls, _elem = struct.unpack_from(">iii", data, 0)
+    if ndim == 0:
+        return np.zeros(0, dtype=_NATIVE[oid])
+    if ndim != 1 or has_nulls:
+        raise ValueError("only one-dimensional arrays without NULLs are read as numpy arrays")
+    n = struct.unpack_from(">i", data, 12)[0]
+    rows = np.frombuffer(data, dtype=_ELEMENT[oid], count=n, offset=20)
+    return rows["v"].astype(_NATIVE[oid])
+
+
+class _ArrayLoader(Loader):
+    format = Format.BINARY
+    oid = 0
+
+    def load(self, data) -> np.ndarray:
+        return array_from_wire(self.oid, data)
+
+
+class _Int4ArrayLoader(_ArrayLoader):
+    oid = INT4_ARRAY_OID
+
+
+class _Float8ArrayLoader(_ArrayLoader):
+    oid = FLOAT8_ARRAY_OID
+
+
+def register_numpy_loaders(ctx) -> None:
+    """Make a psycopg connection or cursor return binary ``int4[]``/``float8[]`` results
+    as numpy arrays."""
+    ctx.adapters.register_loader(INT4_ARRAY_OID, _Int4ArrayLoader)
+    ctx.adapters.register_loader(FLOAT8_ARRAY_OID, _Float8ArrayLoader)

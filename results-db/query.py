@@ -1,18 +1,35 @@
 """Reading results back: kernels by name or commit prefix, and their samples per job.
 
 Table renderers (LKP, mmtests, stackbench) all start from :func:`load` so they show the
-same numbers for the same kernels.
+same numbers for the same kernels. Samples leave PostgreSQL as one binary COPY stream read
+straight into numpy arrays (:class:`Samples`); the nested per-run lists of
+``Dataset.values`` are only built for the readers that ask for them.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, text
+import numpy as np
 
 from stackbench.errors import NotFoundError, StackbenchError
+
+# Functions here take a SQLAlchemy Connection or a psycopg one and run their SQL on the
+# psycopg connection beneath: the CLI reads a comparison without importing SQLAlchemy.
+Connection = Any
+
+
+def _raw(conn: Connection) -> Any:
+    """The psycopg connection of ``conn`` (a SQLAlchemy Connection, or psycopg's own)."""
+    pooled = getattr(conn, "connection", None)  # psycopg's own has one too: itself
+    return getattr(pooled, "driver_connection", conn)
+
+
+def _rows(conn: Connection, sql: str, params: dict[str, Any] | None = None) -> list[tuple]:
+    return _raw(conn).execute(sql, params).fetchall()
 
 
 @dataclass(frozen=True)
@@ -68,18 +85,94 @@ class RunRow:
     meta: dict[str, Any]
 
 
+def _nested() -> dict[tuple[int, int], dict[int, dict[int, list[float]]]]:
+    return defaultdict(lambda: defaultdict(dict))
+
+
+@dataclass
+class Samples:
+    """Every sample of a dataset as parallel arrays sorted by (run, metric, seq), and its
+    segments: the runs of equal (run, metric), one per run and metric."""
+
+    run: np.ndarray  # int64, per sample
+    metric: np.ndarray  # int64, per sample
+    value: np.ndarray  # float64, per sample
+
+    def __post_init__(self) -> None:
+        n = len(self.value)
+        if n:
+            change = (self.run[1:] != self.run[:-1]) | (self.metric[1:] != self.metric[:-1])
+            self.start = np.concatenate(([0], np.flatnonzero(change) + 1))
+        else:
+            self.start = np.zeros(0, dtype=np.int64)
+        self.length = np.diff(np.append(self.start, n))
+        self.seg_run = self.run[self.start]
+        self.seg_metric = self.metric[self.start]
+
+    @classmethod
+    def from_nested(cls, values: dict[tuple[int, int], dict[int, dict[int, Any]]]) -> Samples:
+        rows = []
+        for (_job, metric_id), per_build in values.items():
+            for per_run in per_build.values():
+                for run_id, samples in per_run.items():
+                    rows.append((run_id, metric_id, samples))
+        rows.sort(key=lambda r: (r[0], r[1]))
+        lengths = [len(r[2]) for r in rows]
+        return cls(
+            np.repeat(np.array([r[0] for r in rows], dtype=np.int64), lengths),
+            np.repeat(np.array([r[1] for r in rows], dtype=np.int64), lengths),
+            np.array([float(v) for r in rows for v in r[2]], dtype=np.float64),
+        )
+
+    def segment(self, i: int) -> np.ndarray:
+        return self.value[self.start[i] : self.start[i] + self.length[i]]
+
+    def first(self) -> np.ndarray:
+        """Per segment, its first sample."""
+        return self.value[self.start]
+
+    def last(self) -> np.ndarray:
+        """Per segment, its last sample."""
+        return self.value[self.start + self.length - 1]
+
+
 @dataclass
 class Dataset:
     """Samples of several kernels: ``values[(job_id, metric_id)][build_id][run_id]`` is the
-    list of that run's samples in ``seq`` order."""
+    list of that run's samples in ``seq`` order. A loaded dataset holds them as arrays
+    (:meth:`samples`) and builds ``values`` when it is first read."""
 
     kernels: list[Kernel]
     jobs: dict[int, JobRow] = field(default_factory=dict)
     metrics: dict[int, MetricRow] = field(default_factory=dict)
     runs: dict[int, RunRow] = field(default_factory=dict)
-    values: dict[tuple[int, int], dict[int, dict[int, list[float]]]] = field(
-        default_factory=lambda: defaultdict(lambda: defaultdict(dict))
-    )
+    _samples: Samples | None = field(default=None, repr=False)
+    _values: dict | None = field(default=None, repr=False)
+
+    @property
+    def values(self) -> dict[tuple[int, int], dict[int, dict[int, list[float]]]]:
+        if self._values is None:
+            self._values = _nested()
+            if self._samples is not None:
+                self._fill(self._values, self._samples)
+        return self._values
+
+    def _fill(self, values: dict, smp: Samples) -> None:
+        runs = self.runs
+        lists = np.split(smp.value, smp.start[1:]) if len(smp.value) else []
+        for run_id, metric_id, arr in zip(
+            smp.seg_run.tolist(), smp.seg_metric.tolist(), lists, strict=True
+        ):
+            run = runs[run_id]
+            values[(run.job_id, metric_id)][run.build_id][run_id] = arr.tolist()
+
+    def samples(self) -> Samples:
+        """The samples as arrays: as loaded, or from ``values`` for a dataset made by hand
+        (a loaded dataset's ``values`` are a copy for reading; changing them changes
+        nothing here)."""
+        if self._samples is None:
+            return Samples.from_nested(self.values)
+        return self._samples
 
     def pooled_machines(self) -> dict[int, list[str]]:
         """Jobs whose runs come from more than one machine: job id -> machine names."""
@@ -98,21 +191,20 @@ class Dataset:
 def resolve_kernel(conn: Connection, ref: str) -> Kernel:
     """A kernel by exact commit, exact name (mmtests run name), or unique commit prefix."""
     cols = "id, commit, name, config_name, compiler"
-    for where in ("commit = :r", "name = :r"):
-        rows = conn.execute(
-            text(f"SELECT {cols} FROM kernel_build WHERE {where} ORDER BY id"), {"r": ref}
-        ).all()
+    for where in ("commit = %(r)s", "name = %(r)s"):
+        rows = _rows(conn, f"SELECT {cols} FROM kernel_build WHERE {where} ORDER BY id", {"r": ref})
         if len(rows) >= 1:
             return Kernel(*rows[0])
     if len(ref) >= 4:
-        rows = conn.execute(
-            text(f"SELECT {cols} FROM kernel_build WHERE commit LIKE :p ORDER BY id"),
+        rows = _rows(
+            conn,
+            f"SELECT {cols} FROM kernel_build WHERE commit LIKE %(p)s ORDER BY id",
             {"p": ref.replace("%", r"\%").replace("_", r"\_") + "%"},
-        ).all()
+        )
         if len(rows) == 1:
             return Kernel(*rows[0])
         if len(rows) > 1:
-            names = ", ".join(r.commit[:12] for r in rows[:5])
+            names = ", ".join(r[1][:12] for r in rows[:5])
             raise NotFoundError(f"kernel '{ref}' is ambiguous: {names}")
     raise NotFoundError(f"unknown kernel '{ref}' (not a stored commit, prefix or run name)")
 
@@ -128,10 +220,12 @@ def load(
     suite: str | None = None,
     machine: str | None = None,
     statuses: tuple[str, ...] = ("done",),
+    metrics: Callable[[str], bool] | None = None,
     suite_source: str | None = None,
 ) -> Dataset:
     """Every sample of the given kernels' runs (optionally of one suite, one machine, one
-    suite source: upstream, or builtin meaning every job that is not upstream)."""
+    suite source: upstream, or builtin meaning every job that is not upstream; and only of
+    the metrics whose name ``metrics`` accepts)."""
     ds = Dataset(kernels=kernels)
     ids = [k.id for k in kernels]
     if not ids:
@@ -139,10 +233,10 @@ def load(
     params: dict[str, Any] = {"ids": ids, "st": list(statuses)}
     where_sql = ""
     if suite:
-        where_sql = " AND j.suite = :suite"
+        where_sql = " AND j.suite = %(suite)s"
         params["suite"] = suite
     if machine:
-        where_sql += " AND m.name = :machine"
+        where_sql += " AND m.name = %(machine)s"
         params["machine"] = machine
     if suite_source == "upstream":
         where_sql += " AND j.params->>'suite_source' = 'upstream'"
@@ -150,43 +244,70 @@ def load(
         where_sql += " AND coalesce(j.params->>'suite_source', '') <> 'upstream'"
     elif suite_source is not None:
         raise StackbenchError(f"unknown suite source '{suite_source}' (upstream or builtin)")
-    for r in conn.execute(
-        text(
-            "SELECT r.id, r.job_id, r.build_id, coalesce(m.name, ''), coalesce(m.kind, ''), "
-            "r.iteration, r.status, r.sysstate, r.meta, j.suite, j.test, j.params, "
-            "j.suite_version, j.runner FROM run r JOIN job j ON j.id = r.job_id "
-            "LEFT JOIN machine m ON m.id = r.machine_id "
-            f"WHERE r.build_id = ANY(:ids) AND r.status = ANY(:st){where_sql}"
-        ),
+    for r in _rows(
+        conn,
+        "SELECT r.id, r.job_id, r.build_id, coalesce(m.name, ''), coalesce(m.kind, ''), "
+        "r.iteration, r.status, r.sysstate, r.meta, j.suite, j.test, j.params, "
+        "j.suite_version, j.runner FROM run r JOIN job j ON j.id = r.job_id "
+        "LEFT JOIN machine m ON m.id = r.machine_id "
+        f"WHERE r.build_id = ANY(%(ids)s) AND r.status = ANY(%(st)s){where_sql}",
         params,
     ):
         ds.runs[r[0]] = RunRow(*r[:9])
         ds.jobs.setdefault(r[1], JobRow(r[1], r[9], r[10], r[11], r[12], r[13]))
     if not ds.runs:
         return ds
-    run_ids = list(ds.runs)
-    with conn.connection.driver_connection.cursor() as cur:
-        # a comparison's samples fit in memory: sort them there, not in temporary files
-        cur.execute("SET LOCAL work_mem = '64MB'")
-        cur.execute(
-            "SELECT run_id, metric_id, value FROM sample WHERE run_id = ANY(%s) "
-            "ORDER BY run_id, metric_id, seq",
-            (run_ids,),
-        )
-        runs = ds.runs
-        values = ds.values
-        for run_id, metric_id, value in cur:
-            run = runs[run_id]
-            per_run = values[(run.job_id, metric_id)][run.build_id]
-            lst = per_run.get(run_id)
-            if lst is None:
-                per_run[run_id] = [value]
-            else:
-                lst.append(value)
-    metric_ids = sorted({metric_id for _, metric_id in values})
-    for m in conn.execute(
-        text("SELECT id, name, unit, higher_is_better, kind FROM metric WHERE id = ANY(:ids)"),
+    wanted = None
+    if metrics is not None:
+        wanted = [mid for mid, name in _rows(conn, "SELECT id, name FROM metric") if metrics(name)]
+    ds._samples = smp = read_samples(conn, sorted(ds.runs), wanted)
+    metric_ids = np.unique(smp.seg_metric).tolist()
+    for m in _rows(
+        conn,
+        "SELECT id, name, unit, higher_is_better, kind FROM metric WHERE id = ANY(%(ids)s)",
         {"ids": metric_ids},
     ):
         ds.metrics[m[0]] = MetricRow(*m)
     return ds
+
+
+def read_samples(
+    conn: Connection, run_ids: list[int], metric_ids: list[int] | None = None
+) -> Samples:
+    """The samples of ``run_ids`` (optionally only of ``metric_ids``) in (run, metric, seq)
+    order. Each run's samples come as two binary arrays (metric ids, values) read straight
+    into numpy: no Python object per sample, one result row per run."""
+    from stackbench.resultsdb import pgbinary
+
+    empty = np.zeros(0, dtype=np.int64)
+    if not run_ids:
+        return Samples(empty, empty, np.zeros(0))
+    where = "run_id = ANY(%s)"
+    params: list[Any] = [pgbinary.Int4Array.of(run_ids)]
+    if metric_ids is not None:
+        where += " AND metric_id = ANY(%s)"
+        params.append(pgbinary.Int4Array.of(metric_ids))
+    runs, metrics, values = [], [], []
+    with _raw(conn).cursor(binary=True) as cur:
+        pgbinary.register(cur)
+        pgbinary.register_numpy_loaders(cur)
+        # one plan, in order: the primary key's index scan feeds the aggregate in
+        # (run, metric, seq) order, which array_agg keeps; a parallel plan could merge
+        # partial arrays out of order, and JIT only costs time on a query this simple
+        cur.execute("SET LOCAL max_parallel_workers_per_gather = 0")
+        cur.execute("SET LOCAL jit = off")
+        cur.execute(
+            "SELECT run_id, array_agg(metric_id), array_agg(value) FROM ("
+            "SELECT run_id, metric_id, coalesce(value, 'NaN'::float8) AS value FROM sample "
+            f"WHERE {where} ORDER BY run_id, metric_id, seq) s GROUP BY run_id ORDER BY run_id",
+            params,
+        )
+        for run_id, mids, vals in cur:
+            if len(mids) > 1 and (np.diff(mids) < 0).any():  # never seen; be sure anyway
+                raise RuntimeError(f"samples of run {run_id} arrived out of order")
+            runs.append(np.full(len(mids), run_id, dtype=np.int64))
+            metrics.append(mids)
+            values.append(vals)
+    if not runs:
+        return Samples(empty, empty, np.zeros(0))
+    return Samples(np.concatenate(runs), np.concatenate(metrics), np.concatenate(values))

@@ -18,13 +18,13 @@ def _db_up() -> str:
     from stackbench.resultsdb import db
 
     if config.database_url():
-        db.engine()
+        db.upgrade(db.engine(migrate=False))  # 'up' is where a schema change is applied
         return "database: using STACKBENCH_DATABASE_URL"
     from stackbench.resultsdb.embedded import Cluster
 
     cluster = Cluster()
     started = cluster.start()
-    db.engine()
+    db.upgrade(db.engine(migrate=False))
     state = "started" if started else "already running"
     return f"database: {state} ({cluster.datadir})"
 

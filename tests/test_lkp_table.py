@@ -7,7 +7,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from stackbench.resultsdb import query
-from stackbench.resultsdb.tables import lkp
+from stackbench.resultsdb.tables import lkp, lkp_rule
 
 RULER = "=" * 89
 
@@ -295,3 +295,17 @@ def test_job_run_by_one_kernel_only_is_left_out():
     ds.values[(2, 50)] = defaultdict(dict, {ds.kernels[0].id: {99: [1.0]}})
     out = lkp.render(ds, all_rows=True)
     assert out.count(RULER) == 1 and "thpscale" not in out
+
+
+def test_time_stats_of_monitors_are_performance_metrics():
+    # LKP's perf-metrics-patterns make any '<...>.time.*' or 'time.*' stat a performance
+    # metric: a separated +2% change is shown, as for benchmark stats; meminfo's is not
+    base = {"time.voluntary_context_switches": [1000.0, 1001.0, 1002.0]}
+    base["meminfo.Active"] = [9000.0, 9001.0, 9002.0]
+    moved = {"time.voluntary_context_switches": [1020.0, 1021.0, 1022.0]}
+    moved["meminfo.Active"] = [9180.0, 9181.0, 9182.0]
+    ds = make_dataset([("base", base), ("moved", moved)])
+    assert stat_names(lkp.render(ds)) == ["time.voluntary_context_switches"]
+    assert lkp_rule.is_perf_metric("vm-scalability.time.elapsed_time")
+    assert lkp_rule.is_perf_metric("lock_stat.zone->lock.contentions")
+    assert not lkp_rule.is_perf_metric("boot-meminfo.Active")

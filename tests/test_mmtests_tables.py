@@ -11,7 +11,7 @@ import pytest
 
 from stackbench.cli import main
 from stackbench.errors import StackbenchError
-from stackbench.resultsdb.tables import mmtests, render
+from stackbench.resultsdb.tables import mmtests, mmtests_vmstat, render
 
 DATA = Path(__file__).parent / "data" / "mmtests"
 THREE = ["v6.8-rc1-base", "v6.8-rc1-patched", "mm-next"]
@@ -165,7 +165,7 @@ def test_duration_monitor(loaded):
 
 def test_vmstat_monitor(loaded):
     lines = compare("--monitor", "vmstat")
-    assert len(lines) == 2 + len(mmtests.VMSTAT_ROWS)
+    assert len(lines) == 2 + len(mmtests_vmstat.VMSTAT_ROWS)
     assert lines[0] == " " * 32 + f"{'v6.8-rc1':>15}{'v6.8-rc1':>15}{'mm':>15}"
     rows = {line[:32].rstrip(): line[32:] for line in lines[2:]}
 

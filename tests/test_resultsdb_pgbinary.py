@@ -114,3 +114,63 @@ def test_a_non_numeric_sample_is_refused_before_anything_is_written(eng):
     with pytest.raises(TypeError):
         ig.ingest(eng, [_run({"a.ok": [1.0], "b.bad": ["fast"]})])
     assert ig.count(eng, "run") == 0 and ig.count(eng, "sample") == 0
+
+
+def _read_back(eng, sql: str):
+    with eng.connect() as conn:
+        raw = conn.connection.driver_connection
+        with raw.cursor(binary=True) as cur:
+            pgbinary.register_numpy_loaders(cur)
+            return cur.execute(sql).fetchone()[0]
+
+
+@pytest.mark.parametrize("values", [[], [7.0], EDGE_FLOATS, [i / 7 for i in range(5000)]])
+def test_float8_array_comes_back_as_numpy_bit_exact(eng, values):
+    literal = "ARRAY[" + ",".join(f"'{v!r}'::float8" for v in values) + "]::float8[]"
+    got = _read_back(eng, f"SELECT {literal}")
+    assert got.dtype.name == "float64"
+    assert got.tolist() == values
+    assert [math.copysign(1, v) for v in got.tolist()] == [math.copysign(1, v) for v in values]
+
+
+def test_int4_array_comes_back_as_numpy(eng):
+    got = _read_back(eng, f"SELECT ARRAY[{','.join(map(str, EDGE_INTS))}]::int4[]")
+    assert got.dtype.name == "int64" and got.tolist() == EDGE_INTS
+
+
+def test_array_with_nulls_is_refused(eng):
+    # samples are read with NULL values turned into NaN; a NULL reaching here is a bug
+    with pytest.raises(ValueError, match="without NULLs"):
+        _read_back(eng, "SELECT ARRAY[1.0, NULL]::float8[]")
+
+
+def test_samples_arrive_in_run_metric_seq_order(eng):
+    from stackbench.resultsdb import query
+
+    job = ig.JobSpec("s", "t", {})
+    runs = [
+        ig.RunData(
+            job,
+            ig.KernelSpec("a" * 40),
+            ig.MachineSpec("m"),
+            it,
+            {"s.b": [3.0, 1.0, 2.0], "s.a": [float(it)], "s.c": [9.0, 8.0]},
+        )
+        for it in range(3)
+    ]
+    ig.ingest(eng, runs)
+    with eng.connect() as conn:
+        (k,) = query.resolve_kernels(conn, ["a" * 40])
+        ds = query.load(conn, [k])
+    smp = ds.samples()
+    assert len(smp.value) == 3 * 6
+    names = {m.id: m.name for m in ds.metrics.values()}
+    per_run: dict[int, list[tuple[str, float]]] = {}
+    for r, m, v in zip(smp.run.tolist(), smp.metric.tolist(), smp.value.tolist(), strict=True):
+        per_run.setdefault(r, []).append((names[m], v))
+    for it, (_run, got) in enumerate(sorted(per_run.items())):
+        # samples of one metric keep their seq order; metrics follow their ids
+        assert [v for n, v in got if n == "s.b"] == [3.0, 1.0, 2.0]
+        assert [v for n, v in got if n == "s.c"] == [9.0, 8.0]
+        assert [v for n, v in got if n == "s.a"] == [float(it)]
+    assert sorted(ds.values) == sorted((j, m) for j in ds.jobs for m in names)

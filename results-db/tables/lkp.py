@@ -5,7 +5,9 @@ lkp-tests' lib/compare.rb behaviour and real reports). One group per job; the co
 the requested kernels that ran it, the first being the base every other column is compared
 with. A kernel's value of a stat is the mean over its runs of the per-run value (a run with
 several samples of the stat counts their mean); the ``±`` is the population standard
-deviation over runs.
+deviation over runs. Means add as Ruby's ``Array#sum`` does (Kahan-Babuska) and variances
+left to right, as LKP's lib/statistics.rb; the matrices are numpy arrays, so each statistic
+is computed for every stat of a column at once.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from stackbench.resultsdb import query
 from stackbench.resultsdb.tables import lkp_fail, lkp_rule, lkp_unite
@@ -31,12 +35,21 @@ _SORT_KEY_COMPONENTS = {"perf-profile": 2}
 
 @dataclass
 class Column:
-    """One kernel in one group: ``matrix[stat]`` holds one value per run (LKP's matrix.json)."""
+    """One kernel in one group: ``matrix[stat]`` holds one value per run (LKP's matrix.json);
+    ``array`` is the same as a stats x runs array, rows in ``matrix`` order."""
 
     kernel: query.Kernel
     runs: int
     matrix: dict[str, list[float]]
     axes: dict[str, str]
+    array: np.ndarray | None = None
+
+    def as_array(self) -> np.ndarray:
+        if self.array is None or len(self.array) != len(self.matrix):
+            self.array = np.array(list(self.matrix.values()), dtype=np.float64).reshape(
+                len(self.matrix), self.runs
+            )
+        return self.array
 
 
 @dataclass
@@ -113,31 +126,47 @@ def column_axes(job: query.JobRow, kernel: query.Kernel, runs: list[query.RunRow
 
 def build_groups(ds: query.Dataset) -> list[Group]:
     """LKP's matrices per (job, kernel): stat -> per-run values, zero-filled like LKP's."""
-    by_job_build: dict[tuple[int, int], dict[int, dict[int, list[float]]]] = {}
-    for (job_id, metric_id), per_build in ds.values.items():
-        for build_id, per_run in per_build.items():
-            by_job_build.setdefault((job_id, build_id), {})[metric_id] = per_run
+    smp = ds.samples()
     runs_by: dict[tuple[int, int], list[query.RunRow]] = {}
     for r in ds.runs.values():
         runs_by.setdefault((r.job_id, r.build_id), []).append(r)
+    # per run (by position in run_ids): its job, kernel and column within that kernel
+    run_ids = np.array(sorted(ds.runs), dtype=np.int64)
+    run_job = np.array([ds.runs[r].job_id for r in run_ids.tolist()], dtype=np.int64)
+    run_build = np.array([ds.runs[r].build_id for r in run_ids.tolist()], dtype=np.int64)
+    run_col = np.zeros(len(run_ids), dtype=np.int64)
+    for _key, runs in runs_by.items():
+        runs.sort(key=lambda r: (r.iteration, r.id))
+        for i, r in enumerate(runs):
+            run_col[np.searchsorted(run_ids, r.id)] = i
+    at = np.searchsorted(run_ids, smp.seg_run)
+    seg_job, seg_build, seg_col = run_job[at], run_build[at], run_col[at]
+    # a run's value of a stat: its sample, or the mean of its samples
+    seg_val = smp.first().copy()
+    for i in np.flatnonzero(smp.length > 1).tolist():
+        seg_val[i] = _mean(smp.segment(i).tolist())
+    # stats in the order they first appear (by run, then metric id), as LKP's matrices
+    order_key = seg_job * (int(smp.seg_metric.max(initial=0)) + 1) + smp.seg_metric
+    _, first, inverse = np.unique(order_key, return_index=True, return_inverse=True)
+    rank = np.argsort(np.argsort(first))[inverse]
 
     groups = []
     for job_id in sorted(ds.jobs, key=lambda j: _job_order(ds.jobs[j])):
         job = ds.jobs[job_id]
         g = Group(job)
         for kernel in ds.kernels:
-            runs = sorted(runs_by.get((job_id, kernel.id), []), key=lambda r: (r.iteration, r.id))
+            runs = runs_by.get((job_id, kernel.id), [])
             if not runs:
                 continue
-            order = {r.id: i for i, r in enumerate(runs)}
-            matrix: dict[str, list[float]] = {}
-            for metric_id, per_run in by_job_build.get((job_id, kernel.id), {}).items():
-                row = [0.0] * len(runs)
-                for run_id, samples in per_run.items():
-                    if samples and run_id in order:
-                        row[order[run_id]] = _mean(samples) if len(samples) > 1 else samples[0]
-                matrix[ds.metrics[metric_id].name] = row
-            g.columns.append(Column(kernel, len(runs), matrix, column_axes(job, kernel, runs)))
+            idx = np.flatnonzero((seg_job == job_id) & (seg_build == kernel.id))
+            _, at_first, row = np.unique(rank[idx], return_index=True, return_inverse=True)
+            names = [ds.metrics[m].name for m in smp.seg_metric[idx][at_first].tolist()]
+            arr = np.zeros((len(names), len(runs)))
+            arr[row, seg_col[idx]] = seg_val[idx]
+            matrix = dict(zip(names, arr.tolist(), strict=True))
+            g.columns.append(
+                Column(kernel, len(runs), matrix, column_axes(job, kernel, runs), array=arr)
+            )
         if g.columns:
             groups.append(g)
     return groups
@@ -148,17 +177,34 @@ def _job_order(job: query.JobRow) -> tuple:
 
 
 def changed_stat_keys(group: Group, more: bool = True) -> list[str]:
-    """Stats LKP's rule reports for any later column against the first."""
+    """Stats LKP's rule reports for any later column against the first (the rule of
+    lkp_rule.changed_stats with LKP's default options, over whole matrices at once)."""
+    names = all_stat_keys(group)
+    where = {k: i for i, k in enumerate(names)}
+    aligned = [_aligned(c, where) for c in group.columns]
     base = group.columns[0]
-    options: dict[str, Any] = {"more": more, "perf-profile": 5}
+    rules = lkp_rule.NameRules.of(names, {*base.matrix, "stats_source"})
     keys: list[str] = []
     seen: set[str] = set()
-    for col in group.columns[1:]:
-        for k in lkp_rule.changed_stats(_with_source(col), _with_source(base), options):
-            if k not in seen:
+    for col, (arr, present) in zip(group.columns[1:], aligned[1:], strict=True):
+        changed = lkp_rule.changed_mask(arr, present, *aligned[0], rules, more=more)
+        hit = changed.tolist()
+        # LKP walks the new column's stats, then the base's stats the new one lacks
+        for k in [*col.matrix, *(k for k in base.matrix if k not in col.matrix)]:
+            if hit[where[k]] and k not in seen:
                 seen.add(k)
                 keys.append(k)
     return keys
+
+
+def _aligned(col: Column, where: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
+    """The column's matrix on the group's stat rows, and which rows it has."""
+    arr = np.zeros((len(where), col.runs))
+    present = np.zeros(len(where), dtype=bool)
+    rows = np.fromiter((where[k] for k in col.matrix), dtype=np.int64, count=len(col.matrix))
+    arr[rows] = col.as_array()
+    present[rows] = True
+    return arr, present
 
 
 def _with_source(col: Column) -> dict[str, Sequence[Any]]:
@@ -202,6 +248,73 @@ def calc_stat(stat: str, group: Group) -> StatRow:
         avg0 = avg0 or 1e-100  # LKP's guard against dividing by a zero base
         row.changes = [100.0 * (avg - avg0) / avg0 for avg in row.avgs[1:]]
     return row
+
+
+def _ruby_sum(arr: np.ndarray) -> np.ndarray:
+    """Ruby's Array#sum of floats per row (Kahan-Babuska compensated, left to right)."""
+    f = np.zeros(len(arr))
+    c = np.zeros(len(arr))
+    for j in range(arr.shape[1]):
+        x = arr[:, j]
+        t = f + x
+        c += np.where(np.abs(f) >= np.abs(x), (f - t) + x, (x - t) + f)
+        f = t
+    return f + c
+
+
+def _avg_stddev(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """LKP's average and population standard deviation of each row (lib/statistics.rb:
+    ``sum / length``, then ``1 / length * inject(0) { acc + (x - avg)**2 }``)."""
+    n = arr.shape[1]
+    avg = _ruby_sum(arr) / float(n)
+    acc = np.zeros(len(arr))
+    for j in range(n):
+        acc = acc + (arr[:, j] - avg) ** 2
+    return avg, np.sqrt(1 / float(n) * acc)
+
+
+def calc_stats(keys: list[str], group: Group) -> list[StatRow]:
+    """calc_stat for many stats at once: averages and deviations per column as arrays."""
+    perf = [k for k in keys if not lkp_rule.is_function_stat(k)]
+    pos = {k: i for i, k in enumerate(perf)}
+    avgs, stddevs = [], []
+    for c in group.columns:
+        arr = np.zeros((len(perf), c.runs))
+        present = np.zeros(len(perf), dtype=bool)
+        if c.runs and perf:
+            where = {k: i for i, k in enumerate(c.matrix)}
+            src = [(pos[k], where[k]) for k in perf if k in where]
+            if src:
+                dst, rows = np.array(src).T
+                arr[dst] = c.as_array()[rows]
+                present[dst] = True
+        avg, sd = _avg_stddev(arr) if c.runs else (np.zeros(len(perf)), np.zeros(len(perf)))
+        avgs.append(np.where(present, avg, 0.0).tolist())
+        many = present if c.runs > 1 else np.zeros(len(perf), dtype=bool)
+        stddevs.append(np.where(many, sd, -1.0).tolist())
+    out = []
+    for k in keys:
+        i = pos.get(k)
+        if i is None:
+            out.append(calc_stat(k, group))
+            continue
+        row = StatRow(
+            stat=k,
+            failure=False,
+            values=[c.matrix.get(k) for c in group.columns],
+            runs=[c.runs for c in group.columns],
+            avgs=[a[i] for a in avgs],
+            stddevs=[s[i] for s in stddevs],
+        )
+        avg0 = row.avgs[0]
+        if uses_absolute_change(k):
+            row.abs_changes = True
+            row.changes = [avg - avg0 for avg in row.avgs[1:]]
+        else:
+            avg0 = avg0 or 1e-100  # LKP's guard against dividing by a zero base
+            row.changes = [100.0 * (avg - avg0) / avg0 for avg in row.avgs[1:]]
+        out.append(row)
+    return out
 
 
 def sort_stats(rows: list[StatRow]) -> list[StatRow]:
@@ -299,10 +412,11 @@ def failure_header(n: int) -> str:
 
 def render_group(group: Group, all_rows: bool = False, more: bool = True) -> str:
     keys = all_stat_keys(group) if all_rows else changed_stat_keys(group, more=more)
-    complete = lkp_fail.complete_group(group)  # %stddev rows leave incomplete runs out
-    rows = sort_stats(
-        [calc_stat(k, group if lkp_rule.is_function_stat(k) else complete) for k in keys]
-    )
+    # failure rows count every run; %stddev rows leave incomplete runs out (lkp_fail)
+    complete = lkp_fail.complete_group(group)
+    failures = [calc_stat(k, group) for k in keys if lkp_rule.is_function_stat(k)]
+    perf_keys = [k for k in keys if not lkp_rule.is_function_stat(k)]
+    rows = sort_stats(failures + calc_stats(perf_keys, complete))
     failure = [r for r in rows if r.failure]
     perf = [r for r in rows if not r.failure]
     if not failure and not perf:

@@ -36,4 +36,4 @@ def _complete(col: lkp.Column) -> lkp.Column:
     keep = [i for i, f in enumerate(flags) if f != 1]
     matrix = {k: [v[i] for i in keep if i < len(v)] for k, v in col.matrix.items()}
     del matrix[INCOMPLETE]
-    return dataclasses.replace(col, runs=len(keep), matrix=matrix)
+    return dataclasses.replace(col, runs=len(keep), matrix=matrix, array=None)

@@ -22,6 +22,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 MARGIN_SHIFT = 5
 MAX_RATIO = 5
 
@@ -53,6 +55,10 @@ _PERF_PREFIXES = re.compile(
     r"|proc-vmstat\.|turbostat\.(%Busy|Bzy_MHz|C1%|C1E%|CorWatt|Pk%pc10|Pkg%pc[236789]|PkgTmp"
     r"|PkgWatt|POLL%|RAMWatt|SYS%LPI)|vmstat\.(cpu|io|swap|system)\.)"
 )
+
+# etc/perf-metrics-patterns: stats that are performance metrics wherever they appear (LKP
+# matches these unanchored, each with its own ^): time stats of any monitor or benchmark
+_PERF_PATTERNS = re.compile(r"^(.*\.)?time..*|^lock_stat..*..contentions")
 
 # etc/stat-denylist, the monitor part: noisy stats LKP does not report without --more
 _DENYLIST = re.compile(
@@ -89,7 +95,7 @@ def is_function_stat(stat: str) -> bool:
 
 
 def is_perf_metric(stat: str) -> bool:
-    if _PERF_PREFIXES.match(stat):
+    if _PERF_PREFIXES.match(stat) or _PERF_PATTERNS.search(stat):
         return True
     base = stat_base(stat)
     return "." in stat and is_test_base(base) and base not in ("kmsg", "dmesg", "stderr")
@@ -446,3 +452,139 @@ def is_changed(
     if variance and ((cols_a or len(a)) < 10 or (cols_b or len(b or [])) < 10):
         return False
     return changed_stat(a, b, stat, options, cols_a=cols_a, cols_b=cols_b) is not None
+
+
+# -- the same rule over whole matrices at once ----------------------------------------------
+
+
+@dataclass
+class NameRules:
+    """What the rule needs to know about each stat name, worked out once per group."""
+
+    func: np.ndarray  # failure/pass counters
+    perf_profile: np.ndarray
+    perf_metric: np.ndarray
+    bisectable: np.ndarray
+    new_monitor_ok: np.ndarray  # a base without the stat still compares it (lock_stat...)
+    skip_func: np.ndarray  # failure counters without their pass/fail counterpart in the base
+    floor_kind: np.ndarray  # 0 none, 1 on the maximum, 2 on the delta (reasonable_perf_change)
+    floor: np.ndarray
+
+    @classmethod
+    def of(cls, names: Sequence[str], b_keys: Collection[str]) -> NameRules:
+        n = len(names)
+        func = np.fromiter(map(is_function_stat, names), bool, n)
+        bases = {stat_base(k) for k in b_keys}
+        kinds, floors = np.zeros(n, np.int8), np.zeros(n)
+        new_ok, skip_func = np.zeros(n, bool), np.zeros(n, bool)
+        for i, stat in enumerate(names):
+            kinds[i], floors[i] = _floor_of(stat)
+            m = re.match(r"^(lock_stat|perf-profile)\.", stat)
+            new_ok[i] = bool(m and m.group(1) in bases)
+            if func[i]:
+                skip_func[i] = _skip_function_stat(stat, {}, b_keys)
+        return cls(
+            func=func,
+            perf_profile=np.fromiter((s.startswith("perf-profile.") for s in names), bool, n),
+            perf_metric=np.fromiter(map(is_perf_metric, names), bool, n),
+            bisectable=np.fromiter(map(is_bisectable, names), bool, n),
+            new_monitor_ok=new_ok,
+            skip_func=skip_func,
+            floor_kind=kinds,
+            floor=floors,
+        )
+
+
+def _floor_of(stat: str) -> tuple[int, float]:
+    """reasonable_perf_change as (kind, threshold): 1 needs maximum > t, 2 needs delta > t."""
+    if stat.startswith("iostat"):
+        return 1, 1
+    if stat.startswith(("pagetypeinfo", "buddyinfo", "slabinfo")):
+        return 2, 100
+    if stat.startswith("proc-vmstat") or "meminfo" in stat:
+        return 1, 1000
+    if stat.startswith("lock_stat"):
+        return 2, (1_000 if "time" in stat else 10_000)
+    if stat.startswith(("interrupts", "softirqs")):
+        return 1, 10_000
+    return 0, 0.0
+
+
+def _summaries(sorted_rows: np.ndarray, margin: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Summary.of over rows already sorted: (min, upper median, max, length) per row."""
+    cols = sorted_rows.shape[1]
+    length = cols - 2 * margin
+    rows = np.arange(len(sorted_rows))
+    lo = np.minimum(margin, cols - 1)
+    hi = np.clip(margin + length - 1, 0, cols - 1)
+    mid = np.clip(margin + length // 2, 0, cols - 1)
+    return sorted_rows[rows, lo], sorted_rows[rows, mid], sorted_rows[rows, hi], length
+
+
+def changed_mask(
+    a: np.ndarray,
+    a_present: np.ndarray,
+    b: np.ndarray,
+    b_present: np.ndarray,
+    rules: NameRules,
+    *,
+    more: bool = True,
+    perf_profile: float | int | None = 5,
+) -> np.ndarray:
+    """:func:`changed_stats` with LKP's default options (``more``, a perf-profile threshold)
+    for every stat at once: ``a``/``b`` are stats x runs matrices of the new kernel and of
+    the base, rows where ``*_present`` is False being stats that side lacks (LKP counts
+    zeros there). True where LKP reports the stat."""
+    cols_a, cols_b = a.shape[1], b.shape[1]
+    n = len(a)
+    a = np.where(a_present[:, None], a, 0.0)
+    b = np.where(b_present[:, None], b, 0.0)
+    func = rules.func
+    ok = np.ones(n, bool)
+    if not more:
+        ok &= rules.bisectable
+    ok &= ~(func & rules.skip_func)
+    if cols_a < 3 and cols_b < 3:
+        ok &= func
+    ok &= func | b_present | rules.new_monitor_ok
+    if cols_a == 0 or cols_b == 0:
+        return np.zeros(n, bool)
+    max_margin = np.where(func, 0, 3)
+    margin_b = np.minimum(cols_b >> MARGIN_SHIFT, max_margin)
+    if cols_b <= 3:
+        max_margin = np.where(max_margin > 1, 1, max_margin)
+    margin_a = np.minimum(cols_a >> MARGIN_SHIFT, max_margin)
+    a_min, a_mean, a_max, a_len = _summaries(np.sort(a, axis=1), margin_a)
+    b_min, b_mean, b_max, b_len = _summaries(np.sort(b, axis=1), margin_b)
+    ok &= (a_len > 0) & (b_len > 0)
+
+    # perf-profile shares against the threshold: LKP compares only when the threshold and
+    # the new side's median are the same kind of number; medians of stored values are
+    # floats, and a side without the stat has LKP's integer zeros
+    if perf_profile:
+        same_kind = a_present if isinstance(perf_profile, float) else ~a_present
+        pp = rules.perf_profile & same_kind
+    else:
+        pp = np.zeros(n, bool)
+    threshold = perf_profile or 0
+    sep = ((b_min > a_mean) & (b_mean > a_max)) | ((a_min > b_mean) & (a_mean > b_max))
+    changed = np.where(
+        pp, (a_mean > threshold) | (b_mean > threshold), np.where(func, a_max != b_max, sep)
+    )
+    ok &= changed
+
+    maximum = np.maximum(a_max, b_max)
+    a_high = a_mean > b_mean
+    high = np.where(a_high, a_mean, b_mean)
+    low = np.where(a_high, b_mean, a_mean)
+    delta = high - low
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(low > 0, high / np.where(low > 0, low, 1), MAX_RATIO)
+    ratio = np.minimum(ratio, MAX_RATIO)
+    small = ~(ratio > 1.01) | ~((ratio > 1.05) | rules.perf_metric)
+    kind = rules.floor_kind
+    small |= (kind == 1) & ~(maximum > rules.floor)
+    small |= (kind == 2) & ~(delta > rules.floor)
+    if perf_profile:
+        small &= ~rules.perf_profile
+    return ok & ~small

@@ -38,4 +38,5 @@ def unite(groups: list[lkp.Group], ds: query.Dataset) -> list[lkp.Group]:
 def _without_zero_stats(col: lkp.Column) -> lkp.Column:
     if all(any(v) for v in col.matrix.values()):
         return col
-    return dataclasses.replace(col, matrix={k: v for k, v in col.matrix.items() if any(v)})
+    matrix = {k: v for k, v in col.matrix.items() if any(v)}
+    return dataclasses.replace(col, matrix=matrix, array=None)

@@ -20,7 +20,9 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import numpy as np
 
 from stackbench.errors import StackbenchError
 from stackbench.resultsdb import query
@@ -44,18 +46,26 @@ _SIZE_ORDER = {"base": 0, "huge": 1, "both": 2}
 
 @dataclass
 class Series:
-    """One metric of one suite: per kernel, the sample lists of its runs in iteration order."""
+    """One metric of one suite: per kernel, the sample arrays of its runs in iteration
+    order."""
 
     name: str  # without the suite prefix
     higher_is_better: bool
-    runs: dict[int, list[list[float]]]  # build_id -> per-run samples
+    runs: dict[int, list[np.ndarray]]  # build_id -> per-run samples
+    _pooled: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
 
-    def pooled(self, build_id: int) -> list[float]:
-        return [v for run in self.runs.get(build_id, []) for v in run]
+    def pooled(self, build_id: int) -> np.ndarray:
+        """Every sample of the kernel's runs, in run order (one array, made once)."""
+        got = self._pooled.get(build_id)
+        if got is None:
+            runs = self.runs.get(build_id, [])
+            got = np.concatenate(runs) if runs else np.zeros(0)
+            self._pooled[build_id] = got
+        return got
 
     def best(self, build_id: int, higher: bool | None = None) -> float | None:
         """The best per-iteration value (each run's last sample), None without runs."""
-        values = [run[-1] for run in self.runs.get(build_id, []) if run]
+        values = [float(run[-1]) for run in self.runs.get(build_id, []) if len(run)]
         if not values:
             return None
         hib = self.higher_is_better if higher is None else higher
@@ -90,19 +100,26 @@ def collect(ds: query.Dataset, suite: str, prefix: str | None = None) -> dict[st
     prefix = f"{suite}." if prefix is None else prefix
     job_ids = {j.id for j in ds.jobs.values() if j.suite == suite}
     refuse_mixed_sources(ds, suite)
-    order = {r.id: (r.iteration, r.id) for r in ds.runs.values()}
+    smp = ds.samples()
+    picked: dict[tuple[int, int], list[tuple[tuple[int, int], int, int]]] = {}
+    first: dict[tuple[int, int], int] = {}  # (job, metric) -> first segment, for the order
+    runs = ds.runs
+    for i, (run_id, metric_id) in enumerate(
+        zip(smp.seg_run.tolist(), smp.seg_metric.tolist(), strict=True)
+    ):
+        run = runs[run_id]
+        if run.job_id not in job_ids or not ds.metrics[metric_id].name.startswith(prefix):
+            continue
+        key = (run.job_id, metric_id)
+        first.setdefault(key, i)
+        picked.setdefault(key, []).append(((run.iteration, run_id), run.build_id, i))
     out: dict[str, Series] = {}
-    for (job_id, metric_id), per_build in ds.values.items():
-        if job_id not in job_ids:
-            continue
-        m = ds.metrics[metric_id]
-        if not m.name.startswith(prefix):
-            continue
+    for key in sorted(picked, key=first.__getitem__):
+        m = ds.metrics[key[1]]
         name = m.name[len(prefix) :]
         s = out.setdefault(name, Series(name, bool(m.higher_is_better), defaultdict(list)))
-        for build_id, per_run in per_build.items():
-            for run_id in sorted(per_run, key=lambda r: order[r]):
-                s.runs[build_id].append(per_run[run_id])
+        for _order, build_id, i in sorted(picked[key]):
+            s.runs[build_id].append(smp.segment(i))
     return out
 
 
@@ -183,19 +200,30 @@ def _fault_ops(series: dict[str, Series]) -> list[str]:
     return sorted(ops, key=lambda n: (_SIZE_ORDER[_FAULT.match(n)[1]], int(_FAULT.match(n)[2])))
 
 
-def _stat_defs(higher: bool) -> list[tuple[str, Callable[[list[float]], float], str]]:
+def _stat_defs(higher: bool) -> list[tuple[str, Callable[[np.ndarray], float], str]]:
     mean_name = "Hmean" if higher else "Amean"
     mean = st.hmean if higher else st.amean
     better = "pdiff" if higher else "pndiff"
+    ascending: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def best(d: np.ndarray, percent: int) -> float:
+        if not len(d):
+            return st.NAN
+        # sort each pooled array once for the three best-mean rows
+        got = ascending.get(id(d))
+        if got is None or got[0] is not d:
+            got = ascending[id(d)] = (d, np.sort(d))
+        return st.best_mean(d, percent, higher, ascending=got[1])
+
     return [
-        ("Min", lambda d: min(d) if d else st.NAN, better),
+        ("Min", lambda d: float(d.min()) if len(d) else st.NAN, better),
         (mean_name, mean, better),
         ("Stddev", st.stddev, "pndiff"),
         ("CoeffVar", st.coeffvar, "pndiff"),
-        ("Max", lambda d: max(d) if d else st.NAN, better),
-        (f"B{mean_name}-50", lambda d: st.best_mean(d, 50, higher) if d else st.NAN, better),
-        (f"B{mean_name}-95", lambda d: st.best_mean(d, 95, higher) if d else st.NAN, better),
-        (f"B{mean_name}-99", lambda d: st.best_mean(d, 99, higher) if d else st.NAN, better),
+        ("Max", lambda d: float(d.max()) if len(d) else st.NAN, better),
+        (f"B{mean_name}-50", lambda d: best(d, 50), better),
+        (f"B{mean_name}-95", lambda d: best(d, 95), better),
+        (f"B{mean_name}-99", lambda d: best(d, 99), better),
     ]
 
 
@@ -215,11 +243,11 @@ def render_latency(ds: query.Dataset, suite: str, significance: bool = False) ->
         is_mean = stat_name in ("Amean", "Hmean")
         for op in ops:
             pooled = [series[op].pooled(b) for b in kernels]
-            values = [func(p) if p else None for p in pooled]
+            values = [func(p) if len(p) else None for p in pooled]
             cells = _cells(values, _COMPARE[compare])
-            if is_mean and pooled[0]:
+            if is_mean and len(pooled[0]):
                 for i in range(1, len(kernels)):
-                    if pooled[i] and st.ttest_significant(pooled[0], pooled[i]):
+                    if len(pooled[i]) and st.ttest_significant(pooled[0], pooled[i]):
                         cells[i].star = True
             rows.append((stat_name, op, cells))
     label_w = max(len(d[0]) for d in defs)
@@ -233,7 +261,7 @@ def render_latency(ds: query.Dataset, suite: str, significance: bool = False) ->
             pooled = [series[op].pooled(b) for b in kernels]
             cells = [Cell(0.0, 0.0)]
             for p in pooled[1:]:
-                pvalue = st.ttest_pvalue(pooled[0], p) if pooled[0] and p else 1.0
+                pvalue = st.ttest_pvalue(pooled[0], p) if len(pooled[0]) and len(p) else 1.0
                 cells.append(Cell(1.0 if pvalue < st.TTEST_ALPHA else 0.0, pvalue * 100))
             sig_rows.append(("Significant", op, cells))
         lines += _rows(label_w, op_w, sig_rows)
@@ -310,255 +338,6 @@ def render_duration(ds: query.Dataset, suite: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-# /proc/vmstat counters that older kernels named differently; like mmtests, the value of
-# the last name present wins (the kernel prints them in this order)
-_RENAMED = {
-    "allocstall": [
-        "allocstall",
-        "allocstall_dma",
-        "allocstall_dma32",
-        "allocstall_normal",
-        "allocstall_highmem",
-        "allocstall_movable",
-    ],
-    "pgmigrate_success": ["compact_pages_moved", "pgmigrate_success"],
-    "thp_split_page": ["thp_split", "thp_split_page"],
-    "thp_split_page_failed": ["thp_failed", "thp_split_page_failed"],
-}
-
-_KSWAPD_STEAL = [
-    "kswapd_steal",
-    "pgsteal_kswapd_dma",
-    "pgsteal_kswapd_dma32",
-    "pgsteal_kswapd_normal",
-    "pgsteal_kswapd_high",
-    "pgsteal_kswapd_movable",
-    "pgsteal_kswapd",
-]
-_DIRECT_STEAL = [
-    "pgsteal_dma",
-    "pgsteal_dma32",
-    "pgsteal_normal",
-    "pgsteal_movable",
-    "pgsteal_high",
-    "pgsteal_direct_dma",
-    "pgsteal_direct_dma32",
-    "pgsteal_direct_normal",
-    "pgsteal_direct_movable",
-    "pgsteal_direct_high",
-    "pgsteal_direct",
-]
-_KSWAPD_SCAN = [
-    "pgscan_kswapd_dma",
-    "pgscan_kswapd_dma32",
-    "pgscan_kswapd_normal",
-    "pgscan_kswapd_movable",
-    "pgscan_kswapd_high",
-    "pgscan_kswapd",
-]
-_DIRECT_SCAN = [
-    "pgscan_direct_dma",
-    "pgscan_direct_dma32",
-    "pgscan_direct_normal",
-    "pgscan_direct_movable",
-    "pgscan_direct_high",
-    "pgscan_direct",
-]
-
-VMSTAT_ROWS: list[tuple[str, str]] = [
-    ("mmtests_minor_faults", "Minor Faults"),
-    ("pgmajfault", "Major Faults"),
-    ("pswpin", "Swap Ins"),
-    ("pswpout", "Swap Outs"),
-    ("allocstall", "Allocation stalls"),
-    ("fragment_stall", "Fragmentation stalls"),
-    ("pgalloc_dma", "DMA allocs"),
-    ("pgalloc_dma32", "DMA32 allocs"),
-    ("pgalloc_normal", "Normal allocs"),
-    ("pgalloc_movable", "Movable allocs"),
-    ("mmtests_direct_scan", "Direct pages scanned"),
-    ("mmtests_kswapd_scan", "Kswapd pages scanned"),
-    ("mmtests_kswapd_steal", "Kswapd pages reclaimed"),
-    ("mmtests_direct_steal", "Direct pages reclaimed"),
-    ("mmtests_kswapd_efficiency", "Kswapd efficiency %"),
-    ("mmtests_kswapd_velocity", "Kswapd velocity"),
-    ("mmtests_direct_efficiency", "Direct efficiency %"),
-    ("mmtests_direct_velocity", "Direct velocity"),
-    ("mmtests_direct_percentage", "Percentage direct scans"),
-    ("nr_vmscan_write", "Page writes by reclaim"),
-    ("mmtests_vmscan_write_file", "Page writes file"),
-    ("mmtests_vmscan_write_anon", "Page writes anon"),
-    ("nr_vmscan_immediate_reclaim", "Page reclaim immediate"),
-    ("pgpgin", "Sector Reads"),
-    ("pgpgout", "Sector Writes"),
-    ("pgrescued", "Page rescued immediate"),
-    ("slabs_scanned", "Slabs scanned"),
-    ("pginodesteal", "Direct inode steals"),
-    ("kswapd_inodesteal", "Kswapd inode steals"),
-    ("kswapd_skip_congestion_wait", "Kswapd skipped wait"),
-    ("thp_fault_alloc", "THP fault alloc"),
-    ("thp_fault_fallback", "THP fault fallback"),
-    ("thp_collapse_alloc", "THP collapse alloc"),
-    ("thp_collapse_alloc_failed", "THP collapse fail"),
-    ("thp_split_page", "THP split"),
-    ("thp_split_page_failed", "THP split failed"),
-    ("compact_stall", "Compaction stalls"),
-    ("compact_success", "Compaction success"),
-    ("compact_fail", "Compaction failures"),
-    ("mmtests_compact_efficiency", "Compaction efficiency"),
-    ("pgmigrate_success", "Page migrate success"),
-    ("pgmigrate_fail", "Page migrate failure"),
-    ("compact_isolated", "Compaction pages isolated"),
-    ("compact_migrate_scanned", "Compaction migrate scanned"),
-    ("compact_free_scanned", "Compaction free scanned"),
-    ("mmtests_cscan_efficiency", "Compact scan efficiency"),
-    ("mmtests_compaction_cost", "Compaction cost"),
-    ("compact_daemon_wake", "Kcompactd wake"),
-    ("compact_daemon_migrate_scanned", "Kcompactd migrate scanned"),
-    ("compact_daemon_free_scanned", "Kcompactd free scanned"),
-    ("numa_hit", "NUMA alloc hit"),
-    ("numa_miss", "NUMA alloc miss"),
-    ("numa_interleave", "NUMA interleave hit"),
-    ("numa_local", "NUMA alloc local"),
-    ("mmtests_numa_pte_updates", "NUMA base-page range updates"),
-    ("numa_pte_updates", "NUMA PTE updates"),
-    ("numa_huge_pte_updates", "NUMA PMD updates"),
-    ("numa_hint_faults", "NUMA hint faults"),
-    ("numa_hint_faults_local", "NUMA hint local faults %"),
-    ("mmtests_hint_local", "NUMA hint local percent"),
-    ("numa_pages_migrated", "NUMA pages migrated"),
-    ("mmtests_autonuma_cost", "AutoNUMA cost"),
-]
-
-# mmtests' cost models, in bytes touched (x86-64 values): a struct page access, a page copy
-_CA = 56 / 8
-_CPAGERW = _CA + 4096 / 8
-_CMC = _CPAGERW * 2
-_CMF = _CA * 2
-_CI = _CA + 12
-
-
-def vmstat_rows(delta: dict[str, float], elapsed: float | None) -> dict[str, float]:
-    """mmtests-vmstat's rows for one iteration from its /proc/vmstat deltas."""
-    v: dict[str, float] = {}
-    d = dict(delta)
-    for target, names in _RENAMED.items():
-        present = [n for n in names if n in delta]
-        if present:
-            d[target] = delta[present[-1]]
-    elapsed = elapsed or 1.0
-
-    def get(key: str) -> float:
-        return d.get(key, 0.0)
-
-    v["mmtests_kswapd_steal"] = sum(get(k) for k in _KSWAPD_STEAL)
-    v["mmtests_direct_steal"] = sum(get(k) for k in _DIRECT_STEAL)
-    if "kswapd_steal" in d:
-        v["mmtests_direct_steal"] -= v["mmtests_kswapd_steal"]
-    v["mmtests_kswapd_scan"] = sum(get(k) for k in _KSWAPD_SCAN)
-    v["mmtests_direct_scan"] = sum(get(k) for k in _DIRECT_SCAN)
-    v["mmtests_kswapd_velocity"] = v["mmtests_kswapd_scan"] / elapsed
-    v["mmtests_direct_velocity"] = v["mmtests_direct_scan"] / elapsed
-    v["mmtests_direct_efficiency"] = (
-        v["mmtests_direct_steal"] * 100 / v["mmtests_direct_scan"]
-        if v["mmtests_direct_scan"]
-        else 100.0
-    )
-    v["mmtests_kswapd_efficiency"] = (
-        v["mmtests_kswapd_steal"] * 100 / v["mmtests_kswapd_scan"]
-        if v["mmtests_kswapd_scan"]
-        else 100.0
-    )
-    scanned = v["mmtests_kswapd_scan"] + v["mmtests_direct_scan"]
-    v["mmtests_direct_percentage"] = v["mmtests_direct_scan"] * 100 / scanned if scanned else 0.0
-    for key, _ in VMSTAT_ROWS:
-        if not key.startswith("mmtests_"):
-            v[key] = get(key)
-    v["mmtests_vmscan_write_file"] = get("nr_vmscan_write") - get("pswpout")
-    v["mmtests_vmscan_write_anon"] = get("pswpout")
-    v["mmtests_minor_faults"] = get("pgfault") - get("pgmajfault")
-    v["mmtests_hint_local"] = (
-        get("numa_hint_faults_local") * 100 / get("numa_hint_faults")
-        if get("numa_hint_faults")
-        else 100.0
-    )
-    v["mmtests_numa_pte_updates"] = get("numa_pte_updates") + get("numa_huge_pte_updates") * 512
-    cost = -1.0  # mmtests' "no compaction counters" marker, divided like a cost
-    if "compact_migrate_scanned" in d:
-        cost = (
-            _CA * get("compact_migrate_scanned")
-            + _CI * get("compact_isolated")
-            + _CMC * get("pgmigrate_success")
-            + _CMF * get("pgmigrate_fail")
-        )
-    if "compact_blocks_moved" in d:
-        cost = (
-            _CA * get("compact_blocks_moved") * 16384
-            + _CMC * get("compact_pages_moved")
-            + _CMF * get("compact_pagemigrate_failed")
-        )
-    v["mmtests_compaction_cost"] = cost / 1_000_000
-    v["mmtests_autonuma_cost"] = (
-        _CA * get("numa_pte_updates")
-        + 5000 * get("numa_hint_faults")
-        + _CI * get("numa_pages_migrated")
-    ) / 1_000_000
-    v["mmtests_compact_efficiency"] = (
-        get("compact_success") * 100 / get("compact_stall") if get("compact_stall") else 0.0
-    )
-    free = get("compact_free_scanned")
-    v["mmtests_cscan_efficiency"] = (
-        get("compact_migrate_scanned") * 100 / free
-        if get("compact_migrate_scanned") and free
-        else 0.0
-    )
-    return v
-
-
-def _iteration_deltas(ds: query.Dataset, suite: str, build_id: int) -> list[dict[str, float]]:
-    """Per run of a kernel: its vmstat deltas plus ``duration.elapsed`` (for velocities)."""
-    job_ids = {j.id for j in ds.jobs.values() if j.suite == suite}
-    per_run: dict[int, dict[str, float]] = defaultdict(dict)
-    for (job_id, metric_id), per_build in ds.values.items():
-        if job_id not in job_ids or build_id not in per_build:
-            continue
-        name = ds.metrics[metric_id].name
-        if name.startswith("mmtests-vmstat.") or name == "duration.elapsed":
-            for run_id, values in per_build[build_id].items():
-                if values:
-                    per_run[run_id][name] = values[-1]
-    order = sorted(per_run, key=lambda r: (ds.runs[r].iteration, r))
-    return [per_run[r] for r in order if any(k.startswith("mmtests-vmstat.") for k in per_run[r])]
-
-
-def render_vmstat(ds: query.Dataset, suite: str) -> str:
-    per_kernel: list[dict[str, float] | None] = []
-    for k in ds.kernels:
-        runs = _iteration_deltas(ds, suite, k.id)
-        if not runs:
-            per_kernel.append(None)
-            continue
-        rows = []
-        for run in runs:
-            delta = {
-                n[len("mmtests-vmstat.") :]: x
-                for n, x in run.items()
-                if n.startswith("mmtests-vmstat.")
-            }
-            rows.append(vmstat_rows(delta, run.get("duration.elapsed")))
-        per_kernel.append({key: max(r[key] for r in rows) for key, _ in VMSTAT_ROWS})
-    if all(p is None for p in per_kernel):
-        raise StackbenchError(f"no mmtests-vmstat deltas stored for the {suite} runs")
-    label, op_w = "Ops", max(len(t) for _, t in VMSTAT_ROWS)
-    lines = header(ds, len(label) + 1 + op_w, VMSTAT_FIELD)
-    for key, title in VMSTAT_ROWS:
-        lines.append(
-            f"{label} {title:<{op_w}}"
-            + "".join(f"{_num(p[key] if p else None):{VMSTAT_FIELD}.2f}" for p in per_kernel)
-        )
-    return "\n".join(lines) + "\n"
-
-
 # ---------------------------------------------------------------- entry point
 
 
@@ -570,7 +349,9 @@ def render(ds: query.Dataset, table: str = "latency", monitor: str | None = None
         suite = _pick_suite(ds, (*THP_SUITES, "stress-highalloc"))
         if monitor == "duration":
             return render_duration(ds, suite)
-        return render_vmstat(ds, suite)
+        from stackbench.resultsdb.tables import mmtests_vmstat
+
+        return mmtests_vmstat.render_vmstat(ds, suite)
     if table not in TABLES:
         raise StackbenchError(f"unknown mmtests table '{table}' (want {', '.join(TABLES)})")
     if table == "highalloc" or (

@@ -8,6 +8,10 @@
   of that time) starred a mean when a two-sided t-test on the pooled samples of all iterations
   gave p < 0.10 (:func:`ttest_significant`); since 2024-11 mmtests stars a mean when the
   mean +- 1.96 stddev intervals do not overlap (:func:`overlap_significant`).
+
+Sums are mmtests' (MMTests::Stat): one after the other in the data's order, which
+``np.cumsum`` reproduces (``np.sum`` adds pairwise and can round differently). Every function
+takes a list or a numpy array.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from scipy import stats as _scipy_stats
+import numpy as np
 
 NAN = float("nan")
 TTEST_ALPHA = 0.10
@@ -46,16 +50,26 @@ def pndiff(new: float, base: float) -> float:
     return 100 - new * 100 / base
 
 
+def _seqsum(data: np.ndarray) -> float:
+    """mmtests' running sum, left to right."""
+    return float(np.cumsum(data)[-1])
+
+
+def _array(data: Sequence[float]) -> np.ndarray:
+    return data if isinstance(data, np.ndarray) else np.asarray(data, dtype=np.float64)
+
+
 def amean(data: Sequence[float]) -> float:
-    return math.fsum(data) / len(data) if data else NAN
+    return _seqsum(_array(data)) / len(data) if len(data) else NAN
 
 
 def hmean(data: Sequence[float]) -> float:
-    if not data:
+    if not len(data):
         return NAN
-    if any(x <= 0 for x in data):
+    arr = _array(data)
+    if (arr <= 0).any():
         return -1.0  # mmtests' marker for a harmonic mean that does not exist
-    return len(data) / math.fsum(1 / x for x in data)
+    return len(arr) / _seqsum(1 / arr)
 
 
 def stddev(data: Sequence[float]) -> float:
@@ -63,8 +77,9 @@ def stddev(data: Sequence[float]) -> float:
     n = len(data)
     if n <= 1:
         return NAN
-    m = amean(data)
-    return math.sqrt(math.fsum((x - m) ** 2 for x in data) / (n - 1))
+    arr = _array(data)
+    m = amean(arr)
+    return math.sqrt(_seqsum((arr - m) ** 2) / (n - 1))
 
 
 def coeffvar(data: Sequence[float]) -> float:
@@ -76,9 +91,16 @@ def coeffvar(data: Sequence[float]) -> float:
     return sd * 100 / m if m else 0.0
 
 
-def best_mean(data: Sequence[float], percent: int, higher_is_better: bool) -> float:
-    """BAmean-N / BHmean-N: the mean of the best N% of the samples (at least one)."""
-    ordered = sorted(data, reverse=higher_is_better)
+def best_mean(
+    data: Sequence[float],
+    percent: int,
+    higher_is_better: bool,
+    ascending: np.ndarray | None = None,
+) -> float:
+    """BAmean-N / BHmean-N: the mean of the best N% of the samples (at least one).
+    ``ascending``: the data already sorted, when the caller has it."""
+    s = np.sort(_array(data)) if ascending is None else ascending
+    ordered = s[::-1] if higher_is_better else s
     count = max(1, int(len(ordered) * percent / 100))
     chosen = ordered[:count]
     return hmean(chosen) if higher_is_better else amean(chosen)
@@ -95,7 +117,7 @@ def ttest_pvalue(a: Sequence[float], b: Sequence[float]) -> float:
     With both standard errors zero the test cannot be run; mmtests then calls any difference
     of the means significant, which p = 0 (different) or 1 (equal) expresses.
     """
-    if not a or not b:
+    if not len(a) or not len(b):
         return 1.0
     ma, mb = amean(a), amean(b)
     se2 = _sd0(a) ** 2 / len(a) + _sd0(b) ** 2 / len(b)
@@ -103,7 +125,10 @@ def ttest_pvalue(a: Sequence[float], b: Sequence[float]) -> float:
     if se2 == 0 or df <= 0:
         return 0.0 if ma != mb else 1.0
     t = abs(ma - mb) / math.sqrt(se2)
-    return float(2 * _scipy_stats.t.sf(t, df))
+    # scipy.stats.t.sf is stdtr(df, -t); scipy.special alone imports much faster
+    from scipy.special import stdtr
+
+    return float(2 * stdtr(df, -t))
 
 
 def ttest_significant(a: list[float], b: list[float]) -> bool:

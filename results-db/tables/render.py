@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
-
-from sqlalchemy import Engine
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from stackbench.errors import StackbenchError
 from stackbench.resultsdb import query
+from stackbench.resultsdb.tables import textcache
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+log = logging.getLogger(__name__)
 
 
 def render(
@@ -22,6 +29,7 @@ def render(
     machine: str | None = None,
     pool_machines: bool = False,
     warn: Callable[[str], None] | None = None,
+    cache: textcache.View | None = None,
     metric: str | None = None,
     pass_no: int = 1,
     suite_source: str | None = None,
@@ -29,19 +37,110 @@ def render(
     """The table of the stored kernels ``refs`` (base first). Runs are keyed by machine:
     when a job's runs come from several machines, ``machine`` picks one, ``pool_machines``
     pools them (and the table's first line says so), and otherwise nothing is compared
-    (StackbenchError naming the machines). ``warn`` is kept for callers that pass it."""
+    (StackbenchError naming the machines). ``warn`` is kept for callers that pass it. With
+    ``cache`` (the view these arguments make), the text is kept for the next same command."""
+    opts = _Options(
+        style, all_rows, table, monitor, suite, machine, pool_machines, metric, pass_no,
+        suite_source,
+    )  # fmt: skip
+    with eng.connect() as conn:
+        out, build_ids, fp = _compute(conn, refs, opts, cache)
+    if cache is not None:
+        from sqlalchemy.exc import SQLAlchemyError
+
+        try:
+            with eng.begin() as conn:
+                textcache.store(conn, cache, build_ids, fp, out, [])
+        except SQLAlchemyError as exc:  # the table is printed all the same; only not kept
+            _not_kept(exc, warn)
+    return out
+
+
+def render_on(
+    conn: Any,
+    refs: list[str],
+    *,
+    style: str = "lkp",
+    all_rows: bool = False,
+    table: str | None = None,
+    monitor: str | None = None,
+    suite: str | None = None,
+    machine: str | None = None,
+    pool_machines: bool = False,
+    warn: Callable[[str], None] | None = None,
+    cache: textcache.View | None = None,
+    metric: str | None = None,
+    pass_no: int = 1,
+    suite_source: str | None = None,
+) -> str:
+    """:func:`render` on a psycopg connection in autocommit mode: the CLI's path, which
+    imports no SQLAlchemy."""
+    import psycopg
+
+    opts = _Options(
+        style, all_rows, table, monitor, suite, machine, pool_machines, metric, pass_no,
+        suite_source,
+    )  # fmt: skip
+    with conn.transaction():
+        out, build_ids, fp = _compute(conn, refs, opts, cache)
+    if cache is not None:
+        try:
+            with conn.transaction():
+                textcache.store(conn, cache, build_ids, fp, out, [])
+        except psycopg.Error as exc:
+            _not_kept(exc, warn)
+    return out
+
+
+def _not_kept(exc: Exception, warn: Callable[[str], None] | None) -> None:
+    line = "could not keep the table for next time: " + str(exc).splitlines()[0]
+    (warn or log.warning)(line)
+
+
+@dataclass(frozen=True)
+class _Options:
+    style: str
+    all_rows: bool
+    table: str | None
+    monitor: str | None
+    suite: str | None
+    machine: str | None
+    pool_machines: bool
+    metric: str | None
+    pass_no: int
+    suite_source: str | None
+
+
+def _compute(
+    conn: Any, refs: list[str], o: _Options, cache: textcache.View | None
+) -> tuple[str, list[int], str | None]:
     if len(refs) < 1:
         raise StackbenchError("compare needs at least one kernel")
-    with eng.connect() as conn:
-        kernels = query.resolve_kernels(conn, refs)
-        ds = query.load(conn, kernels, suite=suite, machine=machine, suite_source=suite_source)
-    if not ds.runs:
-        on = f" on machine {machine}" if machine else ""
-        raise StackbenchError("no results stored for " + ", ".join(refs) + on)
-    header = check_machines(ds, pool_machines)
-    return header + _table(
-        ds, style, all_rows=all_rows, table=table, monitor=monitor, metric=metric, pass_no=pass_no
+    kernels = query.resolve_kernels(conn, refs)
+    build_ids = [k.id for k in kernels]
+    fp = textcache.fingerprint(conn, build_ids) if cache is not None else None
+    ds = query.load(
+        conn,
+        kernels,
+        suite=o.suite,
+        machine=o.machine,
+        suite_source=o.suite_source,
+        metrics=_needed(o.style, o.table, o.monitor),
     )
+    if not ds.runs:
+        on = f" on machine {o.machine}" if o.machine else ""
+        raise StackbenchError("no results stored for " + ", ".join(refs) + on)
+    header = check_machines(ds, o.pool_machines)
+    text = _table(
+        ds,
+        o.style,
+        all_rows=o.all_rows,
+        table=o.table,
+        monitor=o.monitor,
+        metric=o.metric,
+        pass_no=o.pass_no,
+    )
+    return header + text, build_ids, fp
 
 
 def _table(
@@ -69,6 +168,18 @@ def _table(
     if style in SEED_STYLES:
         return render_seed_style(ds, style, metric=metric, pass_no=pass_no)
     raise StackbenchError(f"unknown table style '{style}'")
+
+
+def _needed(style: str, table: str | None, monitor: str | None) -> Callable[[str], bool] | None:
+    """The metrics a view reads, when it reads few: the mmtests monitors and single-value
+    tables need none of the fault latencies, which are nearly all of an mmtests run."""
+    if style != "mmtests":
+        return None
+    if monitor is not None:
+        return lambda name: name.startswith(("mmtests-vmstat.", "duration."))
+    if table in ("counts", "locality", "highalloc"):
+        return lambda name: ".fault-" not in name
+    return None
 
 
 # the seeds' own layouts: 001's latency percentiles, 003's Success/Success(N), 002's per-run

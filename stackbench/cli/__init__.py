@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import pkgutil
 import sys
 from types import ModuleType
@@ -32,18 +31,42 @@ environment:
 Run 'stackbench COMMAND --help' for a command's options."""
 
 
-def _commands() -> list[ModuleType]:
-    mods = []
-    for info in pkgutil.iter_modules(__path__):
-        if info.name.startswith("_"):
-            continue
-        mod = importlib.import_module(f"{__name__}.{info.name}")
-        if hasattr(mod, "NAME") and hasattr(mod, "run"):
-            mods.append(mod)
+def _module_names() -> list[str]:
+    return [i.name for i in pkgutil.iter_modules(__path__) if not i.name.startswith("_")]
+
+
+def _load(name: str) -> ModuleType | None:
+    mod = importlib.import_module(f"{__name__}.{name}")
+    return mod if hasattr(mod, "NAME") and hasattr(mod, "run") else None
+
+
+def _commands(only: str | None = None) -> list[ModuleType]:
+    """Every command module, or just the one named ``only`` when it can be found by its
+    module name (``import`` lives in ``import_``, ``intake-push`` in ``intake_push``): a
+    command that does no work then imports nothing else."""
+    names = _module_names()
+    if only is not None:
+        stem = only.replace("-", "_")
+        for candidate in (stem, stem + "_"):
+            if candidate in names:
+                mod = _load(candidate)
+                if mod is not None and only == mod.NAME:
+                    return [mod]
+    mods = [m for m in map(_load, names) if m is not None]
     return sorted(mods, key=lambda m: getattr(m, "ORDER", 50))
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _command_word(argv: list[str]) -> str | None:
+    """The subcommand of ``argv``: its first word that is not an option."""
+    for word in argv:
+        if word == "--":
+            return None
+        if not word.startswith("-"):
+            return word
+    return None
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="stackbench",
         description=DESCRIPTION,
@@ -53,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"stackbench {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
-    for mod in _commands():
+    for mod in _commands(only):
         p = sub.add_parser(
             mod.NAME,
             help=mod.HELP,
@@ -66,8 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = sys.argv[1:] if argv is None else argv
+    parser = build_parser(_command_word(words))
+    args = parser.parse_args(words)
+    import logging
+
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(asctime)s %(name)s: %(message)s",

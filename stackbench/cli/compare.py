@@ -103,10 +103,12 @@ def write_plot(path: str, kernels: list[str], metric: str | None, machine: str |
 
 
 def run(args: argparse.Namespace) -> int:
-    from stackbench import apiclient
+    from stackbench import config
 
-    client = apiclient.client()
-    if client is not None:
+    if config.server_url():
+        from stackbench import apiclient  # urllib's HTTP stack only when it talks HTTP
+
+        client = apiclient.client()
         if (
             args.table
             or args.monitor
@@ -124,24 +126,65 @@ def run(args: argparse.Namespace) -> int:
             )
         out = client.compare(args.kernels, style=args.style, all_rows=args.all, suite=args.suite)
     else:
-        from stackbench.resultsdb import db
-        from stackbench.resultsdb.tables import render
+        from stackbench.resultsdb.tables import textcache
 
-        out = render.render(
-            db.engine(),
-            args.kernels,
-            style=args.style,
-            all_rows=args.all,
-            table=args.table,
-            monitor=args.monitor,
-            suite=args.suite,
-            machine=args.machine,
-            metric=args.metric,
-            pass_no=args.pass_no,
-            suite_source=args.suite_source,
-            pool_machines=args.pool_machines,
-        )
+        opts = options(args)
+        view = textcache.View(tuple(args.kernels), **opts)
+        out = _without_sqlalchemy(args.kernels, opts, view)
+        if out is None:
+            from stackbench.resultsdb import db
+            from stackbench.resultsdb.tables import render
+
+            out = render.render(db.engine(), args.kernels, warn=_warn, cache=view, **opts)
         if args.plot:
             write_plot(args.plot, args.kernels, args.metric, args.machine)
     print(out, end="" if out.endswith("\n") else "\n")
     return 0
+
+
+def options(args: argparse.Namespace) -> dict:
+    """Every option that changes the printed table: render's arguments, and the key of the
+    kept text (textcache.View), so that two commands share a kept table only when they
+    would print the same one."""
+    return {
+        "style": args.style,
+        "all_rows": args.all,
+        "table": args.table,
+        "monitor": args.monitor,
+        "suite": args.suite,
+        "machine": args.machine,
+        "pool_machines": args.pool_machines,
+        "metric": args.metric,
+        "pass_no": args.pass_no,
+        "suite_source": args.suite_source,
+    }
+
+
+def _warn(line: str) -> None:
+    print(f"stackbench: warning: {line}", file=sys.stderr)
+
+
+def _without_sqlalchemy(kernels: list[str], opts: dict, view) -> str | None:
+    """The table through one psycopg connection: the stored text when the runs are
+    unchanged, else computed there and stored. None when that path cannot serve (no
+    running database, a schema to migrate, a connection error): the caller then goes
+    through db.engine(), which starts, checks and reports."""
+    import psycopg
+
+    from stackbench.resultsdb.tables import textcache
+
+    conn = textcache.connect_for_lookup()
+    if conn is None:
+        return None
+    with conn:
+        try:
+            hit = textcache.lookup(view, conn)
+            if hit is not None:
+                for line in hit.warnings:
+                    _warn(line)
+                return hit.text
+            from stackbench.resultsdb.tables import render
+
+            return render.render_on(conn, kernels, warn=_warn, cache=view, **opts)
+        except (textcache.Schema, psycopg.Error):
+            return None

@@ -6,7 +6,7 @@ import argparse
 
 NAME = "migrate"
 ORDER = 12
-HELP = "apply the schema migrations (also done automatically on first use)"
+HELP = "apply the schema migrations (automatic only for an empty database)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

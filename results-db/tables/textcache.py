@@ -1,0 +1,162 @@
+"""Rendered comparison tables kept in the database by content, for the CLI.
+
+A ``stackbench compare`` whose kernels and runs have not changed since the same command last
+ran prints the stored text: one psycopg connection and one query, no SQLAlchemy and no numpy.
+Entries live in the web's ``comparison`` table (the same content-keyed store the comparison
+pages use), under keys of their own (``cli-`` and a hash of the command's arguments), with
+the runs' fingerprint they were made from: the kernels table's size, and the count, largest
+and sum of the ids of the finished runs of the kernels. A stored entry whose fingerprint no
+longer matches is recomputed. Anything unexpected (no database yet, a schema to migrate, a
+connection error) is a miss: the caller then takes the full path, which reports it. The key
+also holds the state of the table code (:func:`code_version`): an upgraded stackbench
+computes its tables afresh.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+KEY_PREFIX = "cli-"
+
+_FINGERPRINT = (
+    "(SELECT count(*) || ':' || coalesce(max(id), 0) FROM kernel_build) || '/' || "
+    "(SELECT count(*) || ':' || coalesce(max(id), 0) || ':' || coalesce(sum(id), 0) FROM run "
+    "WHERE status = 'done' AND build_id = ANY({ids}))"
+)
+_LOOKUP = (
+    "SELECT (SELECT version_num FROM alembic_version), c.result -> 'cli', "
+    + _FINGERPRINT.format(ids="ARRAY(SELECT jsonb_array_elements_text(c.build_ids)::int)")
+    + " FROM comparison c WHERE c.key = %s"
+)
+
+
+@dataclass(frozen=True)
+class View:
+    """What ``stackbench compare`` was asked for: the key of its text. Every option that
+    changes the printed table is a field (the CLI builds one from compare.options)."""
+
+    refs: tuple[str, ...]
+    style: str
+    all_rows: bool = False
+    table: str | None = None
+    monitor: str | None = None
+    suite: str | None = None
+    machine: str | None = None
+    pool_machines: bool = False
+    metric: str | None = None
+    pass_no: int = 1
+    suite_source: str | None = None
+
+    @property
+    def key(self) -> str:
+        raw = json.dumps([asdict(self), code_version()], sort_keys=True)
+        return KEY_PREFIX + hashlib.sha256(raw.encode()).hexdigest()[:32]
+
+
+_code: list[str] = []
+
+
+def code_version() -> str:
+    """The state of the code that makes the tables (results-db's modules and its tables'):
+    name, size and modification time of each, so that a text kept by another version of
+    stackbench is never printed by this one. A few stat calls; no module is imported."""
+    if not _code:
+        here = Path(__file__).resolve().parent
+        files = sorted([*here.glob("*.py"), *here.parent.glob("*.py")])
+        _code.append(";".join(f"{f.name}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files))
+    return _code[0]
+
+
+@dataclass
+class Hit:
+    text: str
+    warnings: list[str]
+
+
+def _url() -> str | None:
+    from stackbench import config
+
+    url = config.database_url()
+    if url is None:
+        from stackbench.resultsdb.embedded import Cluster
+
+        cluster = Cluster()
+        if not cluster.exists:
+            return None
+        url = cluster.url()
+    return url.replace("postgresql+psycopg://", "postgresql://", 1)
+
+
+def _connect():
+    import psycopg
+
+    url = _url()
+    if url is None:
+        return None
+    return psycopg.connect(url, connect_timeout=3, autocommit=True)
+
+
+class Schema(Exception):
+    """The database is not at this stackbench's revision (the full path says so)."""
+
+
+def lookup(view: View, conn: Any) -> Hit | None:
+    """The stored text of ``view`` when its runs are unchanged, else None. Raises
+    :class:`Schema` when the database needs migrating, psycopg's errors on failures."""
+    from stackbench.resultsdb import db
+
+    row = conn.execute(_LOOKUP, (view.key,)).fetchone()
+    if row is None:
+        revision = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+        if revision is None or revision[0] != db.head_revision():
+            raise Schema()
+        return None
+    revision, entry, live = row
+    if revision != db.head_revision():
+        raise Schema()
+    if not isinstance(entry, dict):
+        return None
+    if entry.get("fingerprint") != live or not isinstance(entry.get("text"), str):
+        return None
+    return Hit(entry["text"], [str(w) for w in entry.get("warnings") or []])
+
+
+def connect_for_lookup():
+    """A psycopg connection (autocommit) to the configured database, or None."""
+    try:
+        return _connect()
+    except Exception:
+        return None
+
+
+def fingerprint(conn: Any, build_ids: list[int]) -> str:
+    """The fingerprint of ``build_ids``' runs now (a psycopg or SQLAlchemy connection)."""
+    from stackbench.resultsdb.query import _raw
+
+    sql = "SELECT " + _FINGERPRINT.format(ids="%s::int[]")
+    return _raw(conn).execute(sql, (build_ids,)).fetchone()[0]
+
+
+def store(conn: Any, view: View, build_ids: list[int], fp: str, text: str, warnings: list[str]):
+    """Keep ``text`` for ``view``, made from the runs with fingerprint ``fp`` (taken before
+    the text was computed, so runs added meanwhile make the entry stale, not wrong).
+    ``conn``: psycopg's or SQLAlchemy's; the caller commits."""
+    from stackbench.resultsdb.query import _raw
+
+    entry = {"fingerprint": fp, "text": text, "warnings": warnings}
+    params = {
+        "all_rows": view.all_rows,
+        "suite": view.suite,
+        "cli": {k: v for k, v in asdict(view).items() if k != "refs"},
+    }
+    _raw(conn).execute(
+        "INSERT INTO comparison (key, build_ids, params, result) "
+        "VALUES (%s, %s::jsonb, %s::jsonb, jsonb_build_object('cli', %s::jsonb)) "
+        "ON CONFLICT (key) DO UPDATE SET build_ids = EXCLUDED.build_ids, "
+        "params = EXCLUDED.params, result = EXCLUDED.result",
+        (view.key, json.dumps(build_ids), json.dumps(params), json.dumps(entry)),
+    )

@@ -1,0 +1,195 @@
+"""stackbench compare keeps its text by content: the same command on unchanged runs prints
+the stored text (warnings included), and any change to the kernels' finished runs makes it
+compute again."""
+
+from __future__ import annotations
+
+from sqlalchemy import text
+
+from stackbench import cli
+from stackbench.resultsdb import ingest as ig
+from stackbench.resultsdb.tables import textcache
+
+JOB = ig.JobSpec("vm-scalability", "anon-w-seq", {"test": "anon-w-seq", "runtime": "300s"})
+BASE, PATCH = "d" * 40, "e" * 40
+
+
+def _runs(machine: str = "qemu-vm", level: float = 1000.0, start: int = 0) -> list:
+    return [
+        ig.RunData(
+            JOB,
+            ig.KernelSpec(commit),
+            ig.MachineSpec(machine),
+            start + it,
+            {"vm-scalability.throughput": [level * factor + it]},
+        )
+        for commit, factor in ((BASE, 1.0), (PATCH, 1.1))
+        for it in range(3)
+    ]
+
+
+def _row(out: str) -> list[str]:
+    (row,) = [ln for ln in out.splitlines() if ln.endswith("vm-scalability.throughput")]
+    return row.split()
+
+
+def _compare(capsys, *extra: str):
+    assert cli.main(["compare", "--style", "lkp", "--all", *extra, BASE[:8], PATCH[:8]]) == 0
+    return capsys.readouterr()
+
+
+def test_same_command_prints_the_stored_text(eng, capsys):
+    ig.ingest(eng, _runs())
+    first = _compare(capsys)
+    view = textcache.View((BASE[:8], PATCH[:8]), "lkp", True)
+    with textcache.connect_for_lookup() as conn:
+        hit = textcache.lookup(view, conn)
+    assert hit is not None and hit.text == first.out
+    # the stored text is what is printed: change it behind the command's back
+    with eng.begin() as c:
+        c.execute(
+            text(
+                "UPDATE comparison SET result = jsonb_set(result, '{cli,text}', "
+                "to_jsonb('stored text'::text)) WHERE key = :k"
+            ),
+            {"k": view.key},
+        )
+    assert _compare(capsys).out == "stored text\n"
+    # other options are another entry
+    assert "vm-scalability.throughput" in _compare(capsys, "--suite", "vm-scalability").out
+
+
+def test_new_runs_make_the_stored_text_stale(eng, capsys):
+    ig.ingest(eng, _runs())
+    before = _compare(capsys)
+    assert _row(before.out)[:3] == ["1001", "+10.0%", "1101"]
+    ig.ingest(eng, _runs(level=2000.0, start=3))  # three more runs of each kernel
+    after = _compare(capsys)
+    assert after.out != before.out
+    assert _row(after.out)[0] == "1501"
+
+
+def test_machines_are_refused_until_picked_then_kept_per_choice(eng, capsys):
+    ig.ingest(eng, _runs() + _runs(machine="box-1", level=100000.0))
+    # mixing two machines is refused, and the refusal is no kept table
+    assert cli.main(["compare", "--style", "lkp", "--all", BASE[:8], PATCH[:8]]) == 1
+    err = capsys.readouterr().err
+    assert "come from 2 machines" in err and "--pool-machines" in err
+    assert "Traceback" not in err
+    with eng.connect() as c:
+        assert c.execute(text("SELECT count(*) FROM comparison")).scalar() == 0
+    pooled = _compare(capsys, "--pool-machines")
+    assert pooled.out.startswith("# runs pooled across 2 machines (--pool-machines): box-1, ")
+    assert _compare(capsys, "--pool-machines").out == pooled.out
+    one = _compare(capsys, "--machine", "qemu-vm")
+    assert _row(one.out)[:3] == ["1001", "+10.0%", "1101"]
+    other = _compare(capsys, "--machine", "box-1")
+    assert _row(other.out)[:3] == ["100001", "+10.0%", "110001"]
+    with eng.connect() as c:
+        assert c.execute(text("SELECT count(*) FROM comparison")).scalar() == 3
+
+
+def _compare_args(*extra: str):
+    from stackbench.cli import compare
+
+    parser = cli.build_parser("compare")
+    return compare, parser.parse_args(["compare", *extra, BASE[:8], PATCH[:8]])
+
+
+def test_every_option_that_changes_the_table_is_in_the_key():
+    compare, base = _compare_args()
+    # every compare option but the kernels (the key's refs) and --plot (a file beside the
+    # table, not the table) reaches the key
+    dests = set(vars(base)) - {"kernels", "plot", "command", "verbose", "_run"}
+    assert {("all_rows" if d == "all" else d) for d in dests} == set(compare.options(base))
+    variants = [
+        ["--style", "mmtests"],
+        ["--style", "stackbench"],
+        ["--style", "alloc-latency"],
+        ["--style", "alloc-latency", "--pass", "2"],
+        ["--style", "order-success"],
+        ["--style", "per-run", "--metric", "vm-scalability.throughput"],
+        ["--style", "per-run", "--metric", "vm-scalability.median"],
+        ["--all"],
+        ["--style", "mmtests", "--table", "counts"],
+        ["--style", "mmtests", "--monitor", "vmstat"],
+        ["--suite", "vm-scalability"],
+        ["--machine", "box-1"],
+        ["--machine", "qemu-vm"],
+        ["--pool-machines"],
+        ["--suite-source", "upstream"],
+        ["--suite-source", "builtin"],
+    ]
+    keys = {}
+    for extra in [[], *variants]:
+        _, args = _compare_args(*extra)
+        key = textcache.View(tuple(args.kernels), **compare.options(args)).key
+        assert key not in keys, f"{extra} shares a kept table with {keys.get(key)}"
+        keys[key] = extra
+    _, plotted = _compare_args("--plot", "x.svg")
+    assert textcache.View(tuple(plotted.kernels), **compare.options(plotted)).key in keys
+
+
+def test_two_option_sets_do_not_share_a_kept_table(eng, capsys):
+    ig.ingest(eng, _runs() + _runs(machine="box-1", level=100000.0))
+    on_qemu = _compare(capsys, "--machine", "qemu-vm").out
+    pooled = _compare(capsys, "--pool-machines").out
+    assert pooled != on_qemu and pooled.startswith("# runs pooled")
+    assert _compare(capsys, "--machine", "qemu-vm").out == on_qemu
+    # the stored entries carry the options they were made with
+    with eng.connect() as c:
+        kept = c.execute(text("SELECT params -> 'cli' FROM comparison ORDER BY key")).scalars()
+        options = sorted((o["machine"] or "", o["pool_machines"]) for o in kept)
+    assert options == [("", True), ("qemu-vm", False)]
+
+
+def test_unknown_kernel_is_an_error_and_stores_nothing(eng, capsys):
+    ig.ingest(eng, _runs())
+    assert cli.main(["compare", "--style", "lkp", BASE[:8], "f" * 12]) == 1
+    assert "unknown kernel 'ffffffffffff'" in capsys.readouterr().err
+    with eng.connect() as c:
+        assert c.execute(text("SELECT count(*) FROM comparison")).scalar() == 0
+
+
+def test_table_is_printed_when_it_cannot_be_kept(eng, capsys):
+    ig.ingest(eng, _runs())
+    with eng.begin() as c:
+        c.execute(
+            text(
+                "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS "
+                "$$BEGIN RAISE EXCEPTION 'comparisons are read-only here'; END$$"
+            )
+        )
+        c.execute(
+            text(
+                "CREATE TRIGGER refuse BEFORE INSERT OR UPDATE ON comparison "
+                "FOR EACH ROW EXECUTE FUNCTION refuse()"
+            )
+        )
+    out = _compare(capsys)
+    assert _row(out.out)[:3] == ["1001", "+10.0%", "1101"]
+    assert "could not keep the table for next time" in out.err
+    assert "comparisons are read-only here" in out.err
+    assert "Traceback" not in out.err
+    with eng.connect() as c:
+        assert c.execute(text("SELECT count(*) FROM comparison")).scalar() == 0
+
+
+def test_text_kept_by_other_table_code_is_not_printed(eng, capsys, monkeypatch):
+    ig.ingest(eng, _runs())
+    first = _compare(capsys)
+    view = textcache.View((BASE[:8], PATCH[:8]), "lkp", True)
+    with eng.begin() as c:  # the kept text, as if an older stackbench had rendered it
+        c.execute(
+            text(
+                "UPDATE comparison SET result = jsonb_set(result, '{cli,text}', "
+                "to_jsonb('old layout'::text)) WHERE key = :k"
+            ),
+            {"k": view.key},
+        )
+    assert _compare(capsys).out == "old layout\n"
+    # an upgrade touches the table code: the text is computed again
+    old_key = view.key
+    monkeypatch.setattr(textcache, "_code", [textcache.code_version() + ";lkp.py:1:1"])
+    assert textcache.View((BASE[:8], PATCH[:8]), "lkp", True).key != old_key
+    assert _compare(capsys).out == first.out
