@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
@@ -70,7 +71,10 @@ def test_params_identity_does_not_depend_on_the_guest():
 
 
 def test_job_spec_carries_suite_version_and_runner():
-    sj = d.expand(d.load("thpscale"), guest_mem_mb=1024, guest_cpus=2)[0]
+    # pinned to the builtin suite: with ../shared present the default would be upstream
+    job = d.load("thpscale")
+    job = dataclasses.replace(job, params={**job.params, "suite_source": "builtin"})
+    sj = d.expand(job, guest_mem_mb=1024, guest_cpus=2)[0]
     spec = sj.job_spec()
     assert spec.suite == "thpscale" and spec.test == "thpscale"
     assert re.fullmatch(r"builtin-\d+\+[0-9a-f]{12}", spec.suite_version)
