@@ -266,6 +266,9 @@ def _build_locked(
             on_configured(chash)
         if kconfig.install(generated, obj):
             proc.run(kconfig.make_argv(src, obj, "olddefconfig"), env=env, log_path=None)
+        # what olddefconfig dropped of a fragment fails here, naming it, not as a silent
+        # kernel without the option
+        kconfig.check(config, obj / ".config", src)
         res = _make(src, obj, jobs, env, log_path)
         if res.returncode != 0:
             return result("build-failed", failure_tail(log_path))
