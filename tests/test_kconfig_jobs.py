@@ -143,3 +143,29 @@ def test_a_fragment_the_tree_cannot_honour_fails_its_kernels_with_the_reason(
     assert sorted(r.status for r in rows) == ["build-failed", "build-failed"]
     assert all(r.config_name == "tiny-guest+ghost" for r in rows)
     assert all("CONFIG_INET=y requested, Kconfig gave unset" in r.log for r in rows)
+
+
+def test_a_kernel_artifact_whose_module_source_changed_rebuilds_the_module(tmp_path, monkeypatch):
+    from stackbench.jobs import highalloc
+    from stackbench.kernels import build
+
+    src = tmp_path / "highalloc"
+    shutil.copytree(highalloc.MODULE_DIR, src)
+    monkeypatch.setattr(highalloc, "MODULE_DIR", src)
+    art = tmp_path / "art"
+    (art / "modules").mkdir(parents=True)
+    (art / "config").write_text("CONFIG_MODULES=y\n")
+    (art / "System.map").write_text("ffffffff81000000 T _stext\n")
+    (art / "modules" / "stackbench_highalloc.ko").write_bytes(b"\x7fELF")
+    stamp = highalloc._stamp_of((art / "config").read_text(), art / "System.map")
+    (art / "modules" / highalloc.STAMP).write_text(stamp)
+    assert highalloc.module_current(art)
+    assert build._modules_ok(art, highalloc.build_module)
+    with open(src / "stackbench_highalloc.c", "a") as fh:
+        fh.write("/* changed */\n")
+    assert not highalloc.module_current(art)
+    assert not build._modules_ok(art, highalloc.build_module)
+    # another builder's modules are its own business
+    assert build._modules_ok(art, lambda s, o, d: d)
+    (art / "modules" / highalloc.STAMP).unlink()
+    assert not highalloc.module_current(art)
