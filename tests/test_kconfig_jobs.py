@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -169,3 +170,51 @@ def test_a_kernel_artifact_whose_module_source_changed_rebuilds_the_module(tmp_p
     assert build._modules_ok(art, lambda s, o, d: d)
     (art / "modules" / highalloc.STAMP).unlink()
     assert not highalloc.module_current(art)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)
+def test_a_job_fragment_builds_boots_and_stays_apart(eng, monkeypatch, capsys):
+    """The demo stack with one job on the series' kernels and the same job with
+    kconfig=debug-vm: four kernels, the fragment's built with CONFIG_DEBUG_VM, each job run
+    on its own, the fragment in the runs' provenance and in LKP's kconfig axis."""
+    from kernelkit import require_kernel_tools, use_kernel_cache
+    from sqlalchemy import select
+    from sqlalchemy.orm import Session
+    from test_pipeline_e2e import first_patch, runs_of
+
+    from stackbench.jobs import pipeline
+    from stackbench.resultsdb.models import Job, KernelBuild
+    from stackbench.resultsdb.tables import render
+
+    require_kernel_tools()
+    use_kernel_cache(monkeypatch)
+    job = "stress-highalloc[passes=1,load_fraction=0,alloc_fraction=0.05,pace_ms=0{}]"
+    sid = pipeline.submit(
+        eng,
+        first_patch("compaction-demo"),
+        jobs=[job.format(""), job.format(",kconfig=debug-vm")],
+        runs=1,
+    )
+    settings = pipeline.Settings(cpus=2, mem_mb=1024, init_timeout_s=120)
+    assert pipeline.run_series(eng, sid, settings=settings) == "done"
+    with Session(eng) as s:
+        rows = {
+            k.name: k for k in s.scalars(select(KernelBuild).where(KernelBuild.series_id == sid))
+        }
+        jobs = {j.id: j for j in s.scalars(select(Job))}
+    base, debug = rows["v6.1-debian"], rows["v6.1-debian+debug-vm"]
+    assert len(rows) == 4 and debug.commit == base.commit
+    assert (base.config_name, debug.config_name) == ("tiny-guest", "tiny-guest+debug-vm")
+    assert base.config_hash != debug.config_hash
+    assert "CONFIG_DEBUG_VM=y" in (Path(debug.artifact_path) / "config").read_text()
+    assert "CONFIG_DEBUG_VM=y" not in (Path(base.artifact_path) / "config").read_text()
+    for k, frag in ((base, None), (debug, "debug-vm")):
+        runs = runs_of(eng, k.id)
+        assert [r.status for r in runs] == ["done"], [r.error for r in runs]
+        assert jobs[runs[0].job_id].params.get("kconfig") == frag
+        assert (runs[0].meta.get("kconfig") or {}).get("fragment") == frag
+    lkp = render.render(eng, ["v6.1-debian", "v6.1-debian+debug-vm"], style="lkp", all_rows=True)
+    with capsys.disabled():
+        print("\n" + lkp)
+    assert "/tiny-guest+debug-vm/" in lkp
