@@ -221,7 +221,7 @@ def boot_one(
     subjobs = [sj for sj, _first in here]
     total_runs = sum(sj.runs for sj in subjobs)
     done = {"n": 0}
-    unit = f"boot:{t.commit}:{boot.index + 1}"
+    unit = f"boot:{t.key}:{boot.index + 1}"
 
     def on_line(line: str) -> None:
         if GUEST_BANNER in line:

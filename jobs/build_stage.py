@@ -18,10 +18,13 @@ from stackbench.kernels import trees
 from stackbench.resultsdb.models import KernelBuild, Series
 
 
-def build_estimate(tree: trees.TreeDef, settings: Settings, commit: str) -> float:
-    if commit and kbuild.find_artifact(tree.name, commit, settings.config):
+def build_estimate(
+    tree: trees.TreeDef, settings: Settings, commit: str, config: str | None = None
+) -> float:
+    config = config or settings.config
+    if commit and kbuild.find_artifact(tree.name, commit, config):
         return 1.0
-    objdir = kbuild.workspace_dir(tree.name, settings.config) / "build" / "vmlinux"
+    objdir = kbuild.workspace_dir(tree.name, config) / "build" / "vmlinux"
     return 60.0 if objdir.exists() else 420.0
 
 
@@ -68,7 +71,7 @@ def update_build(
     compiler = kbuild.compiler_id()
     with tx(eng) as s:
         tree_id = s.scalars(select(Series.tree_id).where(Series.id == sr.series_id)).one_or_none()
-        row = kernel_row(s, sr.series_id, t, tree_id, chash, compiler, sr.settings.config)
+        row = kernel_row(s, sr.series_id, t, tree_id, chash, compiler, t.config(sr.settings.config))
         previous = row.status
         row.status = status
         for k, v in fields.items():
@@ -94,7 +97,7 @@ def build_one(eng: Engine, sr: SeriesRun, repo: Path, tree: trees.TreeDef, t: Ke
         res = kbuild.build(
             repo,
             t.commit,
-            config=settings.config,
+            config=t.config(settings.config),
             tree=tree.name,
             jobs=settings.make_jobs,
             on_configured=configured,

@@ -32,6 +32,7 @@ metrics.register(r"^stress-highalloc\.latency-pass\d+$", "ns", False, "latency")
 metrics.register(r"^stress-highalloc\.allocated-pass\d+$", "count", True, "count")
 metrics.register(r"^scenario-vmstat\.", "count", None, "count")
 metrics.register(r"^fragmentation\.", "score", False, "score")
+metrics.register(r"^(scenario-)?kcompactd\.cpu_s$", "s", None, "duration")
 
 SNAPSHOTS = (
     "vmstat",
@@ -41,7 +42,16 @@ SNAPSHOTS = (
     "zoneinfo",
     "extfrag_index",
     "unusable_index",
+    "kcompactd",
 )
+# USER_HZ: the clock ticks of /proc/<pid>/stat's utime and stime
+CLOCK_TICKS = 100
+# where a snapshot came from in the guest (the rest are /proc/<name>): its sysstate key
+SNAPSHOT_KEYS = {
+    "extfrag_index": "/sys/kernel/debug/extfrag/extfrag_index",
+    "unusable_index": "/sys/kernel/debug/extfrag/unusable_index",
+    "kcompactd": "kcompactd",
+}
 # the snapshot suffixes: before the scenario stage, before and after the benchmark
 STAGES = {"scenario-before": "scenario_start", "before": "start", "after": "end"}
 # the status file's rc when `timeout -s KILL` stopped the run (128 + SIGKILL)
@@ -118,12 +128,22 @@ def snapshots(run_dir: Path) -> dict[str, dict[str, str]]:
     (debugfs files under their /sys/kernel/debug/extfrag path)."""
     out: dict[str, dict[str, str]] = {key: {} for key in STAGES.values()}
     for name in SNAPSHOTS:
-        where = f"/sys/kernel/debug/extfrag/{name}" if name.endswith("_index") else f"/proc/{name}"
+        where = SNAPSHOT_KEYS.get(name, f"/proc/{name}")
         for suffix, key in STAGES.items():
             p = run_dir / f"{name}.{suffix}"
             if p.is_file():
                 out[key][where] = p.read_text(errors="replace")
     return out
+
+
+def kcompactd_seconds(text: str) -> float:
+    """kcompactd threads' CPU seconds from the guest's ``(kcompactdN) utime stime`` lines."""
+    ticks = 0
+    for line in text.splitlines():
+        words = line.split()
+        if len(words) == 3 and words[1].isdigit() and words[2].isdigit():
+            ticks += int(words[1]) + int(words[2])
+    return ticks / CLOCK_TICKS
 
 
 def fragmentation(stages: dict[str, dict[str, str]]) -> dict[str, dict[str, object]]:
@@ -285,6 +305,13 @@ def collect_run(
         data.sysstate["vmstat_scenario_start"] = vm_scen
         for key, value in mmtests_logs.vmstat_delta(vm_scen, vm_start).items():
             samples[f"scenario-vmstat.{key}"] = [float(value)]
+    kc = {k: snap["kcompactd"] for k, snap in stages.items() if snap.get("kcompactd")}
+    if "start" in kc and "end" in kc:
+        used = kcompactd_seconds(kc["end"]) - kcompactd_seconds(kc["start"])
+        samples["kcompactd.cpu_s"] = [round(used, 2)]
+    if "scenario_start" in kc and "start" in kc:
+        used = kcompactd_seconds(kc["start"]) - kcompactd_seconds(kc["scenario_start"])
+        samples["scenario-kcompactd.cpu_s"] = [round(used, 2)]
     if frag:
         data.sysstate["fragmentation"] = frag
         for stage, zones in frag.items():

@@ -131,6 +131,12 @@ class SubJob:
         out: dict[str, Any] = {"suite_source": self.suite_source}
         if self.upstream is not None:
             out["upstream"] = {"url": self.upstream.url, "commit": self.upstream.commit}
+        if self.setup.kconfig:
+            from stackbench.kernels import config as kconfig
+
+            # the fragment's text as it was: a fragment edited later is another kernel
+            text = kconfig.fragment_path(self.setup.kconfig).read_text()
+            out["kconfig"] = {"fragment": self.setup.kconfig, "text": text}
         return out
 
     def job_spec(self):  # -> stackbench.resultsdb.ingest.JobSpec

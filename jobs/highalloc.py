@@ -32,15 +32,30 @@ def _kernel_config(kernel_obj: Path) -> str:
 
 
 def _stamp(kernel_obj: Path, config_text: str) -> str:
+    return _stamp_of(config_text, kernel_obj / "System.map")
+
+
+def _stamp_of(config_text: str, smap: Path) -> str:
     h = hashlib.sha256()
     for name in MODULE_SOURCES:
         h.update(name.encode() + b"\0" + (MODULE_DIR / name).read_bytes() + b"\0")
     h.update(config_text.encode())
     # System.map changes with every rebuilt kernel image: a stale module is never reused
-    smap = kernel_obj / "System.map"
     if smap.is_file():
         h.update(smap.read_bytes())
     return h.hexdigest()
+
+
+def module_current(art: Path) -> bool:
+    """Whether the module in a kernel artifact (``art/modules``) was built from today's
+    sources for that kernel: the artifact keeps the kernel's config and System.map, so
+    the build's stamp can be checked without its object dir."""
+    try:
+        config_text = (art / "config").read_text()
+        stamp = (art / "modules" / STAMP).read_text()
+    except OSError:
+        return False
+    return _stamp_of(config_text, art / "System.map") == stamp
 
 
 def build_module(kernel_src: Path, kernel_obj: Path, out_dir: Path) -> Path:

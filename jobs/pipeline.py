@@ -169,6 +169,7 @@ def _run(
     tasks = apply_stage(eng, sr, repo, tree, base_ref)
     if tasks is None:
         return "apply-failed"
+    tasks = with_fragments(tasks, subjobs)
     attempt = int(meta.get("attempts", 0)) + 1
     with tx(eng) as s:
         row = s.get(Series, sid)
@@ -177,10 +178,12 @@ def _run(
     most_runs = max(sj.runs for sj in subjobs)
     n_boots = boot_plan.boots_for(most_runs, boots)
     for t in tasks:
-        sr.eta.plan(f"build:{t.commit}", build_estimate(tree, settings, t.commit))
+        config = t.config(settings.config)
+        sr.eta.plan(f"build:{t.key}", build_estimate(tree, settings, t.commit, config))
+        mine = [sj for sj in subjobs if t.runs_subjob(sj)]
         for rnd in range(1, n_boots + 1):
             share = boot_plan.split_runs(most_runs, n_boots)[rnd - 1]
-            sr.eta.plan(f"boot:{t.commit}:{rnd}", boot_estimate(subjobs, share / most_runs))
+            sr.eta.plan(f"boot:{t.key}:{rnd}", boot_estimate(mine, share / most_runs))
 
     # -- build
     set_state(eng, sid, "building", f"building {len(tasks)} kernels")
@@ -189,7 +192,7 @@ def _run(
         started = time.monotonic()
         build_one(eng, sr, repo, tree, t)
         spent = time.monotonic() - started
-        sr.eta.finish(f"build:{t.commit}", spent)
+        sr.eta.finish(f"build:{t.key}", spent)
         sr.timings["builds"].append(
             {
                 "kernel": t.name,
@@ -205,7 +208,7 @@ def _run(
     for t in tasks:
         if t.outcome != "built":
             for rnd in range(1, n_boots + 1):
-                sr.eta.finish(f"boot:{t.commit}:{rnd}", 0.0)
+                sr.eta.finish(f"boot:{t.key}:{rnd}", 0.0)
 
     # -- rounds of boots: every built kernel once per round, in a shuffled order
     built = [t for t in tasks if t.outcome == "built"]
@@ -245,7 +248,7 @@ def _boot_rounds(
     earlier = meta.get("plans") or []
     first_round = 1 + sum(int(p.get("boots_per_kernel", 0)) for p in earlier)
     plan = boot_plan.make_plan(
-        [t.commit for t in built],
+        [t.key for t in built],
         max(sj.runs for sj in subjobs),
         boots=boots,
         seed=seed,
@@ -256,7 +259,7 @@ def _boot_rounds(
         row = s.get(Series, sid)
         record = {**plan.describe(), "attempt": attempt, "first_round": first_round}
         row.meta = {**row.meta, "plans": [*(row.meta.get("plans") or []), record]}
-    by_commit = {t.commit: t for t in built}
+    by_key = {t.key: t for t in built}
     order = plan.boots_in_order()
     set_state(
         eng,
@@ -266,13 +269,13 @@ def _boot_rounds(
         f"{plan.seed}), {len(subjobs)} sub-jobs",
     )
     for boot in order:
-        t = by_commit[boot.kernel]
-        unit = f"boot:{t.commit}:{boot.index + 1}"
+        t = by_key[boot.kernel]
+        unit = f"boot:{t.key}:{boot.index + 1}"
         if t.outcome not in ("built", "ok", "runs-failed"):
             sr.eta.finish(unit, 0.0)  # a kernel that crashed or hung is not booted again
             continue
         started = time.monotonic()
-        runs = boot_one(eng, sr, t, subjobs, boot, len(order))
+        runs = boot_one(eng, sr, t, [sj for sj in subjobs if t.runs_subjob(sj)], boot, len(order))
         sr.boots_done += 1
         sr.emit("ingest", sr.boots_done, len(order), t.name, f"{len(runs)} runs")
         t0 = time.monotonic()
@@ -288,6 +291,26 @@ def _boot_rounds(
                 f"{len(res.inserted)} runs stored",
             )
         sr.eta.finish(unit, time.monotonic() - started)
+
+
+def with_fragments(tasks: list[KernelTask], subjobs: list[Any]) -> list[KernelTask]:
+    """The series' kernels, and for every kernel config fragment a job asks for
+    (``kconfig=NAME``) each commit again built with it: those jobs run on those kernels
+    only, and kernels without a job left to run are dropped."""
+    fragments = sorted({sj.setup.kconfig for sj in subjobs if sj.setup.kconfig})
+    out = [t for t in tasks if any(t.runs_subjob(sj) for sj in subjobs)]
+    for frag in fragments:
+        out += [
+            KernelTask(
+                label=f"{t.label}+{frag}",
+                name=f"{t.name}+{frag}",
+                commit=t.commit,
+                patch_id=t.patch_id,
+                fragment=frag,
+            )
+            for t in tasks
+        ]
+    return out
 
 
 def _rounded(t: dict[str, Any]) -> dict[str, Any]:

@@ -54,6 +54,24 @@ class KernelTask:
     build_id: int | None = None
     error: str = ""
     outcome: str = ""  # built | build-failed | ok | crashed | timeout | error
+    # a job's kernel config fragment: this commit built with it merged over the series'
+    # config (its own build, kernel row and runs); "" for the series' own kernel
+    fragment: str = ""
+
+    @property
+    def key(self) -> str:
+        """The task's identity in the plan (a commit, or a commit with a job's fragment)."""
+        return f"{self.commit}+{self.fragment}" if self.fragment else self.commit
+
+    def config(self, base: str) -> str:
+        """The config name this task builds with, over the series' ``base`` config."""
+        from stackbench.kernels.config import compose
+
+        return compose(base, self.fragment)
+
+    def runs_subjob(self, sj: Any) -> bool:
+        """Whether a sub-job runs on this task's kernel (its fragment is this task's)."""
+        return (sj.setup.kconfig or "") == self.fragment
 
 
 @dataclass

@@ -171,6 +171,18 @@ def default_module_builder() -> ModuleBuilder | None:
     return build_module
 
 
+def _modules_ok(art: Path, builder: ModuleBuilder) -> bool:
+    """The artifact holds its modules, and stackbench's own were built from today's
+    sources (a module source changed since the kernel was built is rebuilt, not reused)."""
+    if not _modules(art):
+        return False
+    try:
+        from stackbench.jobs.highalloc import build_module, module_current
+    except ImportError:
+        return True
+    return builder is not build_module or module_current(art)
+
+
 def _modules(art: Path) -> dict[str, Path]:
     return {p.stem: p for p in sorted((art / "modules").glob("*.ko"))}
 
@@ -199,7 +211,7 @@ def build(
     compiler = compiler_id()
     ws = workspace_dir(tree, config)
     art = find_artifact(tree, commit, config)
-    if art is not None and (module_builder is None or _modules(art)):
+    if art is not None and (module_builder is None or _modules_ok(art, module_builder)):
         return _reused(art, tree, config, ws)
     with workspace(tree, config):
         return _build_locked(
@@ -266,6 +278,9 @@ def _build_locked(
             on_configured(chash)
         if kconfig.install(generated, obj):
             proc.run(kconfig.make_argv(src, obj, "olddefconfig"), env=env, log_path=None)
+        # what olddefconfig dropped of a fragment fails here, naming it, not as a silent
+        # kernel without the option
+        kconfig.check(config, obj / ".config", src)
         res = _make(src, obj, jobs, env, log_path)
         if res.returncode != 0:
             return result("build-failed", failure_tail(log_path))
@@ -276,7 +291,7 @@ def _build_locked(
     idx.parent.mkdir(parents=True, exist_ok=True)
     idx.write_text(name + "\n")
     out = result("built", "", reused=not built_now)
-    if module_builder is not None and not out.modules:
+    if module_builder is not None and not _modules_ok(art, module_builder):
         if not built_now:
             # the object dir may hold another commit: bring it to this one (incremental)
             if kconfig.install(generated, obj):

@@ -154,6 +154,9 @@ def highalloc_run(root: Path, extra: dict[str, str | None]) -> c.RunData:
         "buddyinfo.scenario-before": BUDDY_FRESH,
         "buddyinfo.before": BUDDY_FRAGMENTED,
         "unusable_index.before": "Node 0, zone DMA32 0.000 0.000\n",
+        "kcompactd.scenario-before": "(kcompactd0) 1 2\n",
+        "kcompactd.before": "(kcompactd0) 40 213\n",
+        "kcompactd.after": "(kcompactd0) 41 215\n",
         **extra,
     }
     write_run(root, sj, 0, files)
@@ -171,6 +174,10 @@ def test_collect_stores_knobs_stages_and_fragmentation(tmp_path):
     assert r.samples["fragmentation.scenario_start.Node0-DMA32"][0] < 10
     assert r.sysstate["scenario_start"]["/proc/buddyinfo"] == BUDDY_FRESH
     assert r.sysstate["start"]["/sys/kernel/debug/extfrag/unusable_index"].startswith("Node 0")
+    # kcompactd's CPU time over the scenario stage and over the benchmark
+    assert r.samples["scenario-kcompactd.cpu_s"] == [2.5]
+    assert r.samples["kcompactd.cpu_s"] == [0.03]
+    assert r.sysstate["start"]["kcompactd"] == "(kcompactd0) 40 213\n"
     frag = r.sysstate["fragmentation"]["start"]["Node0/DMA32"]
     assert frag["unusable_index"][9] == 1.0 and frag["unusable_index"][7] == 0.0
     # snapshots are state, not logs

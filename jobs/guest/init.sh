@@ -48,6 +48,13 @@ snapshot() { # <dir> <before|after|scenario-before>
 	for f in extfrag_index unusable_index; do
 		[ -r /sys/kernel/debug/extfrag/$f ] && cat /sys/kernel/debug/extfrag/$f > "$1/$f.$2"
 	done
+	# kcompactd's CPU time ("(kcompactdN) utime stime" in clock ticks): its proactive work
+	# shows here even on kernels that count it in no compact_daemon_* counter
+	for p in /proc/[0-9]*; do
+		case "$(cat $p/comm 2> /dev/null)" in
+		kcompactd*) cut -d' ' -f2,14,15 $p/stat 2> /dev/null ;;
+		esac
+	done > "$1/kcompactd.$2"
 }
 
 # a knob file's value; THP's "always [madvise] never" reads as the bracketed choice

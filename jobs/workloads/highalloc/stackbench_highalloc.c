@@ -15,6 +15,12 @@
  * gfp variants: "movable" (GFP_HIGHUSER_MOVABLE, the original test), "hugetlb" (as the
  * hugetlb pool allocates: movable + __GFP_RETRY_MAYFAIL) and "thp" (GFP_TRANSHUGE_LIGHT,
  * as a THP fault without direct compaction would).  Failures never warn.
+ *
+ * Up to PAGE_ALLOC_COSTLY_ORDER (order 3) the allocator does not fail a reclaiming
+ * allocation: it retries and calls the OOM killer, and with nothing left to kill the guest
+ * panics.  An attempt must be able to fail (seed 003's order-3 runs fail most of theirs),
+ * so at those orders every reclaiming variant adds __GFP_RETRY_MAYFAIL: it still reclaims
+ * and compacts as hard, but fails instead of killing.
  */
 #include <linux/delay.h>
 #include <linux/gfp.h>
@@ -60,6 +66,8 @@ static bool parse_gfp(const char *name, gfp_t *gfp)
 		*gfp = GFP_TRANSHUGE_LIGHT | __GFP_NOWARN;
 	else
 		return false;
+	if (order <= PAGE_ALLOC_COSTLY_ORDER && (*gfp & __GFP_DIRECT_RECLAIM))
+		*gfp |= __GFP_RETRY_MAYFAIL;
 	return true;
 }
 
