@@ -12,6 +12,8 @@ from stackbench.jobs import plan as bp
 from stackbench.resultsdb.ingest import JobSpec, KernelSpec, MachineSpec, RunData, ingest
 from stackbench.resultsdb.models import Patch, Series
 
+pytest_plugins = ["test_web_support"]
+
 MACHINE = MachineSpec(name="qemu-tcg-2cpu-1024M@test", kind="qemu", cpus=2, memory_mb=1024)
 VMS = JobSpec(suite="vm-scalability", test="anon-w-seq", params={"test": "anon-w-seq"})
 THP = JobSpec(suite="thpscale", test="thpscale", params={})
@@ -107,3 +109,23 @@ def test_more_rounds_plan_keeps_runs_per_boot():
     more = adaptive.MoreRounds(boots=2, have=3, cap=10, kernels=[], subjobs=["a"])
     (planned,) = more.plan([sj, other])
     assert planned.name == "a" and planned.runs == 2 * 4  # 10 runs were 4+3+3 per boot
+
+
+def test_the_series_page_says_why_a_series_is_still_running(eng, client):
+    from test_web_support import add_tree, make_series
+
+    add_tree(eng)
+    sid = make_series(eng, state="running")
+    more = adaptive.MoreRounds(
+        boots=2, have=3, cap=10, kernels=[], subjobs=["vm-scalability-anon-w-seq"],
+        undecided=[adaptive.Undecided("vm-scalability-anon-w-seq", "1/3-abc",
+                                      "vm-scalability.throughput", 3, 3.1, (-2.0, 8.2))],
+    )  # fmt: skip
+    adaptive.record(eng, sid, more)
+    html = client.get(f"/series/{sid}").get_data(as_text=True)
+    assert 'id="more-rounds"' in html
+    assert "vm-scalability.throughput on 1/3-abc +3.1% [-2.0, +8.2]" in html
+    with Session(eng) as s:
+        s.get(Series, sid).state = "done"
+        s.commit()
+    assert 'id="more-rounds"' not in client.get(f"/series/{sid}").get_data(as_text=True)
