@@ -7,7 +7,7 @@ anon-w-seq run (512 MB, 3-4 s) costs about 15 s. The boot-to-boot spread of thro
 TCG is large (boot means of one kernel 232k-322k; an A/A pair showed +24% at 5 boots), so 5
 boots per kernel do not decide even 3/3's -50%: the stack test runs the way every series
 does, from 5 boots with adaptive rounds to the cap of 10 (measured: 10 boots of 4 kernels in
-5 minutes per measurement, so about 11 minutes for the two). The A/A pair is 10 boots at
+5 minutes; the whole test took 8.6 minutes). The A/A pair is 10 boots at
 5 runs without extra rounds (2.5 minutes). thpscale's fault latencies are rank-tested and
 cannot decide before 10 boots per side (40 boots of about 30 s: 20 minutes), so they are in
 a test of their own, run when that time is available (STACKBENCH_LONG_TRUTH=1)."""
