@@ -28,6 +28,7 @@ from typing import Any
 from sqlalchemy import Engine, select
 
 from stackbench.errors import NotFoundError
+from stackbench.jobs import adaptive
 from stackbench.jobs import plan as boot_plan
 from stackbench.jobs.apply_stage import (  # noqa: F401  (public names of the pipeline)
     _apply,
@@ -213,7 +214,14 @@ def _run(
     # -- rounds of boots: every built kernel once per round, in a shuffled order
     built = [t for t in tasks if t.outcome == "built"]
     if built:
-        _boot_rounds(eng, sr, built, subjobs, attempt, boots, seed, meta)
+        _boot_rounds(eng, sr, built, subjobs, attempt, boots, seed)
+        # headline metrics still undecided: more rounds of new boots, up to the cap
+        more = None
+        while settings.adaptive and (more := adaptive.more_rounds(eng, sid, after=more)):
+            adaptive.record(eng, sid, more)
+            sr.emit("more", more.have, more.cap, f"series {sid}", more.reason())
+            again = [t for t in built if t.commit in more.kernels]
+            _boot_rounds(eng, sr, again, more.plan(subjobs), attempt, more.boots, seed)
 
     sr.timings["total_s"] = sr.eta.elapsed()
     with tx(eng) as s:
@@ -242,10 +250,10 @@ def _boot_rounds(
     attempt: int,
     boots: int | None,
     seed: int | None,
-    meta: dict[str, Any],
 ) -> None:
     sid = sr.series_id
-    earlier = meta.get("plans") or []
+    with tx(eng) as s:
+        earlier = s.get(Series, sid).meta.get("plans") or []
     first_round = 1 + sum(int(p.get("boots_per_kernel", 0)) for p in earlier)
     plan = boot_plan.make_plan(
         [t.key for t in built],
@@ -261,6 +269,9 @@ def _boot_rounds(
         row.meta = {**row.meta, "plans": [*(row.meta.get("plans") or []), record]}
     by_key = {t.key: t for t in built}
     order = plan.boots_in_order()
+    for boot in order:  # rounds added after the first plan were not in the ETA yet
+        if f"boot:{boot.kernel}:{boot.index + 1}" not in sr.eta.pending:
+            sr.eta.plan(f"boot:{boot.kernel}:{boot.round}", boot_estimate(subjobs, 1 / plan.boots))
     set_state(
         eng,
         sid,
@@ -271,6 +282,8 @@ def _boot_rounds(
     for boot in order:
         t = by_key[boot.kernel]
         unit = f"boot:{t.key}:{boot.index + 1}"
+        if unit not in sr.eta.pending:
+            unit = f"boot:{t.key}:{boot.round}"
         if t.outcome not in ("built", "ok", "runs-failed"):
             sr.eta.finish(unit, 0.0)  # a kernel that crashed or hung is not booted again
             continue

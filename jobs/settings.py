@@ -25,6 +25,8 @@ class Settings:
     init_timeout_s: float = 180.0
     make_jobs: int | None = None
     machine_name: str | None = None
+    # more rounds while a headline metric is undecided (jobs/adaptive.py); off: the plan only
+    adaptive: bool = True
 
     def machine(self, accel: str) -> MachineSpec:
         name = self.machine_name or (

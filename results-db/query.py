@@ -83,6 +83,7 @@ class RunRow:
     status: str
     sysstate: dict[str, Any]
     meta: dict[str, Any]
+    boot_id: str | None = None  # the run.boot_id column (the verdict's unit, boots.boot_key)
 
 
 def _nested() -> dict[tuple[int, int], dict[int, dict[int, list[float]]]]:
@@ -248,12 +249,12 @@ def load(
         conn,
         "SELECT r.id, r.job_id, r.build_id, coalesce(m.name, ''), coalesce(m.kind, ''), "
         "r.iteration, r.status, r.sysstate, r.meta, j.suite, j.test, j.params, "
-        "j.suite_version, j.runner FROM run r JOIN job j ON j.id = r.job_id "
+        "j.suite_version, j.runner, r.boot_id FROM run r JOIN job j ON j.id = r.job_id "
         "LEFT JOIN machine m ON m.id = r.machine_id "
         f"WHERE r.build_id = ANY(%(ids)s) AND r.status = ANY(%(st)s){where_sql}",
         params,
     ):
-        ds.runs[r[0]] = RunRow(*r[:9])
+        ds.runs[r[0]] = RunRow(*r[:9], boot_id=r[14])
         ds.jobs.setdefault(r[1], JobRow(r[1], r[9], r[10], r[11], r[12], r[13]))
     if not ds.runs:
         return ds

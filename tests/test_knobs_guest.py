@@ -195,7 +195,7 @@ def test_knob_jobs_on_the_demo_stack_and_the_seed_tables(eng, monkeypatch, tmp_p
 
     require_kernel_tools()
     use_kernel_cache(monkeypatch)
-    settings = pipeline.Settings(cpus=2, mem_mb=1024, init_timeout_s=120)
+    settings = pipeline.Settings(cpus=2, mem_mb=1024, init_timeout_s=120, adaptive=False)
     sid = pipeline.submit(eng, first_patch("compaction-demo"), jobs=DEMO_JOBS, runs=2)
     assert pipeline.run_series(eng, sid, settings=settings) == "done"
     b = builds_by_label(eng, sid)

@@ -39,6 +39,8 @@ def kernel_env(monkeypatch):
 
 def settings(**kw) -> pipeline.Settings:
     kw.setdefault("init_timeout_s", 60)
+    # these tests check the plan and the failure paths, not verdicts: no extra rounds
+    kw.setdefault("adaptive", False)
     return pipeline.Settings(cpus=2, mem_mb=1024, **kw)
 
 

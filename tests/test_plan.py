@@ -112,7 +112,7 @@ def test_the_in_process_executor_boots_each_kernel_once_per_round(eng, monkeypat
     use_kernel_cache(monkeypatch)
     sid = pipeline.submit(eng, first_patch("compaction-demo"), jobs=QUICK_JOBS, runs=3)
     seen: list[pipeline.ProgressEvent] = []
-    settings = pipeline.Settings(cpus=2, mem_mb=1024, init_timeout_s=60)
+    settings = pipeline.Settings(cpus=2, mem_mb=1024, init_timeout_s=60, adaptive=False)
     assert pipeline.run_series(eng, sid, progress=seen.append, settings=settings, seed=11) == (
         "done"
     )

@@ -1,0 +1,180 @@
+"""More rounds for a series whose headline metrics are still undecided.
+
+When a series' measured rounds end, :func:`more_rounds` judges every later kernel against
+the base, job by job, the way the comparison page does (boots as units, Benjamini-Hochberg
+across the comparison, on the machine this series was measured on). A job earns more rounds
+only when one of its headline metrics (``verdict.is_headline``) is undecided: counters,
+durations and side metrics never keep a series measuring, because every job has dozens of
+them and one of them is nearly always undecided. The next look the rule asks for (5, 10
+boots per side) sets how many more boots; each is a new boot of the base and of the kernels
+still in doubt, interleaved in a shuffled order like the first rounds. The cap is the
+series' ``max_runs`` (boots per kernel) or :data:`DEFAULT_CAP`.
+
+The answer says why in words (:meth:`MoreRounds.reason`); the pipeline writes it as the
+series' state message, which the series page and ``stackbench submit`` show.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from sqlalchemy import Engine, text
+
+from stackbench.jobs import plan as boot_plan
+from stackbench.resultsdb import query, verdict
+from stackbench.resultsdb.models import Series
+
+# Boots per kernel a series may reach without asking: the verdict's second look. A rank-tested
+# latency cannot decide before 10 boots per side, and under TCG a boot of the three default
+# jobs takes minutes, so the third look (20) is left to series that ask with max_runs.
+DEFAULT_CAP = 10
+
+
+@dataclass(frozen=True)
+class Undecided:
+    """One undecided headline metric: where, and the evidence so far."""
+
+    subjob: str
+    kernel: str  # the later kernel's name
+    metric: str
+    boots: int  # boots on the side with fewer
+    change_pct: float | None
+    ci: tuple[float | None, float | None]
+
+    def describe(self) -> str:
+        if self.change_pct is None:
+            return f"{self.metric} on {self.kernel}"
+        lo, hi = (f"{x:+.1f}" if x is not None else "?" for x in self.ci)
+        return f"{self.metric} on {self.kernel} {self.change_pct:+.1f}% [{lo}, {hi}]"
+
+
+@dataclass
+class MoreRounds:
+    """The decision: ``boots`` more boots of each of ``kernels`` (commits, base first) with
+    the sub-jobs named in ``subjobs``."""
+
+    boots: int
+    have: int  # boots per kernel so far (the fewest among the undecided comparisons)
+    cap: int
+    kernels: list[str]
+    subjobs: list[str]
+    undecided: list[Undecided] = field(default_factory=list)
+
+    def reason(self) -> str:
+        shown = "; ".join(u.describe() for u in self.undecided[:3])
+        more = len(self.undecided) - 3
+        if more > 0:
+            shown += f"; {more} more"
+        return (
+            f"{self.boots} more rounds ({self.have} -> {self.have + self.boots} boots per kernel,"
+            f" cap {self.cap}) for {', '.join(self.subjobs)}: headline undecided: {shown}"
+        )
+
+    def plan(self, subjobs: list[Any]) -> list[Any]:
+        """The series' sub-jobs that are re-measured, each with its runs for the new boots:
+        as many runs per boot as its first rounds had."""
+        out = []
+        for sj in subjobs:
+            if sj.name in self.subjobs:
+                per_boot = math.ceil(sj.runs / boot_plan.boots_for(sj.runs))
+                out.append(replace(sj, runs=per_boot * self.boots))
+        return out
+
+
+def cap_of(meta: dict[str, Any]) -> int:
+    """Boots per kernel a series may reach: its ``max_runs``, else DEFAULT_CAP (never below
+    its own ``runs``)."""
+    cap = int(meta.get("max_runs") or DEFAULT_CAP)
+    return max(cap, int(meta.get("runs") or 0))
+
+
+def more_rounds(
+    eng: Engine,
+    series_id: int,
+    *,
+    cap: int | None = None,
+    policy: verdict.Policy | None = None,
+    after: MoreRounds | None = None,
+) -> MoreRounds | None:
+    """Whether series ``series_id`` needs more rounds now, and of what (None: every headline
+    metric of every job is decided, or the undecided ones are at the cap). ``after`` is the
+    previous answer: rounds that added no boot (every boot crashed) end the loop."""
+    from stackbench.jobs.pipeline import series_kernels
+    from stackbench.jobs.series_state import tx
+    from stackbench.resultsdb.tables.verdict import compare
+
+    policy = policy or verdict.DEFAULT
+    with tx(eng) as s:
+        row = s.get(Series, series_id)
+        meta = dict(row.meta) if row is not None else {}
+    cap = cap if cap is not None else cap_of(meta)
+    builds = series_kernels(eng, series_id)
+    if len(builds) < 2 or cap < 1:
+        return None
+    kernels = [query.Kernel(b.id, b.commit, b.name, b.config_name, b.compiler) for b in builds]
+    with eng.connect() as conn:
+        machine = _machine_of(conn, series_id)
+        ds = query.load(conn, kernels, machine=machine)
+    if not ds.runs:
+        return None
+    subjob_of = {r.job_id: str((r.meta or {}).get("subjob") or "") for r in ds.runs.values()}
+    undecided: list[Undecided] = []
+    wanted, have = 0, cap
+    doubtful: set[str] = set()
+    for job, kernel, rows in compare(ds, policy):
+        for name, _b, _n, v in rows:
+            m = next((m for m in ds.metrics.values() if m.name == name), None)
+            if m is None or v.outcome != "undecided":
+                continue
+            if not verdict.is_headline(name, m.kind, m.higher_is_better):
+                continue
+            boots = min(v.n_base, v.n_new)
+            if boots >= cap:
+                continue
+            target = min(v.runs_wanted or policy.next_look(boots) or cap, cap)
+            if target <= boots or not subjob_of.get(job.id):
+                continue
+            wanted, have = max(wanted, target), min(have, boots)
+            doubtful.add(kernel.commit)
+            undecided.append(
+                Undecided(
+                    subjob_of[job.id], kernel.name, name, boots, v.change_pct,
+                    (v.ci_low_pct, v.ci_high_pct),
+                )
+            )  # fmt: skip
+    if not undecided or wanted <= have or (after is not None and have <= after.have):
+        return None
+    undecided.sort(key=lambda u: -abs(u.change_pct or 0.0))
+    return MoreRounds(
+        boots=wanted - have,
+        have=have,
+        cap=cap,
+        kernels=[kernels[0].commit, *(k.commit for k in kernels[1:] if k.commit in doubtful)],
+        subjobs=sorted({u.subjob for u in undecided}),
+        undecided=undecided,
+    )
+
+
+def record(eng: Engine, series_id: int, more: MoreRounds) -> None:
+    """The series is running more rounds, and why: its state message (an event) and
+    ``series.meta["more_rounds"]``, which the series page shows while it runs."""
+    from stackbench.jobs.series_state import set_state, tx
+
+    with tx(eng) as s:
+        row = s.get(Series, series_id)
+        row.meta = {**row.meta, "more_rounds": more.reason()}
+    set_state(eng, series_id, "running", more.reason())
+
+
+def _machine_of(conn: Any, series_id: int) -> str | None:
+    """The machine this series' latest boot ran on: its verdicts never pool machines."""
+    row = conn.execute(
+        text(
+            "SELECT m.name FROM run r JOIN machine m ON m.id = r.machine_id "
+            "WHERE r.boot_id LIKE :tag ORDER BY r.id DESC LIMIT 1"
+        ),
+        {"tag": f"series-{series_id}-attempt-%"},
+    ).first()
+    return row[0] if row else None
