@@ -23,6 +23,7 @@ from stackbench import config, proc
 from stackbench.errors import InputError, StackbenchError
 from stackbench.jobs import knobs, suites
 from stackbench.jobs.definitions import GUEST_DIR, WORKLOADS_DIR, SubJob
+from stackbench.jobs.guest import mmtests_image
 
 BUSYBOX = Path("/bin/busybox")
 CC = "gcc"
@@ -41,6 +42,7 @@ RUNNERS = (
     "scenario.sh",
     "run-vm-scalability-upstream.sh",
     "run-thpscale-upstream.sh",
+    mmtests_image.RUNNER,
 )
 # commands the upstream case scripts call that busybox lacks or spells differently
 UPSTREAM_BIN = GUEST_DIR / "upstream-bin"
@@ -142,6 +144,8 @@ def upstream_files(plan: list[SubJob] | GuestPlan) -> dict[str, Path]:
             continue
         done.add((sj.suite, sj.upstream))
         files.update(suites.build(sj.suite, sj.upstream))
+        if mmtests_image.wants_image(sj):
+            files.update(mmtests_image.tree_files(sj.upstream))
     return files
 
 
@@ -242,7 +246,10 @@ def build_initramfs(
         "stackbench/modules",
         "stackbench/guest/upstream-bin",
         "stackbench/upstream",
-        *sorted({f"stackbench/upstream/{Path(rel).parent}" for rel in upstream}),
+        *sorted(
+            {f"stackbench/upstream/{d}" for rel in upstream for d in Path(rel).parents}
+            - {"stackbench/upstream/."}
+        ),
     ):
         cp.dir(d)
     cp.chardev("dev/console", 5, 1)
