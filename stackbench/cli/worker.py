@@ -292,13 +292,27 @@ def _real_runs(
         ) from None
     from stackbench.jobs.buildbot.results import SOURCE, run_key
 
-    runs = pipeline.run_job(
-        artifact=kernel_dir / "artifact",
-        job=args.job,
-        runs=args.runs,
-        kernel=kernel,
-        machine=machine,
-    )
+    if args.kind == "baremetal":
+        # on the box, after the kexec: the suite runs on this kernel, not under QEMU
+        from stackbench.jobs import native
+
+        runs = native.run_job(
+            artifact=kernel_dir / "artifact",
+            job=args.job,
+            runs=args.runs,
+            kernel=kernel,
+            machine=machine,
+            workdir=Path("native").resolve(),
+            boot_id=f"native-{base[:16]}",
+        )
+    else:
+        runs = pipeline.run_job(
+            artifact=kernel_dir / "artifact",
+            job=args.job,
+            runs=args.runs,
+            kernel=kernel,
+            machine=machine,
+        )
     for i, r in enumerate(runs):
         r.idempotency_key = run_key(base, r.iteration if r.iteration is not None else i)
         r.source = SOURCE
@@ -377,6 +391,7 @@ def cmd_baremetal(args: argparse.Namespace) -> int:
     job = {
         "id": job_id,
         "kernel": str(image.relative_to(incoming)),
+        "append": "" if args.dry_kernel else _kexec_append(args, incoming / "kernel"),
         "bench_argv": _bench_argv(args),
         "upload_argv": upload,
         "job": args.job,
@@ -396,6 +411,18 @@ def cmd_baremetal(args: argparse.Namespace) -> int:
     print(f"job {job_id} queued on {args.machine}; kexec in {args.kexec_delay}s")
     print(json.dumps({**plan, "already": False}))
     return 0
+
+
+def _kexec_append(args: argparse.Namespace, kernel_dir: Path) -> str:
+    """The command line the job's knobs need, for the kexec (the box's own line is kept)."""
+    from stackbench.jobs import native
+    from stackbench.resultsdb.ingest import MachineSpec
+
+    machine = MachineSpec(
+        name=args.machine, kind=args.kind, cpus=args.cpus, memory_mb=args.memory_mb
+    )
+    plan = native.plan_for_box(args.job, args.runs, machine)
+    return native.kexec_append(kernel_dir / "artifact", plan)
 
 
 # -- mark-lost -----------------------------------------------------------------------------
