@@ -8,6 +8,9 @@
 #   sb.check      print the versions of the tools the image exists for, then power off
 #   sb.net        bring up eth0 as QEMU's user network does it (10.0.2.15/24 via 10.0.2.2)
 #   sb.sshd       start sshd (host keys are made on first boot)
+#   sb.seed=DEV   mount DEV (ext4) read-only at /mnt/seed and run its seed.sh in the
+#                 background on every boot (the VM that plays a bare-metal box gets its
+#                 ssh key, stackbench and its boot-time job runner this way)
 #   sb.run=PATH   run PATH (a script in the image), then power off
 # Without sb.run the init stays up (a box waiting for ssh) until `busybox reboot -f`.
 
@@ -54,6 +57,16 @@ if [ -n "$(arg sshd)" ]; then
 	ssh-keygen -A > /dev/null
 	mkdir -p /run/sshd
 	/usr/sbin/sshd && echo "stackbench-image: sshd up"
+fi
+seed=$(arg seed)
+if [ -n "$seed" ]; then
+	mkdir -p /mnt/seed
+	if mount -o ro "$seed" /mnt/seed && [ -x /mnt/seed/seed.sh ]; then
+		/mnt/seed/seed.sh > /dev/console 2>&1 < /dev/null &
+		echo "stackbench-image: seed $seed started"
+	else
+		echo "stackbench-image: no seed.sh on $seed"
+	fi
 fi
 run=$(arg run)
 if [ -n "$run" ]; then

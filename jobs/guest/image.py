@@ -43,7 +43,7 @@ FREE_MB = 768
 # what each package is for; the list is part of the cache key, so order does not matter
 PACKAGES: dict[str, str] = {
     "bash": "upstream case scripts and mmtests' shellpacks",
-    "busybox": "reboot -f and small tools for the guest init",
+    "busybox-static": "reboot -f for the image's init; the box's guest image is built with it",
     "perl": "mmtests' run-mmtests.sh helpers (install-depends, extract scripts)",
     "libfile-slurp-perl": "mmtests' perl modules",
     "gawk": "mmtests' run-mmtests.sh",
@@ -64,8 +64,20 @@ PACKAGES: dict[str, str] = {
     "openssh-server": "the box role: Ansible and the master reach the box over ssh",
     "python3": "the box role: the stackbench worker and Ansible's modules",
     "python3-venv": "the box role: the worker's virtual environment",
+    "python3-apt": "the box role: Ansible's package_facts checks an offline box's packages",
     "sudo": "the box role: the worker's sudoers rule for stackbench-kexec",
     "ca-certificates": "the box role: uploads over https",
+    # the baremetal_worker role's packages (its offline check wants every one of them), and
+    # what the worker on a box compiles the guest programs and upstream suites with
+    "build-essential": "the box role: gcc -static for the guest programs",
+    "libnuma-dev": "the box role: upstream thpscale links libnuma statically",
+    "flex": "the box role (baremetal_worker packages)",
+    "bison": "the box role (baremetal_worker packages)",
+    "libelf-dev": "the box role (baremetal_worker packages)",
+    "libssl-dev": "the box role (baremetal_worker packages)",
+    "ccache": "the box role (baremetal_worker packages)",
+    "cpio": "the box role (baremetal_worker packages)",
+    "git": "the box role: upstream suites are fetched with git",
 }
 # run by mmdebstrap after the packages are in ("$1" is the root); writes the ext4 file to
 # $SB_IMAGE_OUT with room to spare
