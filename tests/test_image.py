@@ -234,3 +234,29 @@ def test_run_mmtests_thpscale_in_the_image(monkeypatch, tmp_path):
     # what run-mmtests.sh itself left: its timestamps and per-thread /usr/bin/time files
     assert "mmtests/tests-timestamp" in mm.logs
     assert "mmtests/threads-1.time" in mm.logs
+
+
+def test_image_job_on_a_kernel_without_disk_support_fails_with_the_reason(monkeypatch, tmp_path):
+    from stackbench.jobs import pipeline
+    from stackbench.resultsdb.ingest import KernelSpec
+
+    _upstream_env(monkeypatch)
+    in_image = _expand({"max_threads": 2, "image": "debian"})
+    art = tmp_path / "art"
+    (art / "modules").mkdir(parents=True)
+    # a tiny-guest kernel's configuration: no block layer, no virtio disk, no ext4
+    (art / "config").write_text(
+        "".join(f"{k}={v}\n" for k, v in kconfig.parse_fragment(
+            kconfig.fragment_path("tiny-guest")).items() if v != "n")
+    )  # fmt: skip
+    (art / "bzImage").write_bytes(b"not booted: the job is refused before")
+    kernel = KernelSpec(commit="1" * 40, name="tiny", config_hash="c" * 64, compiler="gcc")
+    settings = pipeline.Settings(accel="tcg")
+    boot, runs = pipeline.run_kernel(
+        art / "bzImage", {}, in_image, kernel=kernel, settings=settings,
+        workdir=tmp_path / "vm", boot_id="refused",
+    )  # fmt: skip
+    assert boot is None
+    assert [r.status for r in runs] == ["failed"]
+    assert "kconfig debian-guest" in runs[0].error
+    assert "CONFIG_VIRTIO_BLK=y requested, got unset" in runs[0].error
