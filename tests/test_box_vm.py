@@ -1,5 +1,7 @@
 """The bare-metal flow for real, with a QEMU VM playing the box (tests/boxvm.py): the Debian
-image booted with a debian-guest production kernel, reached over ssh. On the box,
+image booted with a debian-guest production kernel (the base), reached over ssh, given the
+baremetal_worker role by ansible-playbook. The kernel under test is a commit of its own on
+the base (series_commit), built with the same config. On the box,
 `stackbench worker baremetal` queues the job and the real stackbench-kexec loads the kernel
 under test with kexec-tools and kexecs into it; after that boot stackbench-boot-report runs
 the job natively (jobs/native.py), uploads through the real web API to PostgreSQL on the
@@ -14,9 +16,11 @@ and none of its runs stored.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -43,13 +47,52 @@ def sb(*args: str, check: bool = True, timeout: float = 1800) -> subprocess.Comp
     return out
 
 
-def kernel_tar(tmp_path, config: str) -> str:
+def series_commit() -> str:
+    """A commit of its own on the base, as a series' kernel is: one comment added to
+    mm/compaction.c, made with fixed dates so its sha (and its cached build) never changes;
+    only compaction.o and the link are rebuilt."""
     from stackbench.kernels import trees
 
     tree = trees.load_tree("linux-6.1")
     repo = trees.ensure_repo(tree)
-    commit = trees.resolve(repo, tree.default_base)
-    out = tmp_path / f"kernel-{config}"
+    base = trees.resolve(repo, tree.default_base)
+    env = {
+        **os.environ,
+        "GIT_INDEX_FILE": tempfile.mktemp(suffix=".index"),
+        "GIT_AUTHOR_NAME": "stackbench",
+        "GIT_AUTHOR_EMAIL": "box@stackbench.invalid",
+        "GIT_COMMITTER_NAME": "stackbench",
+        "GIT_COMMITTER_EMAIL": "box@stackbench.invalid",
+        "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z",
+        "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z",
+    }
+
+    def git(*args: str, stdin: str | None = None) -> str:
+        return subprocess.run(
+            ["git", "-C", str(repo), *args],
+            env=env,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+
+    text = git("show", f"{base}:mm/compaction.c") + "\n/* the box test's kernel under test */\n"
+    blob = git("hash-object", "-w", "--stdin", stdin=text)
+    git("read-tree", base)
+    git("update-index", "--cacheinfo", f"100644,{blob},mm/compaction.c")
+    tree_sha = git("write-tree")
+    os.unlink(env["GIT_INDEX_FILE"])
+    return git("commit-tree", tree_sha, "-p", base, "-m", "box test: the kernel under test")
+
+
+def kernel_tar(tmp_path, config: str, commit: str | None = None) -> str:
+    from stackbench.kernels import trees
+
+    tree = trees.load_tree("linux-6.1")
+    repo = trees.ensure_repo(tree)
+    commit = commit or trees.resolve(repo, tree.default_base)
+    out = tmp_path / f"kernel-{config}-{commit[:12]}"
     sb("worker", "build", "--commit", commit, "--config", config, "--out", str(out))
     return str(out / "kernel.tar")
 
@@ -95,6 +138,8 @@ def test_vm_plays_a_bare_metal_box(tmp_path, monkeypatch, eng):
     assert img is not None
     monkeypatch.chdir(tmp_path)
     prod_tar = kernel_tar(tmp_path, "debian-guest")
+    under_test = series_commit()
+    test_tar = kernel_tar(tmp_path, "debian-guest", under_test)
     hang_tar = kernel_tar(tmp_path, "tiny-guest")
     prod_kernel = tmp_path / "prod"
     prod_kernel.mkdir()
@@ -145,10 +190,11 @@ def test_vm_plays_a_bare_metal_box(tmp_path, monkeypatch, eng):
 
         # -- a job: kexec, native runs, upload, back on the production kernel --------------
         t0 = time.monotonic()
-        queued = queue(vm, prod_tar, "box-sub-1")
+        queued = queue(vm, test_tar, "box-sub-1")
+        assert queued["commit"] == under_test
         assert not queued["already"] and len(queued["keys"]) == 2
         print(f"queued: {time.monotonic() - t0:.1f} s")
-        done = await_box(tmp_path, queued, prod_tar, "box-sub-1", url, vm, timeout=1200)
+        done = await_box(tmp_path, queued, test_tar, "box-sub-1", url, vm, timeout=1200)
         assert done.returncode == 0, done.stdout + done.stderr + vm.text()[-4000:]
         print(f"reported: {time.monotonic() - t0:.1f} s: {done.stdout.strip()}")
         # first boot, the kexec'd kernel, and the production kernel again
