@@ -96,6 +96,7 @@ def run_kernel(
     """Boot one kernel with the whole plan and return the runs (failed ones included)."""
     from stackbench.jobs import knobs
     from stackbench.jobs.collect import collect
+    from stackbench.jobs.guest import mmtests_image
     from stackbench.jobs.guest.initramfs import build_initramfs, upstream_files
 
     accel = settings.accel
@@ -125,6 +126,11 @@ def run_kernel(
             why = f"upstream {sj.suite} at {sj.upstream.commit[:12]}: {exc}"
             runs += failure_runs([sj], kernel, machine, "failed", why, boot_id, {})
             runnable.remove(sj)
+    # the Debian image some sub-jobs boot with (jobs/guest/mmtests_image.py), built once
+    extra, failed = mmtests_image.plan_drives(runnable)
+    for sj, why in failed:
+        runs += failure_runs([sj], kernel, machine, "failed", why, boot_id, {})
+        runnable.remove(sj)
     if not runnable:
         return None, runs
     module_ko = next((modules[m] for m in MODULE_FOR_SUITE.values() if m in modules), None)
@@ -145,6 +151,7 @@ def run_kernel(
         expect_within_s=settings.init_timeout_s,
         on_line=on_line,
         append=append,
+        extra=extra,
     )
     timings["vm_s"] = timings.get("vm_s", 0.0) + res.duration_s
     console = {"console.log": _read_capped(res.console_path)}

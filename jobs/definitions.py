@@ -304,6 +304,12 @@ def expand(job: JobDef, *, guest_mem_mb: int, guest_cpus: int) -> list[SubJob]:
             version = upstream_version(job.suite, upstream, scenario=bool(setup.stage))
         else:
             version = suite_version(job.suite, scenario=bool(setup.stage))
+        if "image" in params:
+            from stackbench.jobs.guest import mmtests_image
+
+            version = mmtests_image.setup_subjob(
+                job.suite, params, resolved, setup, upstream, version, str(job.path or job.name)
+            )
         subjobs.append(
             SubJob(
                 suite=job.suite,

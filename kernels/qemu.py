@@ -95,6 +95,7 @@ def qemu_argv(
     mem_mb: int,
     append: str,
     channel: bool = True,
+    extra: list[str] | tuple[str, ...] = (),
 ) -> list[str]:
     cmdline = " ".join(x for x in ("console=ttyS0", append, "panic=-1") if x)
     argv = [QEMU]
@@ -121,7 +122,7 @@ def qemu_argv(
             "-chardev", f"file,id=sbres,path={workdir / 'channel.bin'}",
             "-device", f"virtserialport,chardev=sbres,name={CHANNEL_NAME}",
         ]  # fmt: skip
-    return argv
+    return argv + list(extra)
 
 
 def boot(
@@ -137,6 +138,7 @@ def boot(
     expect: str | None = None,
     expect_within_s: float | None = None,
     on_line: Callable[[str], None] | None = None,
+    extra: list[str] | tuple[str, ...] = (),
 ) -> BootResult:
     """Boot ``kernel`` with ``initrd`` until QEMU exits, the console shows a crash, or
     ``timeout_s`` passes. ``accel``: auto (probe KVM, else TCG), kvm or tcg.
@@ -144,7 +146,8 @@ def boot(
     ``expect``: a console text that shows the guest reached its userspace (the runner's
     banner); without it after ``expect_within_s`` the boot is a hang (status timeout) long
     before the benchmarks' own time budget runs out. ``on_line`` sees every console line as it
-    arrives (progress displays)."""
+    arrives (progress displays). ``extra``: more QEMU arguments (a disk image:
+    stackbench.jobs.guest.image.drive_args)."""
     if accel not in ("auto", "kvm", "tcg"):
         raise StackbenchError(f"accel must be auto, kvm or tcg, not {accel!r}")
     if accel == "auto":
@@ -153,7 +156,9 @@ def boot(
     for stale in ("console.log", "channel.bin", "qemu.log"):
         (workdir / stale).unlink(missing_ok=True)
     shutil.rmtree(workdir / "results", ignore_errors=True)
-    argv = qemu_argv(kernel, initrd, workdir, accel=accel, cpus=cpus, mem_mb=mem_mb, append=append)
+    argv = qemu_argv(
+        kernel, initrd, workdir, accel=accel, cpus=cpus, mem_mb=mem_mb, append=append, extra=extra
+    )
     res = _run_vm(argv, workdir, timeout_s, expect, expect_within_s, on_line)
     res.accel_used = accel
     if res.status == "ok":

@@ -23,6 +23,7 @@ from stackbench import config, proc
 from stackbench.errors import InputError, StackbenchError
 from stackbench.jobs import knobs, suites
 from stackbench.jobs.definitions import GUEST_DIR, WORKLOADS_DIR, SubJob
+from stackbench.jobs.guest import mmtests_image
 
 BUSYBOX = Path("/bin/busybox")
 CC = "gcc"
@@ -41,6 +42,7 @@ RUNNERS = (
     "scenario.sh",
     "run-vm-scalability-upstream.sh",
     "run-thpscale-upstream.sh",
+    mmtests_image.RUNNER,
 )
 # commands the upstream case scripts call that busybox lacks or spells differently
 UPSTREAM_BIN = GUEST_DIR / "upstream-bin"
@@ -137,11 +139,16 @@ def upstream_files(plan: list[SubJob] | GuestPlan) -> dict[str, Path]:
     /stackbench/upstream -> host file), fetched and built on first use (jobs/suites.py)."""
     files: dict[str, Path] = {}
     done: set[tuple[str, suites.Upstream]] = set()
+    trees: set[suites.Upstream] = set()
     for sj in as_plan(plan).subjobs:
-        if sj.upstream is None or (sj.suite, sj.upstream) in done:
+        if sj.upstream is None:
             continue
-        done.add((sj.suite, sj.upstream))
-        files.update(suites.build(sj.suite, sj.upstream))
+        if (sj.suite, sj.upstream) not in done:
+            done.add((sj.suite, sj.upstream))
+            files.update(suites.build(sj.suite, sj.upstream))
+        if mmtests_image.wants_image(sj) and sj.upstream not in trees:
+            trees.add(sj.upstream)
+            files.update(mmtests_image.tree_files(sj.upstream))
     return files
 
 
@@ -196,6 +203,44 @@ class CpioWriter:
         return self.buf.getvalue()
 
 
+def extract_initramfs(archive: Path, dest: Path) -> Path:
+    """Unpack a gzip'd newc archive of :func:`build_initramfs` into ``dest`` (a bare-metal
+    box runs the same image in a chroot, jobs/native.py). Device nodes need root; a name that
+    would leave ``dest`` is an error."""
+    data = gzip.decompress(Path(archive).read_bytes())
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    root = dest.resolve()
+    pos = 0
+    while True:
+        if data[pos : pos + 6] != b"070701":
+            raise StackbenchError(f"{archive}: not a newc archive at byte {pos}")
+        f = [int(data[pos + 6 + 8 * i : pos + 14 + 8 * i], 16) for i in range(13)]
+        mode, size, rdev, namesize = f[1], f[6], (f[9], f[10]), f[11]
+        pos += 110
+        name = data[pos : pos + namesize - 1].decode()
+        pos += namesize + (-(110 + namesize) % 4)
+        body = data[pos : pos + size]
+        pos += size + (-size % 4)
+        if name == "TRAILER!!!":
+            return dest
+        target = (root / name).resolve() if mode & 0o170000 != 0o120000 else root / name
+        if not (target == root or target.is_relative_to(root)):
+            raise StackbenchError(f"{archive}: {name} is outside the archive")
+        kind = mode & 0o170000
+        if kind == 0o040000:
+            target.mkdir(mode & 0o7777, parents=True, exist_ok=True)
+        elif kind == 0o100000:
+            target.write_bytes(body)
+            target.chmod(mode & 0o7777)
+        elif kind == 0o120000:
+            target.unlink(missing_ok=True)
+            target.symlink_to(body.decode())
+        elif kind == 0o020000:
+            target.unlink(missing_ok=True)
+            os.mknod(target, mode, os.makedev(*rdev))
+
+
 def build_initramfs(
     out: Path,
     plan: list[SubJob] | GuestPlan,
@@ -242,7 +287,10 @@ def build_initramfs(
         "stackbench/modules",
         "stackbench/guest/upstream-bin",
         "stackbench/upstream",
-        *sorted({f"stackbench/upstream/{Path(rel).parent}" for rel in upstream}),
+        *sorted(
+            {f"stackbench/upstream/{d}" for rel in upstream for d in Path(rel).parents}
+            - {"stackbench/upstream/."}
+        ),
     ):
         cp.dir(d)
     cp.chardev("dev/console", 5, 1)

@@ -58,6 +58,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         ("bench", "run one job N times on a built kernel; one payload per run"),
         ("baremetal", "queue one job on this bare-metal box and kexec into its kernel"),
         ("mark-lost", "record attempts of this benchmark that lost their worker"),
+        ("await-box", "wait for a queued bare-metal job's runs; mark the attempt lost"),
     ):
         c = sub.add_parser(name, help=helptext)
         c.add_argument("--kernel", type=Path, required=True, help="kernel.tar from 'build'")
@@ -100,14 +101,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                 default=10,
                 help="seconds between queueing and the kexec (this step must end first)",
             )
-        else:
+        elif name == "mark-lost":
             c.add_argument(
                 "--lost", action="append", default=[], metavar="BUILDID:WORKER", required=True
             )
+            _lost_detail(c)
+        else:
+            c.add_argument(
+                "--queued",
+                type=Path,
+                required=True,
+                help="the JSON line 'worker baremetal' printed, in a file",
+            )
+            c.add_argument("--timeout", type=float, default=4 * 3600.0)
+            c.add_argument("--poll", type=float, default=30.0)
+            c.add_argument("--url", help="stackbench server (default $STACKBENCH_URL)")
+            _lost_detail(c)  # fmt: skip
 
     u = sub.add_parser("upload", help="send the run payloads of a results directory")
     u.add_argument("--results", type=Path, default=Path("results"))
     u.add_argument("--url", help="stackbench server (default $STACKBENCH_URL; none: database)")
+
+
+def _lost_detail(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--reason", default="", help="why the attempt is lost (stored with it)")
+    p.add_argument("--console", type=Path, help="the box's console log; its tail is stored")
 
 
 def _dry(p: argparse.ArgumentParser) -> None:
@@ -121,6 +139,7 @@ def run(args: argparse.Namespace) -> int:
         "bench": cmd_bench,
         "baremetal": cmd_baremetal,
         "mark-lost": cmd_mark_lost,
+        "await-box": cmd_await_box,
         "upload": cmd_upload,
     }[args.worker_command](args)
 
@@ -250,7 +269,7 @@ def read_kernel(path: Path, dest: Path) -> dict[str, Any]:
     dest.mkdir(parents=True)
     try:
         with tarfile.open(path) as tar:
-            tar.extractall(dest, filter="data")
+            _extract_data(tar, dest)
     except tarfile.TarError as exc:
         raise InputError(path, f"not a kernel artifact: {exc}") from None
     meta_path = dest / "kernel.json"
@@ -261,6 +280,21 @@ def read_kernel(path: Path, dest: Path) -> dict[str, Any]:
         if not meta.get(key):
             raise InputError(path, f"kernel.json has no {key}")
     return meta
+
+
+def _extract_data(tar: tarfile.TarFile, dest: Path) -> None:
+    """extractall with the "data" filter; Debian 12's Python 3.11.2 (a box's python3)
+    predates extraction filters, so there the same refusals are made here."""
+    if hasattr(tarfile, "data_filter"):
+        tar.extractall(dest, filter="data")
+        return
+    root = dest.resolve()
+    for m in tar.getmembers():
+        target = (root / m.name).resolve()
+        if not (m.isfile() or m.isdir()) or not target.is_relative_to(root):
+            raise tarfile.TarError(f"{m.name}: not a plain file inside the archive")
+        m.mode &= 0o755
+    tar.extractall(dest)
 
 
 def _specs(args: argparse.Namespace, meta: dict[str, Any]) -> tuple[Any, Any]:
@@ -365,13 +399,27 @@ def _real_runs(
         ) from None
     from stackbench.jobs.buildbot.results import SOURCE, run_key
 
-    runs = pipeline.run_job(
-        artifact=kernel_dir / "artifact",
-        job=args.job,
-        runs=args.runs,
-        kernel=kernel,
-        machine=machine,
-    )
+    if args.kind == "baremetal":
+        # on the box, after the kexec: the suite runs on this kernel, not under QEMU
+        from stackbench.jobs import native
+
+        runs = native.run_job(
+            artifact=kernel_dir / "artifact",
+            job=args.job,
+            runs=args.runs,
+            kernel=kernel,
+            machine=machine,
+            workdir=Path("native").resolve(),
+            boot_id=f"native-{base[:16]}",
+        )
+    else:
+        runs = pipeline.run_job(
+            artifact=kernel_dir / "artifact",
+            job=args.job,
+            runs=args.runs,
+            kernel=kernel,
+            machine=machine,
+        )
     for i, r in enumerate(runs):
         r.idempotency_key = run_key(base, r.iteration if r.iteration is not None else i)
         r.source = SOURCE
@@ -466,6 +514,7 @@ def cmd_baremetal(args: argparse.Namespace) -> int:
     job = {
         "id": job_id,
         "kernel": str(image.relative_to(incoming)),
+        "append": "" if args.dry_kernel else _kexec_append(args, incoming / "kernel"),
         "bench_argv": _bench_argv(args),
         "upload_argv": upload,
         "job": args.job,
@@ -487,6 +536,18 @@ def cmd_baremetal(args: argparse.Namespace) -> int:
     return 0
 
 
+def _kexec_append(args: argparse.Namespace, kernel_dir: Path) -> str:
+    """The command line the job's knobs need, for the kexec (the box's own line is kept)."""
+    from stackbench.jobs import native
+    from stackbench.resultsdb.ingest import MachineSpec
+
+    machine = MachineSpec(
+        name=args.machine, kind=args.kind, cpus=args.cpus, memory_mb=args.memory_mb
+    )
+    plan = native.plan_for_box(args.job, args.runs, machine)
+    return native.kexec_append(kernel_dir / "artifact", plan)
+
+
 # -- mark-lost -----------------------------------------------------------------------------
 
 
@@ -498,6 +559,7 @@ def parse_lost(text: str) -> tuple[str, str]:
 
 
 def cmd_mark_lost(args: argparse.Namespace) -> int:
+    from stackbench.jobs import box
     from stackbench.jobs.buildbot import results
     from stackbench.resultsdb.ingest import JobSpec, MachineSpec, RunData
 
@@ -518,8 +580,12 @@ def cmd_mark_lost(args: argparse.Namespace) -> int:
             source=results.SOURCE,
             status="lost",
             # a lost worker, or a bare-metal box that did not report in time
-            error=f"Buildbot build {build} on {worker} was lost (worker gone or no results "
-            f"reported); retried in build {args.buildbot_build} on {args.machine}",
+            error=box.lost_error(
+                args.reason
+                or f"Buildbot build {build} on {worker} was lost (worker gone or no results "
+                f"reported); retried in build {args.buildbot_build} on {args.machine}",
+                box.console_tail(args.console),
+            ),
             meta={"buildbot_build": build, "retried_in": args.buildbot_build, "job": args.job},
             idempotency_key=results.lost_key(base, build),
         )
@@ -527,6 +593,48 @@ def cmd_mark_lost(args: argparse.Namespace) -> int:
     res = results.upload(payloads)
     print(f"marked {res.stored} lost attempt(s) ({res.present} already marked) in {res.target}")
     return 0
+
+
+def cmd_await_box(args: argparse.Namespace) -> int:
+    """Wait for the runs a queued bare-metal job will upload; a box that does not report in
+    time has its attempt stored as one lost run (reason and console tail), and exits 1."""
+    from stackbench import config
+    from stackbench.jobs import box
+    from stackbench.jobs.buildbot import results
+    from stackbench.resultsdb.ingest import JobSpec, MachineSpec, RunData
+
+    try:
+        lines = [ln for ln in args.queued.read_text().splitlines() if ln.strip()]
+        queued = json.loads(lines[-1])
+        keys, commit, job_id = list(queued["keys"]), str(queued["commit"]), queued["job_id"]
+    except (OSError, ValueError, KeyError, IndexError) as exc:
+        raise InputError(args.queued, f"not what 'worker baremetal' printed: {exc}") from None
+    url = args.url or config.server_url()
+    out = box.wait_for_report(keys, commit, url, timeout_s=args.timeout, poll_s=args.poll)
+    if out.status == "reported":
+        print(f"job {job_id}: all {out.wanted} run(s) reported after {out.waited_s:.0f}s")
+        return 0
+    meta = read_kernel(args.kernel, Path("lost-kernel"))
+    kernel, _machine = _specs(args, meta)
+    base = results.key_base(
+        args.submission, kernel.commit, kernel.config_hash, kernel.compiler, args.job, args.kind
+    )
+    reason = f"job {job_id} on {args.machine}: {args.reason or out.reason}"
+    lost = RunData(
+        job=JobSpec(suite=args.job, test="lost", runner="buildbot"),
+        kernel=kernel,
+        machine=MachineSpec(name=args.machine, kind=args.kind),
+        iteration=0,
+        samples={},
+        source=results.SOURCE,
+        status="lost",
+        error=box.lost_error(reason, box.console_tail(args.console)),
+        meta={"job": args.job, "box_job": job_id, "found": out.found, "wanted": out.wanted},
+        idempotency_key=results.lost_key(base, f"box-{job_id}"),
+    )
+    res = results.upload([results.to_payload(lost)], url=url)
+    print(f"{reason} (marked lost in {res.target})")
+    return 1
 
 
 # -- upload --------------------------------------------------------------------------------
