@@ -12,19 +12,22 @@ NAME = "demo"
 ORDER = 5
 HELP = "run the shipped compaction stack end to end and show its tables (start here)"
 DESCRIPTION = """\
-Everything on this machine, no configuration: starts the embedded database, submits a
-shipped patch stack (default compaction-demo: three mm patches on Linux 6.1) and applies it,
-starts the embedded Buildbot master with one local QEMU worker (as 'stackbench up'), which
-builds a kernel for the base and every commit (tinyconfig + kernels/configs/tiny-guest.config,
-ccache; the first build takes minutes, the commits after it seconds), boots each once under
-QEMU and runs vm-scalability, thpscale and stress-highalloc in small sizes (--runs each) and
-stores every sample; then prints the LKP and mmtests comparison tables and serves the web
-UI. --in-process does the building and benchmarking in this process instead.
+Everything on this machine, no configuration: starts the embedded database, stores a shipped
+patch stack (default compaction-demo: three mm patches on Linux 6.1) like any submission,
+starts the embedded Buildbot master with one local QEMU worker and the dispatcher (as
+'stackbench up') and hands the series to the dispatcher, which applies it and has the master
+build a kernel for the base and every commit (tinyconfig + kernels/configs/tiny-guest.config,
+ccache; the first build takes minutes, the commits after it seconds), boot each under QEMU
+and run vm-scalability, thpscale and stress-highalloc in small sizes (--runs each). The demo
+only watches what is stored (progress with an ETA), then prints the LKP and mmtests
+comparison tables and serves the web UI. --in-process does the building and benchmarking in
+this process instead.
 
-Running it again reuses what exists: kernels are never rebuilt (artifact store), and a demo
-series that already finished is NOT run again: its stored runs are shown at once. --rerun
-boots every kernel again and adds a round of runs (more samples per kernel); changing --runs
-or --jobs re-runs the series with the new plan.
+Interrupting it (Ctrl-C) stops only the watching: the series goes on, and running the same
+demo again attaches to it (never a second submission). A finished demo series is NOT run
+again: its stored runs are shown at once. --rerun adds a round of runs (more samples per
+kernel); changing --runs or --jobs re-runs the series with the new plan; a failed series is
+tried again.
 
 Other stacks: broken-apply, broken-build, panic-boot, hang-boot show how failures look."""
 
