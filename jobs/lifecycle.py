@@ -216,6 +216,47 @@ def create(
     return series
 
 
+def hand_over(eng: Engine, series_id: int, *, source: str, fresh: bool = False) -> str:
+    """Give a stored series to the dispatcher, once: what a watching client (``demo``) does
+    instead of running it. Returns what happened: ``attached`` (already handed over and not
+    finished, even when ``fresh``: nothing is sent again), ``finished`` (done, and not
+    ``fresh``), ``apply-failed``
+    or ``handed-over``. A failed series, a ``fresh`` one (a rerun or a new plan) and one a
+    foreground client ran are handed over again under a new attempt, so the dispatcher's
+    submission key is new and the master gets one new buildset."""
+    with Session(eng) as s, s.begin():
+        row = s.get(Series, series_id, with_for_update=True)
+        if row is None:
+            raise NotFoundError(f"no series {series_id}")
+        meta = dict(row.meta)
+        how = (meta.get("dispatch") or {}).get("executor")
+        ours = meta.get("submitted") and how in (None, "buildbot", "in-process")
+        if row.state == "apply-failed":
+            return "apply-failed"
+        if row.state == "done" and not fresh:
+            return "finished"
+        if row.state in PENDING and ours:
+            return "attached"  # a rerun of a series still running waits for it
+        applied = bool(row.base_commit) and all(p.commit_sha for p in row.patches)
+        for key in ("dispatch", "report_mail", "progress"):
+            meta.pop(key, None)
+        meta["submitted"] = meta.get("submitted") or source
+        meta["attempts"] = int(meta.get("attempts", 0)) + 1
+        row.meta = meta
+        row.state = "applied" if applied else "new"
+        row.error = ""
+        s.add(
+            Event(
+                series_id=series_id,
+                subject=f"series:{series_id}",
+                state=row.state,
+                message=f"handed to the dispatcher via {source} (attempt {meta['attempts']})",
+            )
+        )
+        notify(s)
+    return "handed-over"
+
+
 def notify(s: Session) -> None:
     """Wake the dispatcher (delivered when the transaction commits)."""
     s.execute(text(f"NOTIFY {CHANNEL}"))

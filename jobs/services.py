@@ -12,8 +12,10 @@ import contextlib
 import os
 import secrets
 import shutil
+import signal
 import socket
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -169,10 +171,21 @@ def start_master(base: Path, env: Mapping[str, str] | None = None) -> bool:
     return True
 
 
-def stop_master(base: Path) -> bool:
-    if not running(base):
+def stop_master(base: Path, grace_s: float = 90.0) -> bool:
+    """Stop the master; False when it was not running. A master with builds in flight can
+    take longer to shut down than ``buildbot stop`` waits (10 s, then it gives up with an
+    error while the master goes on stopping): wait for it here, and kill it past
+    ``grace_s``."""
+    pid = proc.live_pid(base / "twistd.pid")
+    if pid is None:
         return False
-    proc.run([tool("buildbot"), "stop", str(base)], timeout=120)
+    proc.run([tool("buildbot"), "stop", "--no-wait", str(base)], timeout=120)
+    deadline = time.monotonic() + grace_s
+    while _running(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if _running(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
     return True
 
 

@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 pytest.importorskip("buildbot")
 pytest.importorskip("buildbot_worker")
 
-from stackbench.jobs import services  # noqa: E402
+from stackbench.jobs import dispatcher_service, services  # noqa: E402
 from stackbench.jobs.buildbot import client, drive  # noqa: E402
 from stackbench.resultsdb.models import Run, Series  # noqa: E402
 
@@ -181,7 +181,10 @@ def test_demo_interrupted_while_kernels_build_attaches_when_run_again(eng, tmp_p
             timeout=900,
         )  # fmt: skip
         assert second.returncode == 0, second.stdout
-        assert "attached" in second.stdout and "submitted (buildset" not in second.stdout
+        # the dispatcher went on without the client: the second one attaches to the series
+        # or, when it already ended, shows it; it never submits again
+        assert "attached" in second.stdout or "already done" in second.stdout, second.stdout
+        assert "submitted to the dispatcher" not in second.stdout
         assert "Traceback" not in second.stdout
         per = builds_per_builder(master)
         with Session(eng) as s:
@@ -192,5 +195,42 @@ def test_demo_interrupted_while_kernels_build_attaches_when_run_again(eng, tmp_p
         assert per["build-linux-6.1-tiny-guest"] == Counter(dict.fromkeys(commits, 1))
         assert per["bench-qemu"] == Counter(dict.fromkeys(commits, 1))
     finally:
+        dispatcher_service.stop()
         services.stop()
         mp.undo()
+
+
+def test_a_flaky_api_does_not_stop_the_dispatcher_nor_the_watching_demo(eng, embedded):
+    """The demo's path: the dispatcher talks to the master (here through the faulty proxy)
+    and the demo only watches the database. The series ends done on one buildset, with one
+    build per kernel, and the watcher sees it through."""
+    import threading
+
+    from stackbench.jobs import lifecycle, watch
+    from stackbench.jobs.dispatch import Dispatcher
+
+    master = embedded
+    host, port = master.url.split("//")[1].rstrip("/").split(":")
+    sid = make_series(eng)
+    lifecycle.update_meta(eng, sid, jobs=["dry-vm"], runs=1)
+    assert lifecycle.hand_over(eng, sid, source="demo") == "handed-over"
+    lines: list[str] = []
+    with FlakyProxy((host, int(port)), every=3) as proxy:
+        flaky = client.Master(proxy.url, master.user, master.password)
+        d = Dispatcher(eng, master=lambda: flaky)
+        t = threading.Thread(target=d.run, kwargs={"poll": 0.3}, daemon=True)
+        t.start()
+        try:
+            state = watch.follow(eng, sid, say=lines.append, poll=0.3, since_event=0)
+        finally:
+            d.stop.set()
+            t.join(30)
+    assert state == "done", lines
+    assert proxy.faults, "the proxy broke no exchange: the test proved nothing"
+    per = builds_per_builder(master)
+    assert sum(per["series"].values()) == 1
+    assert per["build-linux-6.1-tiny-guest"] == Counter(dict.fromkeys(COMMITS, 1))
+    assert per["bench-qemu"] == Counter(dict.fromkeys(COMMITS, 1))
+    with Session(eng) as s:
+        assert s.scalar(select(func.count()).select_from(Run).where(Run.status == "done")) == 4
+    assert any("building" in ln for ln in lines) and "Traceback" not in "\n".join(lines)

@@ -24,23 +24,17 @@ def test_demo_through_buildbot_builds_and_measures_every_commit(
     monkeypatch,
 ):
     from stackbench.cli import main
-    from stackbench.jobs import services
-    from stackbench.jobs.buildbot import drive
-
-    monkeypatch.setattr(drive, "HEARTBEAT_S", 0.0)  # report running builds at every poll
+    from stackbench.jobs import dispatcher_service, services
 
     argv = ["demo", "--runs", "1", "--jobs", QUICK_JOBS[0], "--no-serve", "--all"]
     try:
         assert main(argv) == 0
         first = capsys.readouterr()
-        assert "buildbot: series" in first.out and "submitted" in first.out
-        finished = [ln for ln in first.out.splitlines() if ": success (" in ln]
-        assert sum("bench-qemu #" in ln for ln in finished) == 4  # base + 3 patches, one job
-        # progress against the plan's fan-out: 1 series + 4 kernel builds + 4 benchmarks
-        assert finished[-1].endswith("(9/9 builds)"), finished[-1]
-        assert any(", eta " in ln for ln in finished)
-        running = [ln for ln in first.out.splitlines() if ln.startswith("buildbot: ")]
-        assert len(running) > len(finished) + 2  # the heartbeat named unfinished builds
+        # handed to the dispatcher once, then watched: progress of both phases with an ETA
+        assert "series 1 submitted to the dispatcher" in first.out
+        assert "series 1: building 1/4, ETA " in first.out
+        assert "4 of 4 kernels built" in first.out and "series 1: running" in first.out
+        assert "4 kernels built, 4 benchmarks measured" in first.out
         assert "== vm-scalability (LKP) ==" in first.out
         assert "  v6.1-debian " in first.out and "  1/3-" in first.out  # the pipeline's names
         assert "vm-scalability.throughput" in first.out
@@ -60,10 +54,11 @@ def test_demo_through_buildbot_builds_and_measures_every_commit(
         # a finished demo is shown again without new builds
         assert main(argv) == 0
         second = capsys.readouterr()
-        assert "submitted" not in second.out
+        assert "submitted" not in second.out and "already done" in second.out
         with Session(eng) as s:
             assert s.scalar(select(func.count()).select_from(Run)) == n_runs
     finally:
+        dispatcher_service.stop()
         services.stop()
 
 
@@ -71,20 +66,21 @@ def test_failures_through_buildbot_fail_the_series_with_the_reason(eng, kernel_e
     """A commit that does not build, and one whose kernel panics (its builds succeed, its
     runs do not): both series end failed, naming the kernel and what went wrong."""
     from stackbench.cli import main
-    from stackbench.jobs import services
+    from stackbench.jobs import dispatcher_service, services
 
     quick = ["--runs", "1", "--jobs", QUICK_JOBS[0], "--no-serve"]
     try:
         assert main(["demo", "--stack", "broken-build", *quick]) == 1
         assert main(["demo", "--stack", "panic-boot", *quick]) == 1
     finally:
+        dispatcher_service.stop()
         services.stop()
     out = capsys.readouterr().out
     with Session(eng) as s:
         broken, panic = s.scalars(select(Series).order_by(Series.id)).all()
     assert broken.state == "failed" and panic.state == "failed"
-    assert (
-        "build-linux-6.1-tiny-guest 1/1-" in broken.error and "failure (log: http" in broken.error
-    )
-    assert panic.error.startswith("1/1-") and panic.error.endswith("1 run(s) crashed")
+    # the dispatcher's reason: the kernel, what failed and the Buildbot log's address
+    assert broken.error.startswith("1/1-") and ": build failed" in broken.error
+    assert "(log: http" in broken.error
+    assert panic.error.startswith("1/1-") and "1 run(s) crashed" in panic.error
     assert "[failed]" in out

@@ -17,7 +17,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select, text
+from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
 pytest.importorskip("buildbot")
@@ -312,3 +312,68 @@ def test_dispatcher_stopped_mid_series_picks_it_up_without_a_second_buildset(eng
     with eng.connect() as conn:
         runs = conn.execute(text("SELECT count(*), count(DISTINCT idempotency_key) FROM run")).one()
     assert tuple(runs) == (3 * RUNS, 3 * RUNS)  # nothing measured twice
+
+
+def test_down_and_up_mid_series_finishes_it_with_no_run_stored_twice(eng, tree, stack, tmp_path):
+    """What `stackbench down` then `up` does to a series in flight: the dispatcher, the
+    worker and the master all stop while benchmarks are still to run, then start again. The
+    series finishes on the same buildset, each kernel is built successfully once, and no run
+    is stored twice."""
+    web_url, master = stack
+    _repo, work, base = tree
+    token = add_account("alice", "alice@example.org")
+    mbox = git(work, "format-patch", "--stdout", f"{base}..HEAD") + "\n"
+    sid = post_series(web_url, token, mbox)
+
+    def some_runs_stored():
+        with eng.connect() as conn:
+            return conn.execute(text("SELECT count(*) FROM run")).scalar() >= RUNS
+
+    wait_for("the first benchmark's runs", some_runs_stored, timeout=180)
+    with Session(eng) as s:
+        d = s.get(Series, sid).meta["dispatch"]
+    # down: the dispatcher first, then the worker and the master (as `stackbench down`)
+    assert dispatcher_service.stop().startswith("dispatcher: stopped")
+    base_dir = tmp_path / "bb"  # where the stack fixture made the master and worker
+    services.stop_worker(base_dir / "w1")
+    services.stop_master(base_dir / "master")
+    with Session(eng) as s:
+        assert s.get(Series, sid).state in ("building", "running")  # caught mid-series
+        stored_before = s.scalar(select(func.count()).select_from(Run))
+    assert stored_before < 3 * RUNS
+
+    # up again: the same master, worker and dispatcher
+    services.start_master(base_dir / "master")
+    services.start_worker(base_dir / "w1", env=_worker_env(base_dir / "w1"))
+    assert "started" in dispatcher_service.start()
+    x = wait_for(f"series {sid} to finish", lambda: finished(eng, sid), timeout=400, every=1)
+    assert x.state == "done", (x.state, x.error)
+    sets = [b for b in master.get("buildsets")["buildsets"] if not b["parent_buildid"]]
+    assert [b["bsid"] for b in sets] == [d["buildset"]]  # nothing handed over again
+    with eng.connect() as conn:
+        runs = conn.execute(
+            text(
+                "SELECT count(*), count(DISTINCT idempotency_key), "
+                "count(*) FILTER (WHERE status = 'done') FROM run"
+            )
+        ).one()
+    # every run once; a benchmark cut short by the stop may add its attempt as a 'lost' run
+    total, distinct, done = runs
+    assert total == distinct and done == 3 * RUNS, tuple(runs)
+    names = {b["builderid"]: b["name"] for b in master.get("builders")["builders"]}
+    good: dict[str, int] = {}
+    for b in master.get("builds?property=commit")["builds"]:
+        if names[b["builderid"]].startswith("build-") and b["results"] == 0:
+            commit = b["properties"]["commit"][0]
+            good[commit] = good.get(commit, 0) + 1
+    assert sorted(good.values()) == [1, 1, 1]  # each kernel built once
+
+
+def _worker_env(wb: Path) -> dict[str, str]:
+    """The worker's environment as start_worker gave it (its web URL and its token)."""
+    from test_buildbot_fanout import worker_token
+
+    return {
+        "STACKBENCH_URL": os.environ["STACKBENCH_PUBLIC_URL"],
+        "STACKBENCH_WORKER_TOKEN": worker_token(f"{wb.name}-again"),
+    }

@@ -81,8 +81,8 @@ def _bench_factory(cfg: BuildbotConfig, kind: str = "qemu") -> util.BuildFactory
         f.addStep(sb.queue_on_box(cfg))
         f.addStep(sb.AwaitReport(cfg))
         return f
+    # the benchmark step uploads its own runs (worker bench --upload): one interpreter less
     f.addStep(sb.command(cfg, "bench", "benchmark"))
-    f.addStep(sb.command(cfg, "upload", "upload results"))
     return f
 
 

@@ -202,7 +202,7 @@ def worker_command(cfg: BuildbotConfig, what: str) -> Any:
             build = props.getBuild()
             _opt(argv, "--buildbot-build", getattr(build, "buildid", None))
             if what == "bench":
-                argv += ["--runs", str(p("runs") or cfg.runs), "--out", "results"]
+                argv += ["--runs", str(p("runs") or cfg.runs), "--out", "results", "--upload"]
             elif what == "baremetal":
                 argv += ["--runs", str(p("runs") or cfg.runs)]
                 argv += ["--kexec-delay", str(cfg.kexec_delay)]

@@ -12,19 +12,22 @@ NAME = "demo"
 ORDER = 5
 HELP = "run the shipped compaction stack end to end and show its tables (start here)"
 DESCRIPTION = """\
-Everything on this machine, no configuration: starts the embedded database, submits a
-shipped patch stack (default compaction-demo: three mm patches on Linux 6.1) and applies it,
-starts the embedded Buildbot master with one local QEMU worker (as 'stackbench up'), which
-builds a kernel for the base and every commit (tinyconfig + kernels/configs/tiny-guest.config,
-ccache; the first build takes minutes, the commits after it seconds), boots each once under
-QEMU and runs vm-scalability, thpscale and stress-highalloc in small sizes (--runs each) and
-stores every sample; then prints the LKP and mmtests comparison tables and serves the web
-UI. --in-process does the building and benchmarking in this process instead.
+Everything on this machine, no configuration: starts the embedded database, stores a shipped
+patch stack (default compaction-demo: three mm patches on Linux 6.1) like any submission,
+starts the embedded Buildbot master with one local QEMU worker and the dispatcher (as
+'stackbench up') and hands the series to the dispatcher, which applies it and has the master
+build a kernel for the base and every commit (tinyconfig + kernels/configs/tiny-guest.config,
+ccache; the first build takes minutes, the commits after it seconds), boot each under QEMU
+and run vm-scalability, thpscale and stress-highalloc in small sizes (--runs each). The demo
+only watches what is stored (progress with an ETA), then prints the LKP and mmtests
+comparison tables and serves the web UI. --in-process does the building and benchmarking in
+this process instead.
 
-Running it again reuses what exists: kernels are never rebuilt (artifact store), and a demo
-series that already finished is NOT run again: its stored runs are shown at once. --rerun
-boots every kernel again and adds a round of runs (more samples per kernel); changing --runs
-or --jobs re-runs the series with the new plan.
+Interrupting it (Ctrl-C) stops only the watching: the series goes on, and running the same
+demo again attaches to it (never a second submission). A finished demo series is NOT run
+again: its stored runs are shown at once. --rerun adds a round of runs (more samples per
+kernel); changing --runs or --jobs re-runs the series with the new plan; a failed series is
+tried again.
 
 Other stacks: broken-apply, broken-build, panic-boot, hang-boot show how failures look."""
 
@@ -71,14 +74,12 @@ def run(args: argparse.Namespace) -> int:
     tree = info.get("tree") or "linux-6.1"
     base = info.get("base")
     base = None if base in (None, "default") else str(base)
-    sid = pipeline.submit(eng, mbox, tree=tree, base=base, jobs=jobs, runs=args.runs)
-    rerun = args.rerun or _plan_changed(eng, sid, jobs, args.runs)
+    sid = store(eng, mbox, args.stack, tree=tree, base=base, jobs=jobs, runs=args.runs)
+    fresh = _plan_changed(eng, sid, jobs, args.runs) or args.rerun
     if not args.in_process and buildbot_installed():
-        state = run_through_buildbot(eng, sid, jobs, args.runs, rerun=rerun)
+        state = run_through_dispatcher(eng, sid, fresh=fresh)
     else:
-        state = pipeline.run_series(
-            eng, sid, progress=pipeline.StderrProgress(), settings=settings_from(args), rerun=rerun
-        )
+        state = run_here(eng, sid, args, rerun=fresh)
     print()
     print_summary(eng, sid)
     print()
@@ -86,6 +87,24 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_serve:
         serve(args.port, sid)
     return 0 if state == "done" else 1
+
+
+def store(eng, mbox: bytes, stack: str, *, tree: str, base: str | None, jobs: list[str],
+          runs: int) -> int:  # fmt: skip
+    """The demo's series through the one validation and creation of every front door
+    (idempotent: the same stack gives the stored series back)."""
+    from sqlalchemy.orm import Session
+
+    from stackbench.jobs import lifecycle
+    from stackbench.patches.parser import parse_mbox
+
+    parsed = parse_mbox(mbox, source=f"stack {stack}")
+    with Session(eng) as s, s.begin():
+        checked = lifecycle.check(s, tree=tree, base=base, jobs=jobs, runs=runs)
+        # the dispatcher takes it only when lifecycle.hand_over says so
+        meta = {"dispatch": {"executor": "foreground"}}
+        series = lifecycle.create(s, parsed, checked, source="demo", mbox=mbox, meta=meta)
+        return series.id
 
 
 def buildbot_installed() -> bool:
@@ -97,36 +116,37 @@ def buildbot_installed() -> bool:
     return found
 
 
-def run_through_buildbot(eng, sid: int, jobs: list[str], runs: int, *, rerun: bool) -> str:
-    """Apply here, then let the embedded master build and benchmark every commit."""
-    from stackbench.jobs import pipeline
+def run_through_dispatcher(eng, sid: int, *, fresh: bool) -> str:
+    """Hand the series to the dispatcher (which applies it and submits it to the embedded
+    master once) and watch what is stored until it ends. Interrupting this changes nothing:
+    running the same demo again attaches to the same series and buildset."""
+    from stackbench.jobs import dispatcher_service, lifecycle, watch
     from stackbench.jobs import services as buildbot_services
-    from stackbench.jobs.buildbot import client, drive
-    from stackbench.resultsdb.models import Series
 
-    with eng.connect() as conn:
-        state = conn.execute(Series.__table__.select().where(Series.id == sid)).one().state
-    if state == "done" and not rerun:
-        return state
-    applied = pipeline.apply_only(eng, sid, progress=pipeline.StderrProgress())
-    if applied is None:
-        return "apply-failed"
+    how = lifecycle.hand_over(eng, sid, source="demo", fresh=fresh)
+    if how == "finished":
+        print(f"series {sid} already done: its stored runs (--rerun adds a round)", flush=True)
+        return "done"
+    if how == "apply-failed":
+        return how
     print(buildbot_services.start(), flush=True)
-    master = client.embedded_master()
-    if master is None:
-        raise StackbenchError("the embedded Buildbot master did not start")
-    drive.wait_for_worker(master, buildbot_services.LOCAL_WORKER)
-    # an interrupted demo attaches to its submission; a finished or failed one starts anew
+    print(dispatcher_service.start(), flush=True)
+    dispatch = lifecycle.update_meta(eng, sid).get("dispatch") or {}
+    if how == "attached":
+        where = f"buildset {dispatch['buildset']}, " if dispatch.get("buildset") else ""
+        print(f"buildbot: series {sid} attached ({where}already submitted)", flush=True)
+    else:
+        print(f"series {sid} submitted to the dispatcher; it hands it to Buildbot", flush=True)
+
+    def keep_alive() -> str | None:
+        # the service of record must outlive this client, and come back if it died
+        if dispatcher_service.running_pid():
+            return None
+        return dispatcher_service.start()
+
     try:
-        return drive.run_series(
-            eng,
-            master,
-            sid,
-            jobs=jobs,
-            runs=runs,
-            names=[name for _commit, name in applied],
-            say=lambda line: print(line, flush=True),
-            fresh=rerun or state in ("done", "failed"),
+        return watch.follow(
+            eng, sid, say=lambda line: print(line, flush=True), keep_alive=keep_alive
         )
     except KeyboardInterrupt:
         print(
@@ -135,6 +155,30 @@ def run_through_buildbot(eng, sid: int, jobs: list[str], runs: int, *, rerun: bo
             file=sys.stderr,
         )
         raise
+
+
+def run_here(eng, sid: int, args: argparse.Namespace, *, rerun: bool) -> str:
+    """--in-process: this process is the executor (the same plan and state code as the
+    dispatcher's in-process executor). A series the dispatcher is running is watched."""
+    from stackbench.jobs import lifecycle, pipeline, watch
+
+    meta = lifecycle.update_meta(eng, sid)
+    how = (meta.get("dispatch") or {}).get("executor")
+    state = _state(eng, sid)
+    if how in ("buildbot", "in-process") and state in lifecycle.PENDING:
+        print(f"series {sid} is being run by the dispatcher: watching it", flush=True)
+        return watch.follow(eng, sid, say=lambda line: print(line, flush=True))
+    lifecycle.update_meta(eng, sid, dispatch={"executor": "foreground"})
+    return pipeline.run_series(
+        eng, sid, progress=pipeline.StderrProgress(), settings=settings_from(args), rerun=rerun
+    )
+
+
+def _state(eng, sid: int) -> str:
+    from stackbench.resultsdb.models import Series
+
+    with eng.connect() as conn:
+        return conn.execute(Series.__table__.select().where(Series.id == sid)).one().state
 
 
 def _plan_changed(eng, sid: int, jobs: list[str], runs: int) -> bool:

@@ -83,6 +83,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             _dry(c)
         if name == "bench":
             c.add_argument("--out", type=Path, default=Path("results"))
+            c.add_argument(
+                "--upload",
+                action="store_true",
+                help="send the payloads too, as 'upload' does (one process per benchmark)",
+            )
+            c.add_argument("--url", help="with --upload: as 'upload --url'")
         elif name == "baremetal":
             c.add_argument(
                 "--spool",
@@ -383,6 +389,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     for run_data in runs:
         results.write_payload(out, f"run-{run_data.iteration:03d}", results.to_payload(run_data))
     print(f"{len(runs)} run(s) of {args.job} on {kernel.commit[:12]} written to {out}")
+    if args.upload:
+        # in this process rather than a step of its own: a second interpreter per benchmark
+        # cost about a second each, a tenth of the Buildbot path's overhead on the demo
+        return _upload(out, args.url)
     return 0
 
 
@@ -641,11 +651,15 @@ def cmd_await_box(args: argparse.Namespace) -> int:
 
 
 def cmd_upload(args: argparse.Namespace) -> int:
+    return _upload(args.results, args.url)
+
+
+def _upload(where: Path, url: str | None) -> int:
     from stackbench.jobs.buildbot import results
 
-    items = results.read_payloads(args.results)
+    items = results.read_payloads(where)
     if not items:
-        raise InputError(args.results, "no run payloads to upload")
-    res = results.upload([p for _path, p in items], url=args.url)
+        raise InputError(where, "no run payloads to upload")
+    res = results.upload([p for _path, p in items], url=url)
     print(f"uploaded {res.stored} run(s), {res.present} already present, to {res.target}")
     return 0

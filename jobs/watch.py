@@ -1,0 +1,144 @@
+"""A thin client of one series: it follows what is stored (the dispatcher of ``stackbench up``
+moves the series; the Buildbot workers store the runs) and prints it, with an ETA.
+
+Watching changes nothing, so a watcher can stop at any moment (Ctrl-C, a lost connection)
+and a new one picks up where the series is. A database that goes away for a while (a
+restart) is retried with backoff; only when it stays away does the watcher give up, with one
+line that says to run the command again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Engine, select
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.orm import Session
+
+from stackbench.errors import StackbenchError
+from stackbench.jobs.lifecycle import FINAL
+from stackbench.jobs.progress import fmt_duration
+from stackbench.resultsdb.models import Event, Series
+
+RETRY_BUDGET_S = 300.0  # how long an unreachable database is waited for
+HEARTBEAT_S = 60.0
+
+
+@dataclass
+class Seen:
+    state: str
+    progress: str
+    meta: dict[str, Any]
+    error: str
+    events: list[tuple[int, str]]
+
+
+def look(eng: Engine, sid: int, after_event: int) -> Seen:
+    with Session(eng) as s:
+        row = s.get(Series, sid)
+        if row is None:
+            raise StackbenchError(f"series {sid} is gone from the database")
+        events = s.execute(
+            select(Event.id, Event.message)
+            .where(Event.series_id == sid, Event.id > after_event)
+            .order_by(Event.id)
+        ).all()
+        meta = dict(row.meta or {})
+        return Seen(row.state, str(meta.get("progress") or ""), meta, row.error or "",
+                    [(e.id, e.message) for e in events])  # fmt: skip
+
+
+def last_event(eng: Engine, sid: int) -> int:
+    with Session(eng) as s:
+        return int(
+            s.scalar(select(Event.id).where(Event.series_id == sid).order_by(Event.id.desc())) or 0
+        )
+
+
+@dataclass
+class PhaseEta:
+    """Time left in the current phase (building k/N, running k/M) from how long its
+    finished units took: units of one phase cost about the same once the first is done."""
+
+    phase: str = ""
+    started: float = 0.0
+    first_done: float | None = None
+    done_at: list[float] = field(default_factory=list)
+
+    def update(self, state: str, progress: str, now: float) -> str:
+        try:
+            k, n = (int(x) for x in progress.split("/", 1))
+        except ValueError:
+            return ""
+        if state != self.phase:
+            self.phase, self.started, self.first_done, self.done_at = state, now, None, []
+        while len(self.done_at) < k:
+            self.done_at.append(now)
+        if k <= 0 or n <= k:
+            return ""
+        # the first unit of a phase carries its start-up (a cold build): later ones pace it
+        if k >= 2:
+            per = (self.done_at[k - 1] - self.done_at[0]) / (k - 1)
+        else:
+            per = self.done_at[0] - self.started
+        return f"ETA {fmt_duration(per * (n - k))}"
+
+
+def follow(
+    eng: Engine,
+    sid: int,
+    *,
+    say: Callable[[str], None] = print,
+    poll: float = 1.0,
+    keep_alive: Callable[[], str | None] | None = None,
+    since_event: int | None = None,
+    budget_s: float = RETRY_BUDGET_S,
+) -> str:
+    """Print the series' events and progress until it ends; its final state.
+    ``keep_alive`` is called now and then (it restarts a dispatcher that died) and may
+    return a line to print."""
+    after = last_event(eng, sid) if since_event is None else since_event
+    started = time.monotonic()
+    eta = PhaseEta()
+    shown = ("", "")
+    last_line = started
+    last_alive = 0.0
+    failing_since: float | None = None
+    backoff = 1.0
+    while True:
+        now = time.monotonic()
+        try:
+            seen = look(eng, sid, after)
+        except (sa_exc.OperationalError, sa_exc.InterfaceError) as exc:
+            failing_since = failing_since or now
+            if now - failing_since > budget_s:
+                raise StackbenchError(
+                    f"the database stayed unreachable for {budget_s:.0f} s; the series goes "
+                    "on without this client: run the same command again to attach"
+                ) from exc
+            say(f"database not reachable; retrying in {backoff:.0f} s")
+            time.sleep(backoff)
+            backoff = min(backoff * 2, 30.0)
+            continue
+        failing_since, backoff = None, 1.0
+        at = fmt_duration(now - started)
+        for eid, message in seen.events:
+            after = eid
+            say(f"[{at}] {message.splitlines()[0] if message else ''}")
+            last_line = now
+        if seen.state in FINAL:
+            return seen.state
+        if (seen.state, seen.progress) != shown or now - last_line >= HEARTBEAT_S:
+            left = eta.update(seen.state, seen.progress, now)
+            what = f"{seen.state} {seen.progress}".strip()
+            say(f"[{at}] series {sid}: {what}" + (f", {left}" if left else ""))
+            shown, last_line = (seen.state, seen.progress), now
+        if keep_alive is not None and now - last_alive >= 10.0:
+            last_alive = now
+            line = keep_alive()
+            if line:
+                say(line)
+        time.sleep(poll)
