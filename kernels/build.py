@@ -162,15 +162,6 @@ def _reused(art: Path, tree: str, config: str, ws: Path) -> BuildResult:
     )
 
 
-def default_module_builder() -> ModuleBuilder | None:
-    """The jobs component's highalloc module builder, when that component is installed."""
-    try:
-        from stackbench.jobs.highalloc import build_module
-    except ImportError:
-        return None
-    return build_module
-
-
 def _modules(art: Path) -> dict[str, Path]:
     return {p.stem: p for p in sorted((art / "modules").glob("*.ko"))}
 
@@ -183,18 +174,15 @@ def build(
     tree: str = "linux-6.1",
     jobs: int | None = None,
     log_path: Path | None = None,
-    module_builder: ModuleBuilder | None | str = "auto",
+    module_builder: ModuleBuilder | None = None,
     on_configured: Callable[[str], None] | None = None,
 ) -> BuildResult:
     """Build ``commit`` of ``repo`` (or reuse its artifact). Never raises for a compile error:
     that is ``status="build-failed"`` with the log tail; environment problems do raise.
 
-    ``module_builder="auto"`` builds stackbench's own guest modules (the highalloc module of
-    stackbench.jobs) into the artifact; None builds no module. ``on_configured(config_hash)``
+    ``module_builder`` builds out-of-tree guest modules into the artifact (the jobs component
+    passes its highalloc module builder; kernels never imports jobs); None builds none. ``on_configured(config_hash)``
     is called once the configuration is known and a real build is about to start."""
-    if module_builder == "auto":
-        module_builder = default_module_builder()
-    assert not isinstance(module_builder, str)
     commit = trees.resolve(repo, commit)
     compiler = compiler_id()
     ws = workspace_dir(tree, config)
