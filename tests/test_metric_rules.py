@@ -46,7 +46,7 @@ body = {
 r = app.test_client().post("/api/runs", json=body, headers={"Authorization": "Bearer " + tok})
 print(json.dumps({"status": r.status_code,
                   "loaded": sorted(m for m in sys.modules if m in (
-                      "stackbench.jobs.collect", "stackbench.resultsdb.importers.mmtests"))}))
+                      "stackbench.jobs.collect", "stackbench.jobs.importers.mmtests"))}))
 """
 
 
