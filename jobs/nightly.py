@@ -594,7 +594,7 @@ def _remember(eng: Engine, tracked_id: int, rep: BranchReport) -> None:
 def queue_regression_mails(eng: Engine, regression_ids: list[int]) -> list[int]:
     """One report per (job, culprit): the lead metric's mail lists the others. Returns the
     outbox ids (none when no recipient is configured: the web still shows the regressions)."""
-    from stackbench.web.mailer import reports
+    from stackbench.mail import reports
 
     groups: dict[tuple[int, str], list[tuple[int, float, int]]] = {}
     with Session(eng) as s:
@@ -682,7 +682,7 @@ def run_nightly(
 
 
 def queue_summary(eng: Engine, summary: dict[str, Any]) -> int | None:
-    from stackbench.web.mailer import reports
+    from stackbench.mail import reports
 
     ran = [b for b in summary["branches"] if b["state"] != "skipped"]
     if not ran:

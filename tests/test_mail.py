@@ -14,10 +14,10 @@ from sqlalchemy import text
 
 from stackbench import cli
 from stackbench.errors import InputError
+from stackbench.mail import outbox, reports
+from stackbench.mail.config import MailConfig
 from stackbench.resultsdb import ingest as ig
 from stackbench.resultsdb.models import Patch, Regression, Series
-from stackbench.web.mailer import outbox, reports
-from stackbench.web.mailer.config import MailConfig
 
 
 class Capture:

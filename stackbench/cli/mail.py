@@ -34,8 +34,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from sqlalchemy import text
 
+    from stackbench.mail import config, outbox, reports
     from stackbench.resultsdb import db
-    from stackbench.web.mailer import config, outbox, reports
 
     eng = db.engine()
     if args.action == "series":

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import Engine, select
 
 from stackbench.errors import NotFoundError, StackbenchError
+from stackbench.mail.config import MailConfig, from_env
 from stackbench.patches.mailheaders import is_mail_address
 from stackbench.resultsdb.models import (
     AppUser,
@@ -25,7 +26,6 @@ from stackbench.resultsdb.models import (
     Tree,
 )
 from stackbench.resultsdb.tables import render as tables
-from stackbench.web.mailer.config import MailConfig, from_env
 
 # the "-- " separator (with its space) lets mail clients strip the signature in replies
 SIGNATURE = "\n-- \nstackbench\n"
@@ -372,7 +372,7 @@ def _bisect_line(b: dict) -> str:
 
 
 def queue(eng: Engine, mail: Mail) -> int:
-    from stackbench.web.mailer import outbox
+    from stackbench.mail import outbox
 
     if not mail.to:
         raise StackbenchError(f"{mail.kind} mail has no recipient (set STACKBENCH_MAIL_LIST)")
