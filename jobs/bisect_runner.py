@@ -31,6 +31,7 @@ from stackbench import config as sbconfig
 from stackbench import proc
 from stackbench.errors import InputError, NotFoundError, StackbenchError
 from stackbench.jobs import bisect as logic
+from stackbench.jobs import jobspecs
 from stackbench.jobs.bisect import BisectResult, Step
 from stackbench.resultsdb import ingest as ig
 from stackbench.resultsdb import metrics as metric_rules
@@ -134,16 +135,7 @@ def spec_of(job: Job) -> str:
 
 
 def spec_for(suite: str, params: dict[str, Any]) -> str:
-    if not params:
-        return suite
-    inner = ",".join(f"{k}={_spec_value(v)}" for k, v in sorted(params.items()))
-    return f"{suite}[{inner}]"
-
-
-def _spec_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    return str(v)
+    return jobspecs.format_job_spec(suite, params)
 
 
 def metric_row(eng: Engine, name: str) -> Metric:

@@ -53,6 +53,7 @@ from sqlalchemy.orm import Session
 from stackbench import schema
 from stackbench.errors import InputError, NotFoundError, StackbenchError
 from stackbench.jobs import bisect_runner as br
+from stackbench.jobs import jobspecs
 from stackbench.resultsdb.models import KernelBuild, Metric, Regression, TrackedBranch, Tree
 from stackbench.resultsdb.verdict import DEFAULT, Policy, Verdict, is_headline, judge_many
 
@@ -613,7 +614,7 @@ def queue_regression_mails(eng: Engine, regression_ids: list[int]) -> list[int]:
                 reg.meta = {**(reg.meta or {}), "reported_with": lead}
             reg = s.get(Regression, lead)
             reg.meta = {**(reg.meta or {}), "also": others}
-        mail = reports.regression_report(eng, lead)
+        mail = reports.regression_report(eng, lead, job_spec=jobspecs.format_job_spec)
         if not mail.to:
             log.warning("regression %s: no mail recipient (set STACKBENCH_MAIL_LIST)", lead)
             continue
