@@ -24,7 +24,7 @@ class MetricInfo:
 RULES: tuple[tuple[re.Pattern[str], MetricInfo], ...] = tuple(
     (re.compile(pattern), mi)
     for pattern, mi in (
-        # mmtests' extraction (results-db importers and jobs/collect.py use the same names)
+        # mmtests' extraction (jobs/importers and jobs/collect.py use the same names)
         (r"^mmtests-vmstat\.", MetricInfo("count", None, "count")),
         (r"^scenario-vmstat\.", MetricInfo("count", None, "count")),
         (r"^fragmentation\.", MetricInfo("score", False, "score")),

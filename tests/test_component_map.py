@@ -127,3 +127,29 @@ def test_a_wrong_import_fails_the_map(tmp_path):
         "jobs/nightly.py:1: jobs may not import stackbench.web.mailer",
         "stackbench/apiclient.py:1: client may not import stackbench.web.uploads",
     ]
+
+
+def _readme_map() -> dict[str, set[str]]:
+    text = (ROOT / "README.md").read_text()
+    section = text.split("### Components and which may import which", 1)[1]
+    out: dict[str, set[str]] = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 2 or cells[0] in ("component", "---"):
+            if out and not line.startswith("|"):
+                break
+            continue
+        name = cells[0].split(":", 1)[0] if ":" in cells[0] else cells[0]
+        name = name.strip("` ").removeprefix("stackbench.")
+        may = cells[1].split("(", 1)[0].strip()
+        if may == "nothing of stackbench":
+            out[name] = set()
+        elif may == "everything":
+            out[name] = set(ALLOWED) - {name}
+        else:
+            out[name] = {m.strip() for m in may.split(",")}
+    return out
+
+
+def test_the_readme_states_the_same_map():
+    assert _readme_map() == ALLOWED
