@@ -78,3 +78,39 @@ def test_precise_rules_win_over_generic_ones():
     assert metrics.info("thpscale.local").kind == "count"
     assert metrics.info("vm-scalability.throughput").higher_is_better is True
     assert metrics.info("no.such.thing") == metrics.UNKNOWN
+
+
+def test_worker_upload_in_fresh_process_gets_declared_directions(eng, db_url, tmp_path):
+    """``stackbench worker upload`` without a server stores straight into the database."""
+    from stackbench.jobs.buildbot.results import to_payload, write_payload
+    from stackbench.resultsdb.ingest import JobSpec, KernelSpec, MachineSpec, RunData
+    from stackbench.resultsdb.models import Metric
+
+    run = RunData(
+        job=JobSpec(suite="stress-highalloc", test="stress-highalloc", params={}),
+        kernel=KernelSpec(commit="d" * 40, name="v6.1-test"),
+        machine=MachineSpec(name="qemu-8", kind="qemu"),
+        iteration=0,
+        samples={"stress-highalloc.latency-pass2": [50.0, 60.0]},
+    )
+    write_payload(tmp_path / "results", "run-000", to_payload(run))
+    env = {**os.environ, "STACKBENCH_DATABASE_URL": db_url}
+    env.pop("STACKBENCH_URL", None)
+    out = subprocess.run(
+        [sys.executable, "-m", "stackbench", "worker", "upload", "--results", "results"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "uploaded 1 run(s)" in out.stdout
+    with Session(eng) as s:
+        m = s.scalars(select(Metric)).one()
+    assert (m.name, m.unit, m.higher_is_better, m.kind) == (
+        "stress-highalloc.latency-pass2",
+        "ns",
+        False,
+        "latency",
+    )
