@@ -16,6 +16,7 @@ COMPONENTS = {
     "stackbench.jobs": "jobs",
     "stackbench.patches": "patches",
     "stackbench.kernels": "kernels",
+    "stackbench.mail": "mail",
 }
 DATA_SUFFIXES = (
     ".sql",

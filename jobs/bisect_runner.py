@@ -24,16 +24,25 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from sqlalchemy import Engine, select, text
+from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from stackbench import config as sbconfig
 from stackbench import proc
 from stackbench.errors import InputError, NotFoundError, StackbenchError
 from stackbench.jobs import bisect as logic
+from stackbench.jobs import jobspecs
 from stackbench.jobs.bisect import BisectResult, Step
 from stackbench.resultsdb import ingest as ig
-from stackbench.resultsdb import metrics as metric_rules
+from stackbench.resultsdb.buildruns import (
+    direction,
+    done_boots,
+    metric_row,
+    per_boot_values,
+)
+
+# nightly reads these through this module; kept as names of it while nightly is reworked
+from stackbench.resultsdb.buildruns import metrics_of as metrics_of
 from stackbench.resultsdb.models import Bisect, Job, KernelBuild, Metric, Regression
 from stackbench.resultsdb.verdict import DEFAULT, Policy
 
@@ -134,95 +143,7 @@ def spec_of(job: Job) -> str:
 
 
 def spec_for(suite: str, params: dict[str, Any]) -> str:
-    if not params:
-        return suite
-    inner = ",".join(f"{k}={_spec_value(v)}" for k, v in sorted(params.items()))
-    return f"{suite}[{inner}]"
-
-
-def _spec_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    return str(v)
-
-
-def metric_row(eng: Engine, name: str) -> Metric:
-    """The metric by name, created from the naming rules when no sample has it yet."""
-    with Session(eng, expire_on_commit=False) as s, s.begin():
-        row = s.scalars(select(Metric).where(Metric.name == name)).one_or_none()
-        if row is None:
-            mi = metric_rules.info(name)
-            row = Metric(
-                name=name, unit=mi.unit, higher_is_better=mi.higher_is_better, kind=mi.kind
-            )
-            s.add(row)
-            s.flush()
-        return row
-
-
-def _direction(eng: Engine, name: str) -> bool | None:
-    with Session(eng) as s:
-        row = s.scalars(select(Metric).where(Metric.name == name)).one_or_none()
-    return row.higher_is_better if row is not None else metric_rules.info(name).higher_is_better
-
-
-def done_runs(eng: Engine, build_id: int, job_id: int) -> int:
-    with eng.connect() as conn:
-        return conn.execute(
-            text(
-                "SELECT count(*) FROM run WHERE build_id = :b AND job_id = :j AND status = 'done'"
-            ),
-            {"b": build_id, "j": job_id},
-        ).scalar_one()
-
-
-def failed_runs(eng: Engine, build_id: int, job_id: int) -> int:
-    with eng.connect() as conn:
-        return conn.execute(
-            text(
-                "SELECT count(*) FROM run WHERE build_id = :b AND job_id = :j AND status <> 'done'"
-            ),
-            {"b": build_id, "j": job_id},
-        ).scalar_one()
-
-
-# A run's boot: the run.boot_id column of the rounds-of-boots plan (migration 0003), else
-# meta.boot_id (the pipeline and the labs set it), else the run alone (an import, a synthetic
-# lab). The column is read through to_jsonb so this works before and after the migration.
-_BOOT_SQL = "coalesce(to_jsonb(r)->>'boot_id', r.meta->>'boot_id', 'run-' || r.id::text)"
-
-
-def done_boots(eng: Engine, build_id: int, job_id: int) -> int:
-    """Boots of the kernel with at least one finished run of the job: the verdict's unit."""
-    with eng.connect() as conn:
-        return conn.execute(
-            text(
-                f"SELECT count(DISTINCT {_BOOT_SQL}) FROM run r WHERE r.build_id = :b "
-                "AND r.job_id = :j AND r.status = 'done'"
-            ),
-            {"b": build_id, "j": job_id},
-        ).scalar_one()
-
-
-def per_boot_values(
-    eng: Engine, build_id: int, job_id: int, metric_id: int
-) -> dict[str, list[float]]:
-    """{boot: one value per finished run (the mean of its samples)}, boots in the order they
-    ran, runs in run order: what :func:`verdict.judge` takes as one side."""
-    with eng.connect() as conn:
-        rows = conn.execute(
-            text(
-                f"SELECT {_BOOT_SQL}, avg(s.value) FROM run r JOIN sample s ON s.run_id = r.id "
-                "WHERE r.build_id = :b AND r.job_id = :j AND r.status = 'done' "
-                "AND s.metric_id = :m GROUP BY r.id ORDER BY r.id"
-            ),
-            {"b": build_id, "j": job_id, "m": metric_id},
-        ).all()
-    out: dict[str, list[float]] = {}
-    for boot, v in rows:
-        if v is not None:
-            out.setdefault(boot, []).append(float(v))
-    return out
+    return jobspecs.format_job_spec(suite, params)
 
 
 def top_up_boots(
@@ -243,35 +164,6 @@ def top_up_boots(
             break
         have = now
     return have, calls
-
-
-def per_run_values(eng: Engine, build_id: int, job_id: int, metric_id: int) -> list[float]:
-    """One value per finished run (the mean of its samples of the metric), oldest run first."""
-    with eng.connect() as conn:
-        rows = conn.execute(
-            text(
-                "SELECT r.id, avg(s.value) FROM run r JOIN sample s ON s.run_id = r.id "
-                "WHERE r.build_id = :b AND r.job_id = :j AND r.status = 'done' "
-                "AND s.metric_id = :m GROUP BY r.id ORDER BY r.id"
-            ),
-            {"b": build_id, "j": job_id, "m": metric_id},
-        ).all()
-    return [float(v) for _rid, v in rows if v is not None]
-
-
-def metrics_of(eng: Engine, build_ids: list[int], job_id: int) -> list[Metric]:
-    """Metrics with samples in done runs of the job on every one of the builds."""
-    with Session(eng, expire_on_commit=False) as s:
-        rows = s.execute(
-            text(
-                "SELECT s.metric_id FROM sample s JOIN run r ON r.id = s.run_id "
-                "WHERE r.job_id = :j AND r.status = 'done' AND r.build_id = ANY(:b) "
-                "GROUP BY s.metric_id HAVING count(DISTINCT r.build_id) = :n"
-            ),
-            {"j": job_id, "b": build_ids, "n": len(set(build_ids))},
-        ).all()
-        ids = [r[0] for r in rows]
-        return list(s.scalars(select(Metric).where(Metric.id.in_(ids)).order_by(Metric.name)))
 
 
 # ---- the measurer ---------------------------------------------------------------------------
@@ -498,7 +390,7 @@ def run_bisect(
     if len(subjobs) != 1:
         names = ", ".join(n for n, _ in subjobs)
         raise InputError(f"job {job!r}", f"expands to {len(subjobs)} sub-jobs ({names}); pick one")
-    if _direction(eng, metric) is None:
+    if direction(eng, metric) is None:
         raise InputError(
             f"metric {metric!r}", "has no better direction, so no commit can make it worse"
         )

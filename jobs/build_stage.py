@@ -11,6 +11,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from stackbench.errors import StackbenchError
+from stackbench.jobs.highalloc import build_module
 from stackbench.jobs.series_state import KernelTask, SeriesRun, event, tx
 from stackbench.jobs.settings import Settings
 from stackbench.kernels import build as kbuild
@@ -100,6 +101,7 @@ def build_one(eng: Engine, sr: SeriesRun, repo: Path, tree: trees.TreeDef, t: Ke
             config=t.config(settings.config),
             tree=tree.name,
             jobs=settings.make_jobs,
+            module_builder=build_module,
             on_configured=configured,
         )
     except (StackbenchError, OSError) as exc:

@@ -23,16 +23,7 @@ from stackbench.jobs import knobs
 from stackbench.jobs.definitions import HIGHALLOC_PASSES, SubJob
 from stackbench.jobs.guest.initramfs import GuestPlan, as_plan
 from stackbench.jobs.parsers import buddyinfo, highalloc, mmtests_logs, thpscale, vm_scalability
-from stackbench.resultsdb import metrics
 from stackbench.resultsdb.ingest import KernelSpec, MachineSpec, RunData
-
-metrics.register(r"^mmtests-vmstat\.", "count", None, "count")
-metrics.register(r"^stress-highalloc\.pass\d+$", "%", True, "percent")
-metrics.register(r"^stress-highalloc\.latency-pass\d+$", "ns", False, "latency")
-metrics.register(r"^stress-highalloc\.allocated-pass\d+$", "count", True, "count")
-metrics.register(r"^scenario-vmstat\.", "count", None, "count")
-metrics.register(r"^fragmentation\.", "score", False, "score")
-metrics.register(r"^(scenario-)?kcompactd\.cpu_s$", "s", None, "duration")
 
 SNAPSHOTS = (
     "vmstat",

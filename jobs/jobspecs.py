@@ -4,6 +4,7 @@ the sub-jobs a list of them expands to for a guest of a given size."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import yaml
@@ -31,6 +32,19 @@ def split_job_specs(text: str) -> list[str]:
             cur += ch
     out.append(cur.strip())
     return [s for s in out if s]
+
+
+def format_job_spec(suite: str, params: Mapping[str, Any]) -> str:
+    """The job spec that reproduces a stored job: ``suite[k=v,...]``, keys sorted, booleans as
+    ``true``/``false`` so :func:`parse_job_spec` reads them back as booleans."""
+    if not params:
+        return suite
+
+    def value(v: Any) -> str:
+        return ("true" if v else "false") if isinstance(v, bool) else str(v)
+
+    inner = ",".join(f"{k}={value(v)}" for k, v in sorted(params.items()))
+    return f"{suite}[{inner}]"
 
 
 def parse_job_spec(spec: str, runs: int | None = None) -> JobDef:

@@ -333,7 +333,7 @@ def recipients(eng: Engine, series_id: int, list_addr: str) -> list[str]:
 def queue_report(eng: Engine, series_id: int) -> str:
     """Queue the series' report mail (robot layout, threaded under the cover letter) and
     note it on the series; the line to show."""
-    from stackbench.web.mailer import config, reports
+    from stackbench.mail import config, reports
 
     cfg = config.from_env()
     mail = reports.series_report(eng, series_id, cfg)

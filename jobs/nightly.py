@@ -53,6 +53,7 @@ from sqlalchemy.orm import Session
 from stackbench import schema
 from stackbench.errors import InputError, NotFoundError, StackbenchError
 from stackbench.jobs import bisect_runner as br
+from stackbench.jobs import jobspecs
 from stackbench.resultsdb.models import KernelBuild, Metric, Regression, TrackedBranch, Tree
 from stackbench.resultsdb.verdict import DEFAULT, Policy, Verdict, is_headline, judge_many
 
@@ -594,7 +595,7 @@ def _remember(eng: Engine, tracked_id: int, rep: BranchReport) -> None:
 def queue_regression_mails(eng: Engine, regression_ids: list[int]) -> list[int]:
     """One report per (job, culprit): the lead metric's mail lists the others. Returns the
     outbox ids (none when no recipient is configured: the web still shows the regressions)."""
-    from stackbench.web.mailer import reports
+    from stackbench.mail import reports
 
     groups: dict[tuple[int, str], list[tuple[int, float, int]]] = {}
     with Session(eng) as s:
@@ -613,7 +614,7 @@ def queue_regression_mails(eng: Engine, regression_ids: list[int]) -> list[int]:
                 reg.meta = {**(reg.meta or {}), "reported_with": lead}
             reg = s.get(Regression, lead)
             reg.meta = {**(reg.meta or {}), "also": others}
-        mail = reports.regression_report(eng, lead)
+        mail = reports.regression_report(eng, lead, job_spec=jobspecs.format_job_spec)
         if not mail.to:
             log.warning("regression %s: no mail recipient (set STACKBENCH_MAIL_LIST)", lead)
             continue
@@ -682,7 +683,7 @@ def run_nightly(
 
 
 def queue_summary(eng: Engine, summary: dict[str, Any]) -> int | None:
-    from stackbench.web.mailer import reports
+    from stackbench.mail import reports
 
     ran = [b for b in summary["branches"] if b["state"] != "skipped"]
     if not ran:

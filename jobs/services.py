@@ -312,11 +312,14 @@ def stop() -> str:
     worker_base, master_base = root / f"worker-{LOCAL_WORKER}", root / "master"
     # what the worker runs (a benchmark step and its QEMU guest, which has a session of its
     # own) does not die with the worker daemon: find it first, reap what outlives the stop
+    daemons = {proc.live_pid(b / "twistd.pid") for b in (worker_base, master_base)}
     doomed = leftover_processes(worker_base) + leftover_processes(master_base)
     w = stop_worker(worker_base)
     m = stop_master(master_base)
     doomed += leftover_processes(worker_base) + leftover_processes(master_base)
-    reaped = reap(doomed)
+    # a daemon still shutting down (a loaded host) is ended too, but it is not a leftover
+    reap([p for p in doomed if p in daemons])
+    reaped = reap([p for p in doomed if p not in daemons])
     state = "stopped" if (w or m) else "not running"
     return f"buildbot: {state}" + (f" ({reaped} leftover processes ended)" if reaped else "")
 

@@ -20,6 +20,8 @@ Out-of-tree modules: pass ``module_builder`` to :func:`build`; it is called as
 the built commit, while the workspace lock is held, i.e. the equivalent of
 ``make -C <kernel_src> O=<kernel_obj> M=<module dir> modules``. Outside that call the two
 directories belong to whichever commit is built next; hold :func:`workspace` to use them.
+A builder may also carry ``current(art) -> bool``: an artifact whose modules it calls stale
+is not reused as it is; its modules are built again.
 """
 
 from __future__ import annotations
@@ -162,25 +164,14 @@ def _reused(art: Path, tree: str, config: str, ws: Path) -> BuildResult:
     )
 
 
-def default_module_builder() -> ModuleBuilder | None:
-    """The jobs component's highalloc module builder, when that component is installed."""
-    try:
-        from stackbench.jobs.highalloc import build_module
-    except ImportError:
-        return None
-    return build_module
-
-
 def _modules_ok(art: Path, builder: ModuleBuilder) -> bool:
-    """The artifact holds its modules, and stackbench's own were built from today's
-    sources (a module source changed since the kernel was built is rebuilt, not reused)."""
+    """The artifact holds its modules, and they were built from today's sources: a builder
+    may carry ``current(art) -> bool`` (jobs/highalloc.py does), so a module whose source
+    changed since the kernel was built is rebuilt, not reused."""
     if not _modules(art):
         return False
-    try:
-        from stackbench.jobs.highalloc import build_module, module_current
-    except ImportError:
-        return True
-    return builder is not build_module or module_current(art)
+    current = getattr(builder, "current", None)
+    return current is None or bool(current(art))
 
 
 def _modules(art: Path) -> dict[str, Path]:
@@ -195,18 +186,15 @@ def build(
     tree: str = "linux-6.1",
     jobs: int | None = None,
     log_path: Path | None = None,
-    module_builder: ModuleBuilder | None | str = "auto",
+    module_builder: ModuleBuilder | None = None,
     on_configured: Callable[[str], None] | None = None,
 ) -> BuildResult:
     """Build ``commit`` of ``repo`` (or reuse its artifact). Never raises for a compile error:
     that is ``status="build-failed"`` with the log tail; environment problems do raise.
 
-    ``module_builder="auto"`` builds stackbench's own guest modules (the highalloc module of
-    stackbench.jobs) into the artifact; None builds no module. ``on_configured(config_hash)``
+    ``module_builder`` builds out-of-tree guest modules into the artifact (the jobs component
+    passes its highalloc module builder; kernels never imports jobs); None builds none. ``on_configured(config_hash)``
     is called once the configuration is known and a real build is about to start."""
-    if module_builder == "auto":
-        module_builder = default_module_builder()
-    assert not isinstance(module_builder, str)
     commit = trees.resolve(repo, commit)
     compiler = compiler_id()
     ws = workspace_dir(tree, config)

@@ -1,7 +1,9 @@
 """What a metric measures: unit and which direction is better, decided from its name.
 
-Rules are ordered; the first match wins. Components register more precise rules for the
-metrics they produce with :func:`register`.
+One declared table, first match wins. It lives here, not in the components that produce the
+metrics, because a metric's row is created by whichever door stores its first run (`worker
+upload`, ``POST /api/runs``, an importer, the in-process collector): a rule that only some of
+those doors loaded would give the same metric opposite directions depending on the door.
 """
 
 from __future__ import annotations
@@ -17,38 +19,53 @@ class MetricInfo:
     kind: str
 
 
-_RULES: list[tuple[re.Pattern[str], MetricInfo]] = []
+# Precise rules for the metrics stackbench's collectors and importers produce come first, so
+# they win over the generic name patterns at the end.
+RULES: tuple[tuple[re.Pattern[str], MetricInfo], ...] = tuple(
+    (re.compile(pattern), mi)
+    for pattern, mi in (
+        # mmtests' extraction (jobs/importers and jobs/collect.py use the same names)
+        (r"^mmtests-vmstat\.", MetricInfo("count", None, "count")),
+        (r"^scenario-vmstat\.", MetricInfo("count", None, "count")),
+        (r"^fragmentation\.", MetricInfo("score", False, "score")),
+        # kcompactd's CPU time over a run (jobs/collect.py): more work is not better or worse
+        (r"^(scenario-)?kcompactd\.cpu_s$", MetricInfo("s", None, "duration")),
+        (
+            r"^(thpscale|thpchallenge)\.(local|remote)-(base|huge)-\d+$",
+            MetricInfo("%", None, "percent"),
+        ),
+        (r"^(thpscale|thpchallenge)\.uncertain-\d+$", MetricInfo("%", False, "percent")),
+        (r"^(thpscale|thpchallenge)\.Percentage huge-\d+$", MetricInfo("%", True, "percent")),
+        (
+            r"^(thpscale|thpchallenge)\.fault-(huge|base|both)-\d+$",
+            MetricInfo("usecs", False, "latency"),
+        ),
+        (r"^stress-highalloc\.pass\d+$", MetricInfo("%", True, "percent")),
+        (r"^stress-highalloc\.latency-pass\d+$", MetricInfo("ns", False, "latency")),
+        (r"^stress-highalloc\.allocated-pass\d+$", MetricInfo("count", True, "count")),
+        # generic rules, by suite and then by the words in a name
+        (r"stddev.*%$|_stddev%$", MetricInfo("%", False, "variability")),
+        (r"^vm-scalability\.(throughput|median)(_fault)?$", MetricInfo("KB/s", True, "throughput")),
+        (r"^vm-scalability\.free_time$", MetricInfo("s", False, "latency")),
+        (r"^vm-scalability\.workload$", MetricInfo("KB", None, "count")),
+        (r"^vm-scalability\.migrate_mbps$", MetricInfo("MB/s", True, "throughput")),
+        (r"^thpscale\.(local|remote)", MetricInfo("count", None, "count")),
+        (r"^stress-highalloc\.", MetricInfo("%", True, "percent")),
+        (r"^(time|duration)\.(user|system|elapsed)", MetricInfo("s", False, "duration")),
+        (r"^time\.", MetricInfo("", None, "count")),
+        (r"^(proc-)?vmstat\.", MetricInfo("count", None, "count")),
+        (r"^(buddyinfo|pagetypeinfo|meminfo)\.", MetricInfo("", None, "count")),
+        (r"throughput|bandwidth|_mbps$|\.ops$|per_sec", MetricInfo("", True, "throughput")),
+        (r"latency|_time$|\.usecs$", MetricInfo("", False, "latency")),
+    )
+)
 
-
-def register(pattern: str, unit: str, higher_is_better: bool | None, kind: str) -> None:
-    """Add a rule that wins over the built-in ones (later registrations win over earlier)."""
-    _RULES.insert(0, (re.compile(pattern), MetricInfo(unit, higher_is_better, kind)))
-
-
-_BUILTIN: list[tuple[str, MetricInfo]] = [
-    (r"stddev.*%$|_stddev%$", MetricInfo("%", False, "variability")),
-    (r"^vm-scalability\.(throughput|median)(_fault)?$", MetricInfo("KB/s", True, "throughput")),
-    (r"^vm-scalability\.free_time$", MetricInfo("s", False, "latency")),
-    (r"^vm-scalability\.workload$", MetricInfo("KB", None, "count")),
-    (r"^vm-scalability\.migrate_mbps$", MetricInfo("MB/s", True, "throughput")),
-    (r"^thpscale\.fault-(huge|base|both)-\d+$", MetricInfo("usecs", False, "latency")),
-    (r"^thpscale\.Percentage huge-\d+$", MetricInfo("%", True, "percent")),
-    (r"^thpscale\.(local|remote)", MetricInfo("count", None, "count")),
-    (r"^stress-highalloc\.", MetricInfo("%", True, "percent")),
-    (r"^(time|duration)\.(user|system|elapsed)", MetricInfo("s", False, "duration")),
-    (r"^time\.", MetricInfo("", None, "count")),
-    (r"^(proc-)?vmstat\.", MetricInfo("count", None, "count")),
-    (r"^(buddyinfo|pagetypeinfo|meminfo)\.", MetricInfo("", None, "count")),
-    (r"throughput|bandwidth|_mbps$|\.ops$|per_sec", MetricInfo("", True, "throughput")),
-    (r"latency|_time$|\.usecs$", MetricInfo("", False, "latency")),
-]
+UNKNOWN = MetricInfo("", None, "")
 
 
 def info(name: str) -> MetricInfo:
-    for pattern, mi in _RULES:
+    """The unit, direction and kind of metric NAME (UNKNOWN when no rule matches)."""
+    for pattern, mi in RULES:
         if pattern.search(name):
             return mi
-    for pattern, mi in _BUILTIN:
-        if re.search(pattern, name):
-            return mi
-    return MetricInfo("", None, "")
+    return UNKNOWN

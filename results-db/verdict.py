@@ -479,17 +479,17 @@ def _verdict(
 
 
 def bh_adjust(p: Sequence[float]) -> np.ndarray:
-    """Benjamini-Hochberg adjusted p-values (q-values), in the input order."""
+    """Benjamini-Hochberg adjusted p-values (q-values), in the input order.
+
+    The p-values come already multiplied by the planned looks, so they can exceed 1; clipping
+    them to 1 first leaves every q-value as it was (a q-value is capped at 1 anyway). A NaN
+    p-value counts as 1 (no evidence) instead of turning every q-value of the table into NaN.
+    """
     arr = np.asarray(p, dtype=float)
-    m = arr.size
-    if m == 0:
+    if arr.size == 0:
         return arr
-    order = np.argsort(arr, kind="stable")
-    ranked = arr[order] * m / np.arange(1, m + 1)
-    ranked = np.minimum.accumulate(ranked[::-1])[::-1]
-    out = np.empty(m)
-    out[order] = np.minimum(ranked, 1.0)
-    return out
+    arr = np.where(np.isnan(arr), 1.0, np.clip(arr, 0.0, 1.0))
+    return stats.false_discovery_control(arr, method="bh")
 
 
 def judge_many(

@@ -139,7 +139,7 @@ class ApiClient:
     def upload_runs(self, runs: Iterable[Any]) -> list[dict[str, Any]]:
         """Upload runs (RunData objects or payload dicts); each answer has ``id`` and
         ``created`` (False when the idempotency key was already stored)."""
-        from stackbench.web.uploads import run_to_json
+        from stackbench.resultsdb.wire import run_to_json
 
         items = [r if isinstance(r, dict) else run_to_json(r) for r in runs]
         if not items:

@@ -117,12 +117,13 @@ def make_initramfs(out: Path) -> Path:
 
 def base_kernel(monkeypatch: pytest.MonkeyPatch):
     """The default tree's base commit, built (or reused) in the shared cache."""
+    from stackbench.jobs.highalloc import build_module
     from stackbench.kernels import build, trees
 
     require_kernel_tools()
     use_kernel_cache(monkeypatch)
     tree = trees.load_tree("linux-6.1")
     repo = trees.ensure_repo(tree)
-    res = build.build(repo, tree.default_base)
+    res = build.build(repo, tree.default_base, module_builder=build_module)
     assert res.status == "built", res.log_tail
     return repo, res

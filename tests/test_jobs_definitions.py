@@ -174,3 +174,13 @@ def test_load_file_errors(tmp_path):
 def test_too_small_guest_is_rejected():
     with pytest.raises(InputError, match="guest too small"):
         d.expand(d.load("thpscale"), guest_mem_mb=32, guest_cpus=2)
+
+
+def test_format_job_spec_reads_back_through_parse_job_spec():
+    from stackbench.jobs.jobspecs import format_job_spec, parse_job_spec
+
+    assert format_job_spec("thpscale", {}) == "thpscale"
+    spec = format_job_spec("thpscale", {"madvise": False, "max_threads": 2})
+    assert spec == "thpscale[madvise=false,max_threads=2]"
+    job = parse_job_spec(spec)
+    assert job.params["madvise"] is False and job.params["max_threads"] == 2

@@ -11,8 +11,8 @@ from sqlalchemy import text
 
 from stackbench import cli
 from stackbench.errors import InputError
+from stackbench.jobs.importers import lkp
 from stackbench.resultsdb import ingest
-from stackbench.resultsdb.importers import lkp
 
 DATA = Path(__file__).resolve().parent / "data" / "lkp"
 GOOD = DATA / "good"

@@ -14,10 +14,11 @@ from sqlalchemy import text
 
 from stackbench import cli
 from stackbench.errors import InputError
+from stackbench.jobs.jobspecs import format_job_spec
+from stackbench.mail import outbox, reports
+from stackbench.mail.config import MailConfig
 from stackbench.resultsdb import ingest as ig
 from stackbench.resultsdb.models import Patch, Regression, Series
-from stackbench.web.mailer import outbox, reports
-from stackbench.web.mailer.config import MailConfig
 
 
 class Capture:
@@ -157,7 +158,7 @@ def test_regression_report_says_direction_in_words(eng, smtp):
         s.add(reg)
         s.flush()
         rid = reg.id
-    mail = reports.regression_report(eng, rid, _cfg(port))
+    mail = reports.regression_report(eng, rid, _cfg(port), job_spec=format_job_spec)
     assert mail.subject.startswith("[local:master] [mm] cccccccccc: vm-scalability.throughput")
     assert "-30.0% regression" in mail.subject
     assert "30.0% drop (worse: higher is better for this metric)" in mail.body

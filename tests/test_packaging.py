@@ -42,6 +42,7 @@ def _expected_files() -> set[str]:
         "jobs": "stackbench/jobs",
         "patches": "stackbench/patches",
         "kernels": "stackbench/kernels",
+        "mail": "stackbench/mail",
     }
     found = set()
     for folder, target in mapping.items():

@@ -179,7 +179,7 @@ def test_seed_styles_on_kernels_without_such_runs_are_clear_errors(fifty):
 def test_series_report_mail_carries_the_seed_tables_when_it_has_such_runs(eng):
     from test_mail import _cfg, _series
 
-    from stackbench.web.mailer import reports
+    from stackbench.mail import reports
 
     sid = _series(eng)  # vm-scalability runs on base "b"*40 and 1/1 "c"*40
     body = reports.series_report(eng, sid, _cfg(25)).body

@@ -7,6 +7,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import stats
 
 from stackbench.resultsdb import verdict as vd
@@ -294,3 +296,26 @@ def test_judge_matches_the_batch_rule_and_is_deterministic():
 
 def test_per_run_value_is_the_mean_of_each_run():
     assert vd.per_run({7: [1.0, 3.0], 2: [10.0], 9: []}) == [10.0, 2.0]
+
+
+def _bh_reference(p):
+    """The hand-written Benjamini-Hochberg that scipy's false_discovery_control replaced."""
+    arr = np.asarray(p, dtype=float)
+    m = arr.size
+    order = np.argsort(arr, kind="stable")
+    ranked = np.minimum.accumulate((arr[order] * m / np.arange(1, m + 1))[::-1])[::-1]
+    out = np.empty(m)
+    out[order] = np.minimum(ranked, 1.0)
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.floats(min_value=0.0, max_value=5.0), min_size=1, max_size=40))
+def test_bh_adjust_matches_the_hand_written_version(p):
+    # p-values times planned looks may exceed 1; scipy rejects those, bh_adjust clips them
+    assert vd.bh_adjust(p) == pytest.approx(_bh_reference(p), rel=1e-12, abs=0)
+
+
+def test_bh_adjust_nan_counts_as_no_evidence():
+    q = vd.bh_adjust([0.001, float("nan"), 0.002])
+    assert list(q) == pytest.approx([0.003, 1.0, 0.003])

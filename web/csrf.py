@@ -1,39 +1,46 @@
-"""CSRF protection: a per-session secret, checked on every state-changing request.
+"""CSRF protection: Flask-WTF's CSRFProtect, with stackbench's exemptions.
 
 Requests authenticated by an API token are exempt (browsers never attach that header by
 themselves), and so is git's smart HTTP protocol, which authenticates with Basic credentials.
 So are API calls without a session (nothing ambient to abuse). Everything else - forms and
-cookie-authenticated API calls - must echo the token in the form
-field ``csrf_token`` or the ``X-CSRF-Token`` header.
+cookie-authenticated API calls - must echo the token in the form field ``csrf_token`` or the
+``X-CSRF-Token`` header. CSRFProtect's own check of every request is turned off because these
+exemptions depend on who is signed in, which only the request hook below knows.
 """
 
 from __future__ import annotations
 
-import hmac
-import secrets
-
-from flask import Flask, abort, g, request, session
+from flask import Flask, abort, g, request
+from flask_wtf.csrf import CSRFError, CSRFProtect, generate_csrf
 
 UNSAFE = {"POST", "PUT", "PATCH", "DELETE"}
 FIELD = "csrf_token"
 HEADER = "X-CSRF-Token"
+MESSAGE = "missing or invalid CSRF token: reload the form and submit it again"
+
+_protect = CSRFProtect()
 
 
 def token() -> str:
-    tok = session.get("csrf")
-    if not tok:
-        tok = session["csrf"] = secrets.token_urlsafe(32)
-    return tok
+    """The session's CSRF token, for forms (``csrf_token()``) and the X-CSRF-Token header."""
+    return generate_csrf()
 
 
 def check() -> None:
-    expected = session.get("csrf")
-    sent = request.form.get(FIELD) or request.headers.get(HEADER) or ""
-    if not expected or not hmac.compare_digest(expected.encode(), sent.encode()):
-        abort(400, "missing or invalid CSRF token: reload the form and submit it again")
+    try:
+        _protect.protect()
+    except CSRFError:
+        abort(400, MESSAGE)
 
 
 def init_app(app: Flask) -> None:
+    app.config.setdefault("WTF_CSRF_CHECK_DEFAULT", False)
+    app.config.setdefault("WTF_CSRF_FIELD_NAME", FIELD)
+    app.config.setdefault("WTF_CSRF_HEADERS", [HEADER, "X-CSRFToken"])
+    # a token lives as long as the session, as the forms were written for
+    app.config.setdefault("WTF_CSRF_TIME_LIMIT", None)
+    _protect.init_app(app)
+
     @app.before_request
     def _csrf() -> None:
         if request.method not in UNSAFE or app.config.get("CSRF_DISABLED"):

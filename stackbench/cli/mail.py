@@ -34,14 +34,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from sqlalchemy import text
 
+    from stackbench.jobs import jobspecs
+    from stackbench.mail import config, outbox, reports
     from stackbench.resultsdb import db
-    from stackbench.web.mailer import config, outbox, reports
 
     eng = db.engine()
     if args.action == "series":
         print(f"queued mail {reports.queue(eng, reports.series_report(eng, args.id))}")
     elif args.action == "regression":
-        print(f"queued mail {reports.queue(eng, reports.regression_report(eng, args.id))}")
+        mail = reports.regression_report(eng, args.id, job_spec=jobspecs.format_job_spec)
+        print(f"queued mail {reports.queue(eng, mail)}")
     elif args.action == "send":
         cfg = config.from_env()
         if args.dry_run:

@@ -194,12 +194,15 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def _real_build(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
+    from stackbench.jobs.highalloc import build_module
     from stackbench.kernels import build, trees
 
     try:
         tree = trees.load_tree(args.tree)
         repo = trees.ensure_repo(tree)
-        res = build.build(repo, args.commit, config=args.config, tree=args.tree)
+        res = build.build(
+            repo, args.commit, config=args.config, tree=args.tree, module_builder=build_module
+        )
     except (StackbenchError, OSError) as exc:
         # e.g. a commit the tree does not have, or a patch that breaks Kconfig
         reason = (str(exc).splitlines() or [type(exc).__name__])[0][:300]

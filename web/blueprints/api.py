@@ -15,7 +15,7 @@ from flask import Blueprint, Response, abort, current_app, g, request, url_for
 from sqlalchemy import func, select
 
 from stackbench.errors import InputError, NotFoundError, StackbenchError
-from stackbench.resultsdb import ingest
+from stackbench.resultsdb import ingest, wire
 from stackbench.resultsdb.models import (
     Bisect,
     Job,
@@ -29,7 +29,7 @@ from stackbench.resultsdb.models import (
     Sample,
     Series,
 )
-from stackbench.web import comparisons, dbsession, progress, submission, uploads
+from stackbench.web import comparisons, dbsession, progress, submission
 from stackbench.web.auth import login_required, worker_required
 from stackbench.web.blueprints.series import filtered_series, load_series
 
@@ -327,9 +327,7 @@ def runs_upload():
     if not isinstance(items, list) or not items:
         abort(400, "runs must be a non-empty list")
     try:
-        datas = [
-            uploads.parse_run(it, f"runs[{i}]" if many else "run") for i, it in enumerate(items)
-        ]
+        datas = [wire.parse_run(it, f"runs[{i}]" if many else "run") for i, it in enumerate(items)]
     except InputError as exc:
         return {"error": str(exc), "status": 400}, 400
     eng = dbsession.engine()

@@ -5,11 +5,14 @@ from __future__ import annotations
 import hashlib
 import re
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import Engine, select
 
 from stackbench.errors import NotFoundError, StackbenchError
+from stackbench.mail.config import MailConfig, from_env
 from stackbench.patches.mailheaders import is_mail_address
 from stackbench.resultsdb.models import (
     AppUser,
@@ -25,7 +28,6 @@ from stackbench.resultsdb.models import (
     Tree,
 )
 from stackbench.resultsdb.tables import render as tables
-from stackbench.web.mailer.config import MailConfig, from_env
 
 # the "-- " separator (with its space) lets mail clients strip the signature in replies
 SIGNATURE = "\n-- \nstackbench\n"
@@ -154,10 +156,19 @@ def _direction_words(change_pct: float | None, higher_is_better: bool | None) ->
     return f"a {size} {move} ({verdict}: {better} is better for this metric)"
 
 
-def regression_report(eng: Engine, regression_id: int, cfg: MailConfig | None = None) -> Mail:
+def regression_report(
+    eng: Engine,
+    regression_id: int,
+    cfg: MailConfig | None = None,
+    *,
+    job_spec: Callable[[str, dict[str, Any]], str],
+) -> Mail:
     """The 0-day-robot-shaped report of one regression: the culprit (or the bisect's
     candidates when it could not decide), the test and machine, culprit vs parent, the other
-    metrics the same commit made worse, and how to reproduce it with stackbench."""
+    metrics the same commit made worse, and how to reproduce it with stackbench.
+
+    ``job_spec(suite, params)`` writes the reproducer's ``--job`` (jobs' job-spec module:
+    mail sits below jobs in the component map, so the caller passes it in)."""
     cfg = cfg or from_env()
     from sqlalchemy.orm import Session
 
@@ -263,7 +274,7 @@ The tables compare the good and bad kernels.
                 f", {step.get('runs', 0)} runs{why}\n"
             )
     tree_opt = f" --tree {tree.name}" if tree else ""
-    spec = _job_spec(job)
+    spec = job_spec(job.suite, job.params or {})
     body += textwrap.dedent(f"""
         To reproduce:
 
@@ -285,18 +296,6 @@ The tables compare the good and bad kernels.
         in_reply_to=patch.message_id if patch else None,
         references=[patch.message_id] if patch and patch.message_id else [],
     )
-
-
-def _job_spec(job: Job) -> str:
-    params = job.params or {}
-    if not params:
-        return job.suite
-
-    def value(v: object) -> str:
-        return ("true" if v else "false") if isinstance(v, bool) else str(v)
-
-    inner = ",".join(f"{k}={value(v)}" for k, v in sorted(params.items()))
-    return f"{job.suite}[{inner}]"
 
 
 def nightly_summary(eng: Engine, summary: dict, cfg: MailConfig | None = None) -> Mail:
@@ -372,7 +371,7 @@ def _bisect_line(b: dict) -> str:
 
 
 def queue(eng: Engine, mail: Mail) -> int:
-    from stackbench.web.mailer import outbox
+    from stackbench.mail import outbox
 
     if not mail.to:
         raise StackbenchError(f"{mail.kind} mail has no recipient (set STACKBENCH_MAIL_LIST)")

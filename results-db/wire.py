@@ -1,5 +1,8 @@
-"""Result uploads from workers: JSON in the shape of :class:`RunData`, checked completely
-before anything is written, then stored through the shared ingest (idempotent by key)."""
+"""The run wire format: JSON in the shape of :class:`RunData`, checked completely before
+anything is written, then stored through the shared ingest (idempotent by key).
+
+It lives in the data layer so the web upload API and the CLI's API client share one codec
+without the client importing web."""
 
 from __future__ import annotations
 

@@ -17,9 +17,9 @@ from pathlib import Path
 from sqlalchemy import Engine, text
 from sqlalchemy.dialects.postgresql import insert
 
+from stackbench.mail import headers as h
+from stackbench.mail.config import MailConfig, from_env
 from stackbench.resultsdb.models import MailOutbox
-from stackbench.web.mailer import headers as h
-from stackbench.web.mailer.config import MailConfig, from_env
 
 Transport = Callable[[EmailMessage], None]
 

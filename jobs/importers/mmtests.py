@@ -23,7 +23,6 @@ from sqlalchemy import Engine
 
 from stackbench.errors import InputError
 from stackbench.jobs.parsers import highalloc, mmtests_logs, thpscale
-from stackbench.resultsdb import metrics
 from stackbench.resultsdb.ingest import JobSpec, KernelSpec, MachineSpec, RunData, ingest
 
 # The extraction rules implemented here are those of mmtests b0b1d143 (thpscale era); the
@@ -37,15 +36,6 @@ SUITE_VERSIONS = {
 RUNNER = "mmtests"
 MACHINE = "mmtests-import"
 
-metrics.register(r"^mmtests-vmstat\.", "count", None, "count")
-metrics.register(r"^(thpscale|thpchallenge)\.(local|remote)-(base|huge)-\d+$", "%", None, "percent")
-metrics.register(r"^(thpscale|thpchallenge)\.uncertain-\d+$", "%", False, "percent")
-metrics.register(r"^(thpscale|thpchallenge)\.Percentage huge-\d+$", "%", True, "percent")
-metrics.register(
-    r"^(thpscale|thpchallenge)\.fault-(huge|base|both)-\d+$", "usecs", False, "latency"
-)
-metrics.register(r"^stress-highalloc\.pass\d+$", "%", True, "percent")
-metrics.register(r"^stress-highalloc\.latency-pass\d+$", "ns", False, "latency")
 
 _ITER = re.compile(r"^iter-(\d+)$")
 
