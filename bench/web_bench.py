@@ -1,6 +1,6 @@
 """Web latency: the comparison page and its API under 32 concurrent connections.
 
-Data: 5 kernels x 5 runs x 300 stats (vm-scalability throughput plus vmstat-style counters),
+Data: 10 kernels (--kernels) x 5 runs x 300 stats (vm-scalability throughput plus vmstat-style counters),
 stored through the real ingest in a temporary embedded PostgreSQL (or
 STACKBENCH_DATABASE_URL, whose rows stay, marked by suite_version bench-web). The app
 runs under gunicorn on 127.0.0.1; load comes from wrk when installed (apt-get install wrk),
@@ -29,7 +29,7 @@ import urllib.request
 from pathlib import Path
 
 FLOOR_P95_MS = 200.0
-KERNELS, RUNS, STATS = 5, 5, 300
+KERNELS, RUNS, STATS = 10, 5, 300
 COUNTERS = ["compact_stall", "compact_success", "compact_fail", "thp_fault_alloc",
             "thp_fault_fallback", "pgmigrate_success", "compact_isolated"]  # fmt: skip
 
@@ -44,7 +44,7 @@ end
 """
 
 
-def make_runs():
+def make_runs(kernels: int = KERNELS):
     from stackbench.resultsdb.ingest import JobSpec, KernelSpec, MachineSpec, RunData
 
     rnd = random.Random(5)
@@ -54,7 +54,7 @@ def make_runs():
     names = ["vm-scalability.throughput"] + [f"proc-vmstat.{c}" for c in COUNTERS]
     names += [f"proc-vmstat.bench_{i}" for i in range(STATS - len(names))]
     runs = []
-    for k in range(KERNELS):
+    for k in range(kernels):
         kernel = KernelSpec(f"{0xBE0000 + k:040x}", name=f"bench-web-k{k}")
         for it in range(RUNS):
             samples = {}
@@ -152,6 +152,7 @@ def run_threads(url: str, conns: int, duration: int) -> dict[str, float]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--duration", type=int, default=10, help="seconds per URL")
+    ap.add_argument("--kernels", type=int, default=KERNELS, help="kernels in the comparison")
     ap.add_argument("--connections", type=int, default=32)
     ap.add_argument("--workers", type=int, default=2, help="gunicorn worker processes")
     ap.add_argument("--threads", type=int, default=8, help="threads per gunicorn worker")
@@ -168,7 +169,7 @@ def main() -> int:
     try:
         eng = db.engine()
         os.environ.setdefault("STACKBENCH_DATABASE_URL", db.resolve_url(start=False))
-        runs = make_runs()
+        runs = make_runs(args.kernels)
         ingest.ingest(eng, runs)
         from stackbench.web import create_app
 
@@ -210,8 +211,8 @@ def main() -> int:
                 urllib.request.urlopen(u, timeout=30).read()
         use_wrk = args.client == "wrk" or (args.client == "auto" and shutil.which("wrk"))
         client = "wrk" if use_wrk else "python threads"
-        print(f"data: {KERNELS} kernels x {RUNS} runs x {STATS} stats "
-              f"({KERNELS * RUNS * STATS:,} samples); gunicorn {args.workers} workers x {args.threads} "
+        print(f"data: {args.kernels} kernels x {RUNS} runs x {STATS} stats "
+              f"({args.kernels * RUNS * STATS:,} samples); gunicorn {args.workers} workers x {args.threads} "
               f"threads; client: {client}, {args.connections} connections, "
               f"{args.duration} s per URL; {os.cpu_count()} CPUs")  # fmt: skip
         print(f"first view (computes tables, verdicts, plots; in-process): {cold * 1000:.0f} ms")

@@ -193,3 +193,40 @@ def test_text_kept_by_other_table_code_is_not_printed(eng, capsys, monkeypatch):
     monkeypatch.setattr(textcache, "_code", [textcache.code_version() + ";lkp.py:1:1"])
     assert textcache.View((BASE[:8], PATCH[:8]), "lkp", True).key != old_key
     assert _compare(capsys).out == first.out
+
+
+def test_quick_lookup_through_libpq_matches_the_psycopg_lookup(eng, capsys):
+    from stackbench.resultsdb import libpq
+
+    ig.ingest(eng, _runs())
+    first = _compare(capsys)
+    view = textcache.View((BASE[:8], PATCH[:8]), "lkp", True)
+    quick = textcache.quick_lookup(view)
+    assert quick is not None and quick.text == first.out
+    # a changed run set is a miss for the quick path as for the other
+    ig.ingest(eng, _runs(level=2000.0, start=3))
+    assert textcache.quick_lookup(view) is None
+    # libpq's own errors are one clear line
+    with libpq.connect(textcache._url()) as conn:
+        assert conn.execute("SELECT $1::int + 1", ["41"]) == [("42",)]
+        try:
+            conn.execute("SELECT * FROM no_such_table")
+        except libpq.Error as exc:
+            assert "no_such_table" in str(exc)
+        else:
+            raise AssertionError("a bad query raised nothing")
+
+
+def test_without_libpq_or_its_server_the_psycopg_path_serves(eng, capsys, monkeypatch):
+    from stackbench.resultsdb import libpq
+
+    ig.ingest(eng, _runs())
+    first = _compare(capsys)
+    view = textcache.View((BASE[:8], PATCH[:8]), "lkp", True)
+    monkeypatch.setattr(libpq, "_lib", [None])  # as on a machine without libpq.so.5
+    assert textcache.quick_lookup(view) is None
+    assert _compare(capsys).out == first.out
+    monkeypatch.undo()
+    # a server that refuses: no hit, no exception
+    monkeypatch.setattr(textcache, "_url", lambda: "postgresql://nobody:x@127.0.0.1:1/none")
+    assert textcache.quick_lookup(view) is None

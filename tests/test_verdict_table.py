@@ -126,6 +126,23 @@ def test_compare_shares_the_verdicts_and_fdr_spans_the_table(three):
     assert rows[("slow", "vm-scalability.free_time")][2].test == "mann-whitney"
 
 
+def test_compare_judges_a_dataset_once_per_policy(three, monkeypatch):
+    from stackbench.resultsdb import verdict as judge
+
+    with three.connect() as conn:
+        ds = query.load(conn, query.resolve_kernels(conn, ["base", "slow", "same"]))
+    calls = []
+    real = judge.judge_many
+    monkeypatch.setattr(judge, "judge_many", lambda *a: calls.append(1) or real(*a))
+    first = verdict.compare(ds)
+    rows = len(first[0][2])
+    first[0][2].clear()  # a caller's changes to its copy do not reach the next caller
+    second = verdict.compare(ds)
+    assert len(calls) == 1 and len(second[0][2]) == rows > 0
+    verdict.compare(ds, judge.Policy(alpha=0.01))
+    assert len(calls) == 2
+
+
 def _cli(*argv: str) -> str:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

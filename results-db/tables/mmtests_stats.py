@@ -125,10 +125,61 @@ def ttest_pvalue(a: Sequence[float], b: Sequence[float]) -> float:
     if se2 == 0 or df <= 0:
         return 0.0 if ma != mb else 1.0
     t = abs(ma - mb) / math.sqrt(se2)
-    # scipy.stats.t.sf is stdtr(df, -t); scipy.special alone imports much faster
-    from scipy.special import stdtr
+    return 2 * student_t_sf(df, t)
 
-    return float(2 * stdtr(df, -t))
+
+def student_t_sf(df: int, t: float) -> float:
+    """P(T > t) for Student's t with ``df`` degrees of freedom, t >= 0: half the regularised
+    incomplete beta I_x(df/2, 1/2), x = df / (df + t^2), by its continued fraction. It
+    agrees with scipy's stdtr to about 1e-14; importing scipy.special for it cost
+    0.4 s, a third of a cold mmtests table. Should the fraction not converge (never seen),
+    scipy decides."""
+    t2 = t * t
+    if t2 == 0:
+        return 0.5
+    a, b = df / 2, 0.5
+    x, y = df / (df + t2), t2 / (df + t2)  # y = 1 - x without the cancellation
+    front = math.exp(
+        _log_gamma_ratio(a) - math.lgamma(b) - a * math.log1p(t2 / df) + b * math.log(y)
+    )
+    try:
+        if x < (a + 1) / (a + b + 2):
+            return 0.5 * front * _beta_fraction(a, b, x) / a
+        return 0.5 * (1 - front * _beta_fraction(b, a, y) / b)
+    except ArithmeticError:
+        from scipy.special import stdtr
+
+        return float(stdtr(df, -t))
+
+
+def _log_gamma_ratio(a: float) -> float:
+    """log(Gamma(a + 1/2) / Gamma(a)); for large a by its asymptotic series, as the
+    difference of two lgamma values near 1e6 would keep only ten digits."""
+    if a < 1000:  # the difference keeps about 13 digits up to here
+        return math.lgamma(a + 0.5) - math.lgamma(a)
+    z = 1 / a  # the next term is of order z^5 < 1e-15
+    return 0.5 * math.log(a) - z / 8 + z**3 / 192
+
+
+def _beta_fraction(a: float, b: float, x: float) -> float:
+    """The continued fraction of the incomplete beta function (modified Lentz)."""
+    tiny, eps = 1e-300, 1e-16
+    c, d = 1.0, 1 - (a + b) * x / (a + 1)
+    d = 1 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 100_000):
+        for num in (
+            m * (b - m) * x / ((a - 1 + 2 * m) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 1 + 2 * m)),
+        ):
+            d = 1 + num * d
+            d = 1 / (d if abs(d) > tiny else tiny)
+            c = 1 + num / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1) < eps:
+            return h
+    raise ArithmeticError("the incomplete beta fraction did not converge")
 
 
 def ttest_significant(a: list[float], b: list[float]) -> bool:

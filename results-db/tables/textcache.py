@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from stackbench.errors import StackbenchError
+
 KEY_PREFIX = "cli-"
 
 _FINGERPRINT = (
@@ -121,6 +123,37 @@ def lookup(view: View, conn: Any) -> Hit | None:
     if not isinstance(entry, dict):
         return None
     if entry.get("fingerprint") != live or not isinstance(entry.get("text"), str):
+        return None
+    return Hit(entry["text"], [str(w) for w in entry.get("warnings") or []])
+
+
+def quick_lookup(view: View) -> Hit | None:
+    """:func:`lookup` through libpq alone (no psycopg to import: the whole of a cached
+    command's cost is then start-up). None on a miss and on anything unexpected (no libpq,
+    no database yet, a schema to migrate, an error): the caller then takes the psycopg path,
+    which looks again and reports what it meets."""
+    from stackbench.resultsdb import db, libpq
+
+    try:
+        url = _url()
+        if url is None:
+            return None
+        conn = libpq.connect(url)
+        if conn is None:
+            return None
+        with conn:
+            rows = conn.execute(_LOOKUP.replace("%s", "$1"), [view.key])
+    except (libpq.Error, OSError, StackbenchError):
+        return None
+    if not rows or rows[0][0] != db.head_revision() or rows[0][1] is None:
+        return None
+    try:
+        entry = json.loads(rows[0][1])
+    except ValueError:
+        return None
+    if not isinstance(entry, dict) or entry.get("fingerprint") != rows[0][2]:
+        return None
+    if not isinstance(entry.get("text"), str):
         return None
     return Hit(entry["text"], [str(w) for w in entry.get("warnings") or []])
 

@@ -130,7 +130,13 @@ def run(args: argparse.Namespace) -> int:
 
         opts = options(args)
         view = textcache.View(tuple(args.kernels), **opts)
-        out = _without_sqlalchemy(args.kernels, opts, view)
+        hit = textcache.quick_lookup(view)
+        if hit is not None:
+            for line in hit.warnings:
+                _warn(line)
+            out = hit.text
+        else:
+            out = _without_sqlalchemy(args.kernels, opts, view)
         if out is None:
             from stackbench.resultsdb import db
             from stackbench.resultsdb.tables import render
