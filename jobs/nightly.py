@@ -39,27 +39,29 @@ and runs are still reused, so only what is missing is measured).
 from __future__ import annotations
 
 import logging
-import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from stackbench import schema
-from stackbench.errors import InputError, NotFoundError, StackbenchError
+from stackbench.errors import NotFoundError, StackbenchError
 from stackbench.jobs import bisect_runner as br
 from stackbench.jobs import jobspecs
+from stackbench.jobs.tracked_branches import (
+    Tracked,
+    load_tracked,
+    one_line,
+    sync_tracked,
+)
 from stackbench.resultsdb.models import KernelBuild, Metric, Regression, TrackedBranch, Tree
 from stackbench.resultsdb.verdict import DEFAULT, Policy, Verdict, is_headline, judge_many
 
 log = logging.getLogger(__name__)
 
-TRACKED_DIR = Path(__file__).resolve().parent / "tracked"
 RECENT = timedelta(hours=20)
 # when one culprit regresses several metrics of a job, the mail leads with a suite's headline
 # metric, else with the first kind here
@@ -67,150 +69,6 @@ HEADLINES = ("vm-scalability.throughput", "thpscale.fault-both", "stress-highall
 KIND_ORDER = ("throughput", "latency", "percent", "duration", "count", "variability", "")
 
 Progress = Callable[[str], None]
-
-SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["tree", "branch", "jobs"],
-    "properties": {
-        "tree": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]*$"},
-        "branch": {"type": "string", "minLength": 1, "pattern": "^[^\\s]+$"},
-        "jobs": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
-        "runs": {"type": "integer", "minimum": 2, "maximum": 100},
-        "max_runs": {"type": "integer", "minimum": 2, "maximum": 200},
-        "enabled": {"type": "boolean"},
-        "bisect": {"type": "boolean"},
-        "description": {"type": "string"},
-    },
-}
-
-
-# ---- tracked branches -----------------------------------------------------------------------
-
-
-@dataclass
-class Tracked:
-    tree: str
-    branch: str
-    jobs: list[str]
-    runs: int | None = None
-    max_runs: int | None = None
-    enabled: bool = True
-    bisect: bool = True
-    path: Path | None = None
-
-    @property
-    def label(self) -> str:
-        return f"{self.tree}:{self.branch}"
-
-
-def clean_tracked(data: Any, origin: Path) -> Tracked:
-    """A validated tracked-branch document (InputError naming the file and the field)."""
-    schema.check(data, SCHEMA, origin, "tracked branch")
-    from stackbench.jobs import pipeline
-
-    for spec in data["jobs"]:
-        try:
-            pipeline.parse_job_spec(spec)
-        except (InputError, NotFoundError) as exc:
-            raise InputError(origin, f"jobs: {spec!r}: {_one_line(exc)}") from None
-    runs, cap = data.get("runs"), data.get("max_runs")
-    if runs and cap and cap < runs:
-        raise InputError(origin, f"max_runs ({cap}) is below runs ({runs})")
-    return Tracked(
-        tree=data["tree"],
-        branch=data["branch"],
-        jobs=list(data["jobs"]),
-        runs=runs,
-        max_runs=cap,
-        enabled=data.get("enabled", True),
-        bisect=data.get("bisect", True),
-        path=origin,
-    )
-
-
-def _one_line(exc: Exception) -> str:
-    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-
-
-def parse_tracked_file(path: Path) -> Tracked:
-    return clean_tracked(schema.read_yaml(path), path)
-
-
-def tracked_dirs() -> list[Path]:
-    extra = os.environ.get("STACKBENCH_TRACKED")
-    if extra is not None:
-        return [Path(p) for p in extra.split(os.pathsep) if p]
-    return [TRACKED_DIR]
-
-
-def load_tracked(dirs: Iterable[Path] | None = None) -> list[Tracked]:
-    """Every tracked-branch file; all are validated before any is used."""
-    out: dict[str, Tracked] = {}
-    for d in tracked_dirs() if dirs is None else dirs:
-        for f in sorted(Path(d).glob("*.yaml")):
-            t = parse_tracked_file(f)
-            if t.label in out:
-                raise InputError(f, f"{t.label} is already tracked by {out[t.label].path}")
-            out[t.label] = t
-    return list(out.values())
-
-
-def sync_tracked(eng: Engine, tracked: Iterable[Tracked]) -> list[int]:
-    """Create or update the tracked_branch rows of YAML definitions (the YAML wins for jobs,
-    runs and enabled; the baseline and history stay). Returns their ids."""
-    from stackbench.jobs import pipeline
-    from stackbench.kernels import trees
-
-    ids = []
-    items = list(tracked)
-    tree_defs = {t.tree: trees.load_tree(t.tree) for t in items}  # unknown trees fail first
-    with Session(eng) as s, s.begin():
-        for t in items:
-            tree = pipeline.register_tree(s, tree_defs[t.tree])
-            row = s.scalars(
-                select(TrackedBranch).where(
-                    TrackedBranch.tree_id == tree.id, TrackedBranch.branch == t.branch
-                )
-            ).one_or_none()
-            if row is None:
-                row = TrackedBranch(tree_id=tree.id, branch=t.branch, meta={})
-                s.add(row)
-            row.jobs = list(t.jobs)
-            row.enabled = t.enabled
-            meta = dict(row.meta or {})
-            meta.update(
-                source=str(t.path) if t.path else "api",
-                runs=t.runs,
-                max_runs=t.max_runs,
-                bisect=t.bisect,
-            )
-            row.meta = meta
-            s.flush()
-            ids.append(row.id)
-    return ids
-
-
-def track(
-    eng: Engine,
-    tree: str,
-    branch: str,
-    jobs: list[str],
-    *,
-    runs: int | None = None,
-    max_runs: int | None = None,
-    bisect: bool = True,
-) -> int:
-    """Track a branch from code or the web admin (validated like a YAML file)."""
-    data: dict[str, Any] = {"tree": tree, "branch": branch, "jobs": jobs, "bisect": bisect}
-    if runs is not None:
-        data["runs"] = runs
-    if max_runs is not None:
-        data["max_runs"] = max_runs
-    t = clean_tracked(data, Path(f"tracked branch {tree}:{branch}"))
-    t.path = None
-    return sync_tracked(eng, [t])[0]
-
 
 # ---- one branch -----------------------------------------------------------------------------
 
@@ -671,7 +529,7 @@ def run_nightly(
         try:
             rep = run_branch(eng, lab, tid, now=now, policy=policy, progress=progress)
         except StackbenchError as exc:
-            rep = BranchReport(tree=tree, branch=branch, state="error", message=_one_line(exc))
+            rep = BranchReport(tree=tree, branch=branch, state="error", message=one_line(exc))
             _remember(eng, tid, rep)
             if progress:
                 progress(f"{label}: error: {rep.message}")
