@@ -33,7 +33,9 @@ def test_demo_through_buildbot_builds_and_measures_every_commit(
         # handed to the dispatcher once, then watched: progress of both phases with an ETA
         assert "series 1 submitted to the dispatcher" in first.out
         assert "series 1: building 1/4, ETA " in first.out
-        assert "4 of 4 kernels built" in first.out and "series 1: running" in first.out
+        # builds and benchmarks overlap: a kernel's benchmark may end before the last build
+        # is reported, so the watcher need not print "4 of 4 kernels built" on its own
+        assert "series 1: running" in first.out
         assert "4 kernels built, 4 benchmarks measured" in first.out
         assert "== vm-scalability (LKP) ==" in first.out
         assert "  v6.1-debian " in first.out and "  1/3-" in first.out  # the pipeline's names
