@@ -23,6 +23,22 @@ def shared_fixtures(*parts: str) -> Path:
     return path
 
 
+LONG_ENV = "STACKBENCH_LONG_TESTS"
+
+
+def pytest_collection_modifyitems(config, items):
+    # CI runs on a fresh machine with no kernel cache: each extra kernel config there is a
+    # cold build of about 10 minutes, so these tests run where the time was asked for
+    if os.environ.get(LONG_ENV):
+        return
+    skip = pytest.mark.skip(
+        reason=f"long: a kernel config of its own or over ten minutes (set {LONG_ENV}=1)"
+    )
+    for item in items:
+        if item.get_closest_marker("long"):
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def pg_cluster(tmp_path_factory):
     from stackbench.resultsdb import db

@@ -128,6 +128,7 @@ def runs_with(keys) -> list[Run]:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.timeout(3600)
 def test_vm_plays_a_bare_metal_box(tmp_path, monkeypatch, eng):
     require_kernel_tools()

@@ -122,7 +122,8 @@ def test_a_comment_only_patch_is_never_judged_better_or_worse(eng, kernel_env):
 def test_the_demo_stack_throughput_verdicts_hold_and_repeat(eng, kernel_env):
     """1/3 (a cleanup) is not judged better or worse on anything; 3/3 (every THP zeroed
     twice) is judged worse on vm-scalability throughput. Measured twice on fresh runs (the
-    first measurement's runs deleted), the two measurements' verdicts agree."""
+    first measurement's runs deleted), the two measurements' verdicts agree: the same
+    verdict on the headline metric, and no metric judged the other way."""
     sid = pipeline.submit(eng, stacks.stack_mbox("compaction-demo"), jobs=[VMS], runs=5)
     assert pipeline.run_series(eng, sid, settings=_settings(adaptive=True), seed=1) == "done"
     first = verdicts(eng, sid)
@@ -136,8 +137,14 @@ def test_the_demo_stack_throughput_verdicts_hold_and_repeat(eng, kernel_env):
             k for k, v in out.items() if k[0].startswith("1/") and v[0] in ("better", "worse")
         ]
         assert _label(out, "3/", "vm-scalability.throughput") == "worse"
-    directed = {k: v[0] for k, v in first.items() if v[0] in ("better", "worse")}
-    assert directed == {k: v[0] for k, v in second.items() if v[0] in ("better", "worse")}
+    # the two measurements agree: no metric goes one way in one and the other way in the
+    # other. A side metric that follows the headline (3/3's runs take longer, so
+    # duration.elapsed) may be decided in one measurement and still undecided in the other:
+    # extra rounds are earned by headline metrics only, so its power differs between them
+    opposite = {"better": "worse", "worse": "better"}
+    for k, (label, _c) in first.items():
+        if label in opposite:
+            assert second.get(k, ("",))[0] != opposite[label], k
 
 
 @pytest.mark.skipif(

@@ -168,6 +168,7 @@ def built_image(monkeypatch) -> image.Image:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.timeout(1800)
 def test_image_boots_with_its_tools(monkeypatch, tmp_path):
     from stackbench.kernels import qemu
@@ -197,6 +198,7 @@ def test_image_boots_with_its_tools(monkeypatch, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.timeout(2400)
 def test_run_mmtests_thpscale_in_the_image(monkeypatch, tmp_path):
     from stackbench.jobs import pipeline

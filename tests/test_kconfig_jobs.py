@@ -173,6 +173,7 @@ def test_a_kernel_artifact_whose_module_source_changed_rebuilds_the_module(tmp_p
 
 
 @pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.timeout(3600)
 def test_a_job_fragment_builds_boots_and_stays_apart(eng, monkeypatch, capsys):
     """The demo stack with one job on the series' kernels and the same job with

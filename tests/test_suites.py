@@ -85,7 +85,8 @@ def test_offline_default_is_builtin_with_the_old_identity(offline):
     assert sj.suite_source == "builtin"
     assert "suite_source" not in sj.params
     assert sj.suite_version == d.suite_version("vm-scalability")
-    assert sj.name == "vm-scalability.0.125-100%-30s-anon-w-seq"
+    # the definition's size (512M, jobs/defs/vm-scalability.yaml) is part of the name
+    assert sj.name == "vm-scalability.0.125-100%-30s-512M-anon-w-seq"
     assert "SB_RUNNER" not in sj.resolved
 
 
