@@ -9,7 +9,7 @@ boots per kernel do not decide even 3/3's -50%: the stack test runs the way ever
 does, from 5 boots with adaptive rounds to the cap of 10 (measured: 10 boots of 4 kernels in
 5 minutes; the whole test took 8.6 minutes). The A/A pair is 10 boots at
 5 runs without extra rounds (2.5 minutes). thpscale's fault latencies are rank-tested and
-cannot decide before 10 boots per side (40 boots of about 30 s: 20 minutes), so they are in
+cannot decide before 10 boots per side (40 boots: 9-10 minutes measured here), so they are in
 a test of their own, run when that time is available (STACKBENCH_LONG_TRUTH=1)."""
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ def test_the_demo_stack_throughput_verdicts_hold_and_repeat(eng, kernel_env):
 
 @pytest.mark.skipif(
     not os.environ.get("STACKBENCH_LONG_TRUTH"),
-    reason="thpscale latencies decide from 10 boots per side: about 20 minutes under TCG "
+    reason="thpscale latencies decide from 10 boots per side: about 10 minutes under TCG "
     "(set STACKBENCH_LONG_TRUTH=1)",
 )
 def test_the_demo_stack_thp_verdicts_hold(eng, kernel_env):
