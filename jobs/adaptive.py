@@ -173,8 +173,9 @@ def _machine_of(conn: Any, series_id: int) -> str | None:
     row = conn.execute(
         text(
             "SELECT m.name FROM run r JOIN machine m ON m.id = r.machine_id "
-            "WHERE r.boot_id LIKE :tag ORDER BY r.id DESC LIMIT 1"
+            "WHERE r.boot_id LIKE :here OR r.boot_id LIKE :buildbot ORDER BY r.id DESC LIMIT 1"
         ),
-        {"tag": f"series-{series_id}-attempt-%"},
+        # boots of the in-process pipeline, and of Buildbot steps (stackbench worker bench)
+        {"here": f"series-{series_id}-attempt-%", "buildbot": f"series-{series_id}-bb-%"},
     ).first()
     return row[0] if row else None

@@ -32,7 +32,8 @@ from sqlalchemy import Engine, select, text
 from sqlalchemy.orm import Session
 
 from stackbench.errors import StackbenchError
-from stackbench.jobs import lifecycle
+from stackbench.jobs import lifecycle, rounds
+from stackbench.jobs import plan as boot_plan
 from stackbench.resultsdb.models import KernelBuild, Series
 
 log = logging.getLogger(__name__)
@@ -87,6 +88,7 @@ class BuildbotExecutor:
 
     def submit(self, series_id: int, submission: str, kernels: list[tuple[str, str]],
                jobs: list[str], runs: int) -> int:  # fmt: skip
+        """Hand the series over; its benchmarks wait for the dispatcher's rounds."""
         from stackbench.jobs.buildbot.client import submit
 
         found = self.find_buildset(submission)
@@ -102,11 +104,21 @@ class BuildbotExecutor:
             kinds=["qemu"],
             submission=submission,
             title=f"series {series_id}",
+            rounds_by="dispatcher",
         )
         return int(sub["buildset"])
 
+    def submit_rounds(self, series_id: int, submission: str, key: str,
+                      boots: list[dict[str, Any]]) -> int:  # fmt: skip
+        from stackbench.jobs.buildbot.client import submit_rounds
+
+        return submit_rounds(
+            self.master, series=series_id, submission=submission, rounds_key=key, boots=boots
+        )
+
     def builds(self, submission: str, since: int) -> list[dict[str, Any]]:
-        wanted = ("submission", "kernel_name", "commit", "job")
+        wanted = ("submission", "kernel_name", "commit", "job", "position", "tree",
+                  "kernel_config", "round")  # fmt: skip
         q = "&".join(f"property={p}" for p in wanted)
         builds = self.master.get(f"builds?buildid__gt={since}&{q}")["builds"]
         return [b for b in builds if _props(b).get("submission") == submission]
@@ -330,8 +342,9 @@ class Dispatcher:
             "since_build": since,
             "first_run": _last_run_id(self.eng) + 1,
             "kernels": len(kernels),
-            "benchmarks": len(kernels) * len(jobs),
+            "benchmarks": len(kernels) * len(jobs) * boot_plan.boots_for(runs),
             "buildbot": bb.master.url,
+            "rounds_by": "dispatcher",
         }
         lifecycle.set_state(
             self.eng, sid, "building",
@@ -359,6 +372,12 @@ class Dispatcher:
         measured = sum(1 for b in benches if b["complete"] and b["results"] != RETRY)
         n, m = int(d.get("kernels", 0)), int(d.get("benchmarks", 0))
         finished = bool(builds) and not pending and all(b["complete"] for b in builds)
+        if d.get("rounds_by") == "dispatcher" and built >= n:
+            if not d.get("batches") and rounds.start(self.eng, bb, sid, meta, builds):
+                return
+            failing = any(b["results"] not in (*PASSED, RETRY) for b in builds if b["complete"])
+            if finished and not failing and rounds.go_on(self.eng, bb, sid, meta, builds):
+                return
         if not finished:
             if built < n:
                 lifecycle.set_state(self.eng, sid, "building", f"{built} of {n} kernels built",
@@ -368,7 +387,9 @@ class Dispatcher:
                                     f"{measured} of {m} benchmarks measured",
                                     progress=f"{measured}/{m}")  # fmt: skip
             return
-        failed = [b for b in builds if b["results"] not in (*PASSED, RETRY)]
+        # a rounds build fails when one of its boots did: that boot says why, not it
+        failed = [b for b in builds if b["results"] not in (*PASSED, RETRY)
+                  and not (names[b["buildid"]] == "rounds" and b["results"] == 2)]  # fmt: skip
         reasons = [bb.failure(b) for b in failed]
         reasons += stored_failures(self.eng, sid, int(d.get("first_run", 0)))
         if reasons:

@@ -10,6 +10,7 @@ fails the way make does.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from test_lifecycle_support import GIT_ENV, finished, git, wait_for  # noqa: E40
 
 from stackbench.jobs import dispatcher_service, services  # noqa: E402
 from stackbench.jobs.buildbot import client  # noqa: E402
+from stackbench.jobs.buildbot.client import buildset_properties  # noqa: E402
 from stackbench.resultsdb.models import KernelBuild, MailOutbox, Run, Series  # noqa: E402
 
 pytest_plugins = ["test_lifecycle_support"]
@@ -125,6 +127,18 @@ def post_series(web_url: str, token: str, mbox: str) -> int:
         return int(json.loads(resp.read())["id"])
 
 
+def submitted_sets(master, *, rounds: bool = False) -> list[dict]:
+    """The buildsets handed to the master: the series' submissions, or (``rounds``) the
+    dispatcher's batches of boots."""
+    out = []
+    for b in master.get("buildsets")["buildsets"]:
+        if not b["parent_buildid"]:
+            batch = bool(buildset_properties(master, b["bsid"]).get("rounds_key"))
+            if batch == rounds:
+                out.append(b)
+    return out
+
+
 def page(web_url: str, sid: int) -> str:
     with urllib.request.urlopen(f"{web_url}/series/{sid}", timeout=30) as resp:
         return resp.read().decode()
@@ -160,8 +174,16 @@ def test_api_submission_reaches_done_with_runs_and_report_mail(eng, tree, stack)
     html = page(web_url, sid)
     assert f"report mail #{mail.id} queued to alice@example.org, mm-list@example.org" in html
     # one buildset for the series: the dispatcher never submitted it twice
-    sets = [b for b in master.get("buildsets")["buildsets"] if not b["parent_buildid"]]
+    sets = submitted_sets(master)
     assert len(sets) == 1
+    # the benchmarks: one batch of rounds (2 runs: 2 boots of each kernel, interleaved)
+    (batch,) = submitted_sets(master, rounds=True)
+    boots = json.loads(buildset_properties(master, batch["bsid"])["boots"])
+    assert [b["round"] for b in boots] == [1, 1, 1, 2, 2, 2]
+    assert {b["commit"] for b in boots[:3]} == set(commits) == {b["commit"] for b in boots[3:]}
+    with Session(eng) as s:
+        plans = s.get(Series, sid).meta["plans"]
+    assert [k for rnd in plans[0]["order"] for k in rnd] == [b["commit"] for b in boots]
 
 
 @pytest.mark.parametrize("stack", [True], indirect=True)
@@ -307,7 +329,7 @@ def test_dispatcher_stopped_mid_series_picks_it_up_without_a_second_buildset(eng
 
     x = wait_for(f"series {sid} to finish", lambda: finished(eng, sid), timeout=300, every=1)
     assert x.state == "done", (x.state, x.error)
-    sets = [b for b in master.get("buildsets")["buildsets"] if not b["parent_buildid"]]
+    sets = submitted_sets(master)
     assert [b["bsid"] for b in sets] == [d["buildset"]]
     with eng.connect() as conn:
         runs = conn.execute(text("SELECT count(*), count(DISTINCT idempotency_key) FROM run")).one()
@@ -348,7 +370,7 @@ def test_down_and_up_mid_series_finishes_it_with_no_run_stored_twice(eng, tree, 
     assert "started" in dispatcher_service.start()
     x = wait_for(f"series {sid} to finish", lambda: finished(eng, sid), timeout=400, every=1)
     assert x.state == "done", (x.state, x.error)
-    sets = [b for b in master.get("buildsets")["buildsets"] if not b["parent_buildid"]]
+    sets = submitted_sets(master)
     assert [b["bsid"] for b in sets] == [d["buildset"]]  # nothing handed over again
     with eng.connect() as conn:
         runs = conn.execute(

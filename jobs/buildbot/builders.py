@@ -18,6 +18,7 @@ from stackbench.jobs.buildbot import workers as wk
 from stackbench.jobs.buildbot.config import BuildbotConfig
 
 SERIES = "series"
+ROUNDS = "rounds"
 NIGHTLY = "nightly"
 BISECT = "bisect"
 
@@ -58,7 +59,13 @@ def _build_factory(cfg: BuildbotConfig) -> util.BuildFactory:
             haltOnFailure=True,
         )
     )
-    f.addStep(sb.FanOutBenches(cfg, bench_kinds(cfg)))
+    f.addStep(sb.FanOutBenches(cfg, bench_kinds(cfg), doStepIf=sb.benches_now))
+    return f
+
+
+def _rounds_factory() -> util.BuildFactory:
+    f = util.BuildFactory()
+    f.addStep(sb.BootRounds())
     return f
 
 
@@ -107,6 +114,8 @@ def make(cfg: BuildbotConfig) -> list[Any]:
     qemu_hosts = [w.name for w in cfg.workers_of("qemu")] or everyone
     out = [
         util.BuilderConfig(name=SERIES, workernames=calm, factory=_series_factory(cfg)),
+        # takes no machine lock: it only waits for the boots it triggers, one at a time
+        util.BuilderConfig(name=ROUNDS, workernames=calm, factory=_rounds_factory()),
         util.BuilderConfig(
             name=NIGHTLY, workernames=qemu_hosts, factory=_nightly_factory(cfg), locks=heavy
         ),

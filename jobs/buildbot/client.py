@@ -272,6 +272,7 @@ def submit(
     submission: str = "",
     title: str = "",
     report_timeout: int | None = None,
+    rounds_by: str = "",
 ) -> dict[str, Any]:
     """Hand a series to the master's ``submit`` force scheduler; returns buildset and request
     ids. Without ``commits`` they are read from the series in the database."""
@@ -295,6 +296,7 @@ def submit(
         "submission": submission,
         "title": title,
         "report_timeout": str(report_timeout or ""),
+        "rounds_by": rounds_by,
     }
     # the key that makes a lost answer safe to retry: the master is asked whether a
     # buildset with it exists before the submission is sent again
@@ -319,14 +321,43 @@ def buildset_properties(master: Master, bsid: int) -> dict[str, Any]:
     return {k: v[0] for k, v in (props[0] or {}).items()}
 
 
-def find_submission(master: Master, submission: str, recent: int = 200) -> Any:
+def submit_rounds(
+    master: Master, *, series: int, submission: str, rounds_key: str, boots: list[dict[str, Any]]
+) -> int:
+    """Hand the master a batch of boots (``steps.BootRounds`` runs them in this order) for a
+    submission; returns the buildset. ``rounds_key`` makes a lost answer safe to retry."""
+    params = {
+        "builderid": master.builder_id("rounds"),
+        "reason": f"series {series}: {rounds_key}",
+        "series": str(series),
+        "submission": submission,
+        "rounds_key": rounds_key,
+        "boots": json.dumps(boots),
+    }
+    found = find_submission(master, submission, rounds_key=rounds_key)
+    if found is not None:
+        return int(found[0])
+    bsid, _ = master.control(
+        "forceschedulers/rounds",
+        "force",
+        params,
+        done=lambda: find_submission(master, submission, rounds_key=rounds_key),
+    )
+    return int(bsid)
+
+
+def find_submission(
+    master: Master, submission: str, recent: int = 200, *, rounds_key: str = ""
+) -> Any:
     """``[buildset id, {builder id: request id}]`` of the submission with this key (the
-    force scheduler's own answer), or None when the master has none among the recent ones."""
+    force scheduler's own answer), or None when the master has none among the recent ones.
+    With ``rounds_key``: the dispatcher's batch of boots with that key instead."""
     sets = master.get(f"buildsets?order=-bsid&limit={recent}").get("buildsets", [])
     for bs in sets:
         if bs.get("parent_buildid"):
             continue  # a fan-out's child carries the key too; the submission is the root
-        if buildset_properties(master, bs["bsid"]).get("submission") == submission:
+        props = buildset_properties(master, bs["bsid"])
+        if props.get("submission") == submission and (props.get("rounds_key") or "") == rounds_key:
             reqs = master.get(f"buildrequests?buildsetid={bs['bsid']}").get("buildrequests", [])
             return [bs["bsid"], {str(r["builderid"]): r["buildrequestid"] for r in reqs}]
     return None

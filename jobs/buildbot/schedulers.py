@@ -13,6 +13,7 @@ from stackbench.jobs.buildbot import steps as sb
 from stackbench.jobs.buildbot.config import BuildbotConfig
 
 SUBMIT = "submit"
+ROUNDS = "rounds"
 FORCE = "force"
 NIGHTLY = "nightly"
 BISECT = "bisect"
@@ -35,6 +36,7 @@ def submission_parameters() -> list[Any]:
         _text("submission", "submission key (empty: new)"),
         _text("title", "title"),
         _text("report_timeout", "bare-metal report timeout in seconds (empty: default)"),
+        _text("rounds_by", "who plans the benchmarks ('dispatcher': in rounds; empty: at once)"),
     ]
 
 
@@ -48,6 +50,20 @@ def make(cfg: BuildbotConfig) -> list[Any]:
             codebases=[util.CodebaseParameter("", hide=True)],
             reason=util.StringParameter(name="reason", default="series submitted", size=60),
             properties=submission_parameters(),
+        ),
+        schedulers.ForceScheduler(
+            name=ROUNDS,
+            label="Rounds of boots (the dispatcher's)",
+            buttonName="Run",
+            builderNames=[bl.ROUNDS],
+            codebases=[util.CodebaseParameter("", hide=True)],
+            reason=util.StringParameter(name="reason", default="rounds of boots", size=60),
+            properties=[
+                _text("series", "series id"),
+                _text("submission", "submission key"),
+                _text("rounds_key", "this batch's key"),
+                _text("boots", "boots (JSON list, in order)"),
+            ],
         ),
         schedulers.ForceScheduler(
             name=FORCE,
@@ -111,6 +127,7 @@ def www(cfg: BuildbotConfig) -> dict[str, Any]:
         conf["authz"] = util.Authz(
             allowRules=[
                 util.ForceBuildEndpointMatcher(builder=bl.SERIES, role="submitters"),
+                util.ForceBuildEndpointMatcher(builder=bl.ROUNDS, role="submitters"),
                 util.AnyControlEndpointMatcher(role="admins"),
             ],
             roleMatchers=[

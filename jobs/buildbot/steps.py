@@ -54,7 +54,15 @@ CARRIED = (
     "min_memory_mb",
     "title",
     "report_timeout",
+    "rounds_by",
 )
+
+# what the dispatcher sets in a submission whose benchmarks it plans itself, in rounds of
+# boots (see BootRounds); without it a kernel build fans out its benchmarks at once
+ROUNDS_BY_DISPATCHER = "dispatcher"
+# bench properties a boot of a round carries besides the carried ones
+BOOT_PROPS = ("commit", "kernel_name", "position", "tree", "kernel_config", "artifact", "job",
+              "machine_kind", "runs", "round", "first")  # fmt: skip
 
 
 class FanOutBuilds(steps.Trigger):
@@ -138,6 +146,56 @@ class FanOutBenches(steps.Trigger):
         return out
 
 
+def benches_now(step: Any) -> bool:
+    """doStepIf of FanOutBenches: not when the dispatcher plans the benchmarks in rounds."""
+    return step.getProperty("rounds_by") != ROUNDS_BY_DISPATCHER
+
+
+class BootRounds(buildstep.BuildStep):
+    """On the master: the boots of a plan's rounds (``boots``, a JSON list in the order they
+    must run), one benchmark build each, one after another.
+
+    Each boot becomes a Trigger step that waits for its benchmark, so the boots run in the
+    plan's shuffled order whatever else the worker queue holds: kernels interleave round by
+    round, and host drift cannot line up with one kernel. A failed boot does not stop the
+    rounds (the dispatcher reads every benchmark build and says which failed).
+    """
+
+    name = "plan boots"
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("haltOnFailure", True)
+        super().__init__(**kwargs)
+
+    def run(self) -> Any:
+        raw = self.getProperty("boots") or "[]"
+        try:
+            boots = json.loads(raw) if isinstance(raw, str) else list(raw)
+        except ValueError:
+            self.descriptionDone = ["boots is not JSON"]
+            return FAILURE
+        carried = {p: self.getProperty(p) for p in CARRIED if self.getProperty(p) is not None}
+        triggers = []
+        for b in boots:
+            props = dict(carried)
+            props.update({k: b[k] for k in BOOT_PROPS if k in b})
+            kind = str(b.get("machine_kind") or "qemu")
+            label = f"r{b.get('round')} {b.get('kernel_name') or str(b.get('commit'))[:12]}"
+            triggers.append(
+                steps.Trigger(
+                    name=f"boot {label} {b.get('job')}"[:50],
+                    schedulerNames=[bench_scheduler(kind)],
+                    waitForFinish=True,
+                    set_properties=props,
+                    haltOnFailure=False,
+                    flunkOnFailure=True,
+                )
+            )
+        self.build.addStepsAfterCurrentStep(triggers)
+        self.descriptionDone = [f"{len(triggers)} boot(s) planned"]
+        return SUCCESS
+
+
 def artifact_path(buildername: str, buildnumber: int) -> str:
     """Where the master keeps a built kernel (relative to its base directory)."""
     return f"artifacts/{buildername}/{buildnumber}/{ARTIFACT}"
@@ -203,6 +261,9 @@ def worker_command(cfg: BuildbotConfig, what: str) -> Any:
             _opt(argv, "--buildbot-build", getattr(build, "buildid", None))
             if what == "bench":
                 argv += ["--runs", str(p("runs") or cfg.runs), "--out", "results", "--upload"]
+                # a boot of a round the dispatcher planned: its place in the kernel's runs
+                _opt(argv, "--round", p("round"))
+                _opt(argv, "--first", p("first"))
             elif what == "baremetal":
                 argv += ["--runs", str(p("runs") or cfg.runs)]
                 argv += ["--kexec-delay", str(cfg.kexec_delay)]

@@ -81,6 +81,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             c.add_argument("--runs", type=int, default=3)
             _dry(c)
         if name == "bench":
+            c.add_argument(
+                "--round", type=int, default=1, help="the plan's round this boot belongs to (1)"
+            )
+            c.add_argument(
+                "--first",
+                type=int,
+                default=0,
+                help="iteration number of this boot's first run in the kernel's plan (0)",
+            )
             c.add_argument("--out", type=Path, default=Path("results"))
             c.add_argument(
                 "--upload",
@@ -346,7 +355,8 @@ def _dry_runs(args: argparse.Namespace, kernel: Any, machine: Any, base: str) ->
 
     job = JobSpec(suite=args.job, test="dry", params={"dry": 1}, runner="stackbench-dry")
     runs = []
-    for i in range(args.runs):
+    first = getattr(args, "first", 0)
+    for i in range(first, first + args.runs):
         started = datetime.now(UTC)
         time.sleep(args.dry_seconds / max(args.runs, 1))
         # deterministic per (commit, job, iteration): a retried run gives the same numbers
@@ -434,13 +444,17 @@ def _real_runs(
             kernel=kernel,
             machine=machine,
         )
+    first = getattr(args, "first", 0)
     for i, r in enumerate(runs):
-        r.idempotency_key = run_key(base, r.iteration if r.iteration is not None else i)
+        # numbered within the kernel's whole plan: a later round's runs never repeat a key
+        r.iteration = first + (r.iteration if r.iteration is not None else i)
+        r.idempotency_key = run_key(base, r.iteration)
         r.source = SOURCE
         r.meta = {
             **r.meta,
             "buildbot_build": args.buildbot_build,
             "series": args.series,
+            "job_spec": args.job,  # the dispatcher's next rounds re-run jobs by spec
             **_boot(args, r.meta.get("boot_id")),
         }
     return list(runs)
@@ -448,11 +462,14 @@ def _real_runs(
 
 def _boot(args: argparse.Namespace, booted: str | None) -> dict[str, Any]:
     """The boot a benchmark step's runs share: one step is one boot, named by its Buildbot
-    build (a retried step is another boot). On Buildbot a series is one round: each kernel
-    is booted once per job (see README, "Boots as units")."""
+    build (a retried step is another boot) and by its series, so the series' verdicts find
+    the machine it ran on. The dispatcher plans a series' steps as rounds of boots (see
+    README, "Boots as units"); ``--round`` says which."""
+    rnd = int(getattr(args, "round", 1) or 1)
     if args.buildbot_build:
-        return {"boot_id": f"buildbot-build-{args.buildbot_build}", "boot_round": 1}
-    return {"boot_id": booted or f"bench-{args.submission}-{time.time_ns()}", "boot_round": 1}
+        where = f"series-{args.series}-bb-" if args.series else "buildbot-build-"
+        return {"boot_id": f"{where}{args.buildbot_build}", "boot_round": rnd}
+    return {"boot_id": booted or f"bench-{args.submission}-{time.time_ns()}", "boot_round": rnd}
 
 
 # -- upload --------------------------------------------------------------------------------

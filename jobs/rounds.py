@@ -1,0 +1,227 @@
+"""A series' benchmarks at Buildbot as rounds of boots, planned by the dispatcher.
+
+The dispatcher submits a series with ``rounds_by=dispatcher``: its kernel builds store their
+artifacts and trigger no benchmark. Once every kernel is built, :func:`first_boots` lays the
+runs out with :mod:`stackbench.jobs.plan` (rounds; every round boots every kernel once per
+job, the kernels in an order shuffled per round) and the master runs those boots one after
+another in that order (``steps.BootRounds``). A benchmark build is one boot, so the verdict
+treats boots as units on this path as on the in-process one, and no kernel's boots all
+fall in one stretch of host load.
+
+When they have ended, :mod:`stackbench.jobs.adaptive` says whether headline metrics are
+still undecided; :func:`more_boots` turns its answer into the next batch (the base and the
+kernels in doubt, the jobs in doubt), submitted the same way, until every headline metric is
+decided or the cap is reached.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Engine, text
+
+from stackbench.jobs import plan as boot_plan
+
+KIND = "qemu"
+
+
+@dataclass(frozen=True)
+class Built:
+    """A kernel the master built for the series, where its artifact is kept."""
+
+    commit: str
+    name: str
+    position: int
+    tree: str
+    kernel_config: str
+    artifact: str
+
+
+def built_kernels(builds: list[dict[str, Any]], builder_of: Any) -> dict[str, Built]:
+    """The series' kernel builds that passed, by commit (the latest attempt of each)."""
+    from stackbench.jobs.buildbot.steps import artifact_path
+
+    out: dict[str, Built] = {}
+    for b in sorted(builds, key=lambda b: b["buildid"]):
+        name = builder_of(b["builderid"])
+        if not name.startswith("build-") or not b["complete"] or b["results"] not in (0, 1):
+            continue
+        p = {k: v[0] for k, v in (b.get("properties") or {}).items()}
+        commit = str(p.get("commit") or "")
+        if not commit:
+            continue
+        out[commit] = Built(
+            commit=commit,
+            name=str(p.get("kernel_name") or commit[:12]),
+            position=int(p.get("position") or 0),
+            tree=str(p.get("tree") or ""),
+            kernel_config=str(p.get("kernel_config") or ""),
+            artifact=artifact_path(name, int(b["number"])),
+        )
+    return out
+
+
+def seed_of(key: str) -> int:
+    """The shuffle's seed for a batch: fixed by its key, so a batch submitted again after a
+    lost answer (or a restarted dispatcher) is the same batch."""
+    return zlib.crc32(key.encode())
+
+
+def _boots(
+    plan: boot_plan.Plan, built: dict[str, Built], jobs: list[str], offset: dict[str, int]
+) -> list[dict[str, Any]]:
+    out = []
+    for boot in plan.boots_in_order():
+        k = built[boot.kernel]
+        for job in jobs:
+            out.append(
+                {
+                    "commit": k.commit,
+                    "kernel_name": k.name,
+                    "position": k.position,
+                    "tree": k.tree,
+                    "kernel_config": k.kernel_config,
+                    "artifact": k.artifact,
+                    "job": job,
+                    "machine_kind": KIND,
+                    "runs": boot.runs,
+                    "round": boot.round,
+                    "first": offset.get(job, 0) + boot.first,
+                }
+            )
+    return out
+
+
+def first_boots(
+    built: dict[str, Built], order: list[str], jobs: list[str], runs: int, key: str
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The first rounds: ``runs`` runs of every job on every built kernel (``order``: the
+    series' commits, base first), spread over boots; the boots in order and the plan's
+    record (as ``series.meta["plans"]`` keeps it)."""
+    kernels = [c for c in order if c in built]
+    plan = boot_plan.make_plan(kernels, runs, seed=seed_of(key), tag=key)
+    return _boots(plan, built, jobs, {}), plan.describe()
+
+
+def more_boots(
+    more: Any,
+    built: dict[str, Built],
+    jobs: list[str],
+    runs: int,
+    subjob_jobs: dict[str, str],
+    offset: dict[str, int],
+    key: str,
+) -> tuple[list[dict[str, Any]], dict[str, Any], list[str]]:
+    """The next batch for an :class:`adaptive.MoreRounds` answer: ``more.boots`` more
+    rounds of the base and the kernels in doubt, with the jobs whose sub-jobs are in doubt
+    (as many runs per boot as the first rounds had); the boots, the plan's record and the
+    jobs re-measured."""
+    again = [j for j in jobs if any(subjob_jobs.get(sj) == j for sj in more.subjobs)]
+    per_boot = math.ceil(runs / boot_plan.boots_for(runs))
+    kernels = [c for c in more.kernels if c in built]
+    plan = boot_plan.make_plan(
+        kernels,
+        per_boot * more.boots,
+        boots=more.boots,
+        seed=seed_of(key),
+        tag=key,
+        first_round=more.have + 1,
+    )
+    return _boots(plan, built, again, offset), plan.describe(), again
+
+
+def subjob_jobs(eng: Engine, series_id: int) -> dict[str, str]:
+    """Which job spec each sub-job of the series' Buildbot boots came from (the worker
+    records the spec it ran in every run's meta)."""
+    with eng.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT DISTINCT r.meta->>'subjob', r.meta->>'job_spec' FROM run r "
+                "WHERE r.boot_id LIKE :tag AND r.meta ? 'job_spec'"
+            ),
+            {"tag": f"series-{series_id}-bb-%"},
+        ).all()
+    return {str(sj): str(spec) for sj, spec in rows if sj and spec}
+
+
+def next_offsets(offset: dict[str, int], boots: list[dict[str, Any]]) -> dict[str, int]:
+    """Iteration numbers taken so far per job, after ``boots``: a later batch starts there."""
+    out = dict(offset)
+    for b in boots:
+        out[b["job"]] = max(out.get(b["job"], 0), int(b["first"]) + int(b["runs"]))
+    return out
+
+
+# -- the dispatcher's side: when to hand the master which batch
+
+
+def start(eng: Engine, bb: Any, sid: int, meta: dict[str, Any], builds: list[dict]) -> bool:
+    """Every kernel has been built: hand the master the first rounds of boots (False: no
+    kernel was built, nothing to measure)."""
+    from stackbench.jobs import dispatch, lifecycle, pipeline
+
+    d = meta["dispatch"]
+    built = built_kernels(builds, bb.builder)
+    if not built:
+        return False
+    jobs = list(meta.get("jobs") or pipeline.DEFAULT_JOBS)
+    runs = int(meta.get("runs") or lifecycle.DEFAULT_RUNS)
+    order = [c for c, _ in dispatch.series_kernels(eng, sid)]
+    key = f"{d['submission']}-rounds-1"
+    boots, described = first_boots(built, order, jobs, runs, key)
+    _submit(eng, bb, sid, meta, key, boots, described, "first rounds")
+    return True
+
+
+def go_on(eng: Engine, bb: Any, sid: int, meta: dict[str, Any], builds: list[dict]) -> bool:
+    """The rounds so far have ended: more of them while a headline metric is undecided and
+    the series may go on (its ``adaptive`` is not false; its cap is ``max_runs``)."""
+    from stackbench.jobs import adaptive, dispatch, lifecycle, pipeline
+
+    d = meta["dispatch"]
+    if meta.get("adaptive") is False:
+        return False
+    dispatch.attach_builds(eng, sid)
+    after = None
+    if d.get("have") is not None:
+        after = adaptive.MoreRounds(boots=0, have=int(d["have"]), cap=0, kernels=[], subjobs=[])
+    more = adaptive.more_rounds(eng, sid, after=after)
+    if more is None:
+        return False
+    jobs = list(meta.get("jobs") or pipeline.DEFAULT_JOBS)
+    runs = int(meta.get("runs") or lifecycle.DEFAULT_RUNS)
+    key = f"{d['submission']}-rounds-{len(d.get('batches') or []) + 1}"
+    boots, described, _again = more_boots(
+        more, built_kernels(builds, bb.builder), jobs, runs, subjob_jobs(eng, sid),
+        dict(d.get("offsets") or {}), key,
+    )  # fmt: skip
+    if not boots:
+        return False
+    adaptive.record(eng, sid, more)
+    _submit(eng, bb, sid, meta, key, boots, described, more.reason(), have=more.have)
+    return True
+
+
+def _submit(eng: Engine, bb: Any, sid: int, meta: dict[str, Any], key: str, boots: list[dict],
+            described: dict[str, Any], why: str, have: int | None = None) -> None:  # fmt: skip
+    from stackbench.jobs import lifecycle
+
+    d = dict(meta["dispatch"])
+    bsid = bb.submit_rounds(sid, d["submission"], key, boots)
+    batches = [*(d.get("batches") or []), {"key": key, "buildset": bsid, "boots": len(boots)}]
+    d.update(
+        batches=batches,
+        benchmarks=sum(int(b["boots"]) for b in batches),
+        offsets=next_offsets(dict(d.get("offsets") or {}), boots),
+    )
+    if have is not None:
+        d["have"] = have
+    plans = [*(meta.get("plans") or []), described]
+    measured = sum(int(b["boots"]) for b in batches[:-1])
+    lifecycle.set_state(
+        eng, sid, "running", f"{why}: {len(boots)} boots handed to Buildbot",
+        progress=f"{measured}/{d['benchmarks']}", meta={"dispatch": d, "plans": plans},
+    )  # fmt: skip
