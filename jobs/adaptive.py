@@ -68,7 +68,7 @@ class MoreRounds:
         if more > 0:
             shown += f"; {more} more"
         return (
-            f"{self.boots} more rounds ({self.have} -> {self.have + self.boots} boots per kernel,"
+            f"{self.boots} more round{'s' if self.boots != 1 else ''} ({self.have} -> {self.have + self.boots} boots per kernel,"
             f" cap {self.cap}) for {', '.join(self.subjobs)}: headline undecided: {shown}"
         )
 

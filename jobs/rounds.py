@@ -200,7 +200,7 @@ def go_on(eng: Engine, bb: Any, sid: int, meta: dict[str, Any], builds: list[dic
     )  # fmt: skip
     if not boots:
         return False
-    adaptive.record(eng, sid, more)
+    lifecycle.update_meta(eng, sid, more_rounds=more.reason())  # the page's "still running"
     _submit(eng, bb, sid, meta, key, boots, described, more.reason(), have=more.have)
     return True
 

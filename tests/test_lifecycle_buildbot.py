@@ -384,11 +384,16 @@ def test_down_and_up_mid_series_finishes_it_with_no_run_stored_twice(eng, tree, 
     assert total == distinct and done == 3 * RUNS, tuple(runs)
     names = {b["builderid"]: b["name"] for b in master.get("builders")["builders"]}
     good: dict[str, int] = {}
-    for b in master.get("builds?property=commit")["builds"]:
+    booted: list[tuple[str, int]] = []
+    for b in master.get("builds?property=commit&property=round")["builds"]:
         if names[b["builderid"]].startswith("build-") and b["results"] == 0:
             commit = b["properties"]["commit"][0]
             good[commit] = good.get(commit, 0) + 1
+        elif names[b["builderid"]] == "bench-qemu" and b["results"] == 0:
+            booted.append((b["properties"]["commit"][0], int(b["properties"]["round"][0])))
     assert sorted(good.values()) == [1, 1, 1]  # each kernel built once
+    # each planned boot measured once, even when its rounds build ran again after the stop
+    assert len(booted) == len(set(booted)) == 3 * RUNS, booted
 
 
 def _worker_env(wb: Path) -> dict[str, str]:

@@ -14,7 +14,7 @@ from typing import Any
 
 from buildbot.plugins import steps, util
 from buildbot.process import buildstep
-from buildbot.process.results import CANCELLED, FAILURE, RETRY, SUCCESS
+from buildbot.process.results import CANCELLED, FAILURE, RETRY, SUCCESS, WARNINGS
 from twisted.internet import defer, task, threads
 
 from stackbench.jobs.buildbot.config import BuildbotConfig
@@ -167,6 +167,30 @@ class BootRounds(buildstep.BuildStep):
         kwargs.setdefault("haltOnFailure", True)
         super().__init__(**kwargs)
 
+    @defer.inlineCallbacks
+    def _measured(self) -> Any:
+        """Boots an earlier attempt of this build already measured or still has queued (the
+        master stopped while it ran, and Buildbot runs the request again; a queued boot
+        survives the restart and runs by itself): they are not booted twice."""
+        from buildbot.data import resultspec
+
+        done = set()
+        for req in self.build.requests:
+            builds = yield self.master.data.get(("buildrequests", req.id, "builds"))
+            for b in builds:
+                if b["buildid"] == self.build.buildid:
+                    continue
+                sets = yield self.master.data.get(
+                    ("buildsets",),
+                    filters=[resultspec.Filter("parent_buildid", "eq", [b["buildid"]])],
+                )
+                for bs in sets:
+                    if not bs["complete"] or bs["results"] in (SUCCESS, WARNINGS):
+                        props = yield self.master.db.buildsets.getBuildsetProperties(bs["bsid"])
+                        done.add(boot_key({k: v[0] for k, v in props.items()}))
+        return done
+
+    @defer.inlineCallbacks
     def run(self) -> Any:
         raw = self.getProperty("boots") or "[]"
         try:
@@ -175,6 +199,8 @@ class BootRounds(buildstep.BuildStep):
             self.descriptionDone = ["boots is not JSON"]
             return FAILURE
         carried = {p: self.getProperty(p) for p in CARRIED if self.getProperty(p) is not None}
+        measured = yield self._measured()
+        boots = [b for b in boots if boot_key(b) not in measured]
         triggers = []
         for b in boots:
             props = dict(carried)
@@ -192,8 +218,14 @@ class BootRounds(buildstep.BuildStep):
                 )
             )
         self.build.addStepsAfterCurrentStep(triggers)
-        self.descriptionDone = [f"{len(triggers)} boot(s) planned"]
+        skipped = f", {len(measured)} measured or queued before" if measured else ""
+        self.descriptionDone = [f"{len(triggers)} boot(s) planned{skipped}"]
         return SUCCESS
+
+
+def boot_key(props: dict[str, Any]) -> tuple[str, ...]:
+    """A planned boot's identity within its series' submission."""
+    return tuple(str(props.get(k)) for k in ("commit", "job", "round", "first"))
 
 
 def artifact_path(buildername: str, buildnumber: int) -> str:

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from stackbench.cli.submit import add_machine_arguments, print_summary, settings_from
-from stackbench.errors import StackbenchError
+from stackbench.errors import InputError, StackbenchError
 
 NAME = "demo"
 ORDER = 5
@@ -48,6 +48,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="SPEC,...",
         help="jobs instead of the demo's small ones: " + ", ".join(DEMO_JOBS),
     )
+    p.add_argument(
+        "--max-boots",
+        type=int,
+        default=None,
+        metavar="N",
+        help="boots per kernel that undecided headline metrics may add rounds up to "
+        "(default 10; at most the runs' own boots: no more rounds)",
+    )
     p.add_argument("--rerun", action="store_true", help="add a round of runs to a finished demo")
     p.add_argument("--all", action="store_true", help="LKP table: every stat, not only changes")
     p.add_argument("--no-serve", action="store_true", help="do not start the web UI afterwards")
@@ -62,7 +70,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from stackbench.jobs import pipeline
+    from stackbench.jobs import lifecycle, pipeline
     from stackbench.patches import stacks
     from stackbench.resultsdb import db
 
@@ -75,6 +83,10 @@ def run(args: argparse.Namespace) -> int:
     base = info.get("base")
     base = None if base in (None, "default") else str(base)
     sid = store(eng, mbox, args.stack, tree=tree, base=base, jobs=jobs, runs=args.runs)
+    if args.max_boots is not None:
+        if args.max_boots < 1:
+            raise InputError("--max-boots", f"must be at least 1, not {args.max_boots}")
+        lifecycle.update_meta(eng, sid, max_runs=args.max_boots)  # jobs.adaptive's cap
     fresh = _plan_changed(eng, sid, jobs, args.runs) or args.rerun
     if not args.in_process and buildbot_installed():
         state = run_through_dispatcher(eng, sid, fresh=fresh)

@@ -1,0 +1,86 @@
+"""The dispatcher's rounds of boots for a series at Buildbot (jobs/rounds.py): what each
+batch holds, in which order, and how later batches continue the iteration numbers."""
+
+from __future__ import annotations
+
+from stackbench.jobs import adaptive, rounds
+
+BASE, P1, P2 = "a" * 40, "b" * 40, "c" * 40
+
+
+def _built(*commits: str) -> dict[str, rounds.Built]:
+    return {
+        c: rounds.Built(c, f"k{i}", i, "linux-6.1", "tiny-guest", f"artifacts/b/{i}/kernel.tar")
+        for i, c in enumerate(commits)
+    }
+
+
+def test_first_rounds_boot_every_kernel_once_per_round_per_job_in_a_shuffled_order():
+    built = _built(BASE, P1, P2)
+    boots, described = rounds.first_boots(built, [BASE, P1, P2], ["vm", "thp"], 3, "sub-rounds-1")
+    assert described["boots_per_kernel"] == 3 and len(boots) == 3 * 3 * 2
+    for rnd in (1, 2, 3):
+        mine = [b for b in boots if b["round"] == rnd]
+        # one boot per (kernel, job), one run each, numbered by round
+        assert sorted((b["commit"], b["job"]) for b in mine) == sorted(
+            (c, j) for c in (BASE, P1, P2) for j in ("vm", "thp")
+        )
+        assert {(b["runs"], b["first"]) for b in mine} == {(1, rnd - 1)}
+    # the boots go to the master in the recorded order
+    assert [b["commit"] for b in boots[::2]] == [k for r in described["order"] for k in r]
+    # the order is shuffled per round (the plan's seed is fixed by the batch key)...
+    assert len({tuple(r) for r in described["order"]}) > 1 or len(built) < 3
+    # ...and the same key gives the same batch: a batch sent again is the same batch
+    again, _ = rounds.first_boots(built, [BASE, P1, P2], ["vm", "thp"], 3, "sub-rounds-1")
+    assert again == boots
+    assert boots[0]["artifact"] == built[boots[0]["commit"]].artifact
+
+
+def test_only_built_kernels_are_planned():
+    built = _built(BASE, P2)  # P1 did not build
+    boots, described = rounds.first_boots(built, [BASE, P1, P2], ["vm"], 2, "k")
+    assert {b["commit"] for b in boots} == {BASE, P2}
+    assert all(len(r) == 2 for r in described["order"])
+
+
+def test_more_rounds_measure_the_doubtful_kernels_and_jobs_and_continue_the_numbers():
+    built = _built(BASE, P1, P2)
+    boots, _ = rounds.first_boots(built, [BASE, P1, P2], ["vm", "thp"], 3, "k1")
+    offsets = rounds.next_offsets({}, boots)
+    assert offsets == {"vm": 3, "thp": 3}
+    more = adaptive.MoreRounds(
+        boots=2, have=3, cap=10, kernels=[BASE, P2], subjobs=["vm-scalability-anon-w-seq"]
+    )
+    subjob_jobs = {"vm-scalability-anon-w-seq": "vm", "thpscale-fault": "thp"}
+    nxt, described, again = rounds.more_boots(more, built, ["vm", "thp"], 3, subjob_jobs,
+                                              offsets, "k2")  # fmt: skip
+    assert again == ["vm"]
+    assert {b["commit"] for b in nxt} == {BASE, P2} and {b["job"] for b in nxt} == {"vm"}
+    assert sorted((b["round"], b["first"]) for b in nxt) == [(4, 3), (4, 3), (5, 4), (5, 4)]
+    assert described["boots_per_kernel"] == 2
+    # nothing in doubt that this series ran: no batch
+    none, _, again = rounds.more_boots(
+        adaptive.MoreRounds(boots=2, have=3, cap=10, kernels=[BASE], subjobs=["other"]),
+        built, ["vm"], 3, subjob_jobs, offsets, "k3",
+    )  # fmt: skip
+    assert none == [] and again == []
+
+
+def test_built_kernels_come_from_passed_kernel_builds_with_their_artifacts():
+    def build(bid, builder, commit, results=0, complete=True):
+        props = {"commit": [commit, "x"], "kernel_name": [f"n-{commit[:3]}", "x"]}
+        props["position"] = [1, "x"]
+        return {"buildid": bid, "builderid": builder, "number": bid * 10, "complete": complete,
+                "results": results, "properties": props}  # fmt: skip
+
+    names = {1: "build-linux-6.1-tiny-guest", 2: "bench-qemu"}
+    builds = [
+        build(1, 1, BASE),
+        build(2, 1, P1, results=2),  # failed
+        build(3, 2, P2),  # a benchmark, not a kernel
+        build(4, 1, P2, complete=False),
+    ]
+    got = rounds.built_kernels(builds, names.__getitem__)
+    assert list(got) == [BASE]
+    assert got[BASE].artifact == "artifacts/build-linux-6.1-tiny-guest/10/kernel.tar"
+    assert got[BASE].name == "n-aaa" and got[BASE].position == 1
