@@ -234,3 +234,46 @@ def test_a_flaky_api_does_not_stop_the_dispatcher_nor_the_watching_demo(eng, emb
     with Session(eng) as s:
         assert s.scalar(select(func.count()).select_from(Run).where(Run.status == "done")) == 4
     assert any("building" in ln for ln in lines) and "Traceback" not in "\n".join(lines)
+
+
+def test_submit_waits_by_watching_the_dispatcher_run_it_at_buildbot(eng, tmp_path):
+    """``stackbench submit`` without --no-wait is a thin client too: it hands the series to
+    the dispatcher, which runs it at the embedded master, and prints what is stored; run
+    again, it finds the finished series and submits nothing."""
+    from kernelkit import require_kernel_tools, use_kernel_cache
+
+    from stackbench.patches import stacks
+
+    require_kernel_tools()
+    mp = pytest.MonkeyPatch()
+    try:
+        use_kernel_cache(mp)
+        dry_master(services.buildbot_dir(), dry_seconds=1)
+        mbox = tmp_path / "series.mbox"
+        mbox.write_bytes(stacks.stack_mbox("compaction-demo"))
+        argv = [sys.executable, "-m", "stackbench", "submit", "--mbox", str(mbox)]
+        argv += ["--runs", "1", "--jobs", "vm-scalability[test=anon-w-seq]"]
+        first = subprocess.run(
+            argv, env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, timeout=900,
+        )  # fmt: skip
+        assert first.returncode == 0, first.stdout
+        assert "submitted to the dispatcher" in first.stdout
+        assert "4 kernels built, 4 benchmarks measured" in first.stdout
+        assert "Traceback" not in first.stdout
+        with Session(eng) as s:
+            (series,) = s.scalars(select(Series)).all()
+            assert series.state == "done"
+            assert s.scalar(select(func.count()).select_from(Run)) == 4
+        again = subprocess.run(
+            argv, env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, timeout=300,
+        )  # fmt: skip
+        assert again.returncode == 0, again.stdout
+        assert "already done" in again.stdout and "submitted" not in again.stdout
+        per = builds_per_builder(client.embedded_master())
+        assert sum(per["series"].values()) == 1
+    finally:
+        dispatcher_service.stop()
+        services.stop()
+        mp.undo()

@@ -128,14 +128,14 @@ def buildbot_installed() -> bool:
     return found
 
 
-def run_through_dispatcher(eng, sid: int, *, fresh: bool) -> str:
+def run_through_dispatcher(eng, sid: int, *, fresh: bool, source: str = "demo") -> str:
     """Hand the series to the dispatcher (which applies it and submits it to the embedded
     master once) and watch what is stored until it ends. Interrupting this changes nothing:
     running the same demo again attaches to the same series and buildset."""
     from stackbench.jobs import dispatcher_service, lifecycle, watch
     from stackbench.jobs import services as buildbot_services
 
-    how = lifecycle.hand_over(eng, sid, source="demo", fresh=fresh)
+    how = lifecycle.hand_over(eng, sid, source=source, fresh=fresh)
     if how == "finished":
         print(f"series {sid} already done: its stored runs (--rerun adds a round)", flush=True)
         return "done"
@@ -162,8 +162,8 @@ def run_through_dispatcher(eng, sid: int, *, fresh: bool) -> str:
         )
     except KeyboardInterrupt:
         print(
-            f"demo interrupted: Buildbot goes on with series {sid}; run the same "
-            "'stackbench demo' again to attach to it",
+            f"{source} interrupted: Buildbot goes on with series {sid}; run the same "
+            f"'stackbench {source}' again to attach to it",
             file=sys.stderr,
         )
         raise

@@ -13,10 +13,14 @@ ORDER = 21
 HELP = "submit an mbox patch series: apply, build every commit, boot, benchmark, store"
 DESCRIPTION = """\
 Store the series in FILE (an mbox, e.g. from `git format-patch --stdout` or `b4 am`; '-' reads
-stdin) and run it here: apply it on the base with git am, build a kernel for the base and for
-every commit, boot each once under QEMU with the jobs, store every run. Progress goes to
-stderr. Submitting the same series again (same Message-ID, tree and base) finds the stored
-one: a finished series is not run again (use --rerun to add a round of runs).
+stdin) and see it run: it is applied on the base with git am, a kernel is built for the base
+and for every commit, and each is booted under QEMU in rounds (at least 3 boots per kernel,
+more while a headline metric is undecided), every run stored. With Buildbot installed the
+dispatcher runs it through the embedded master and its local worker (started as by
+`stackbench up`) and this command only watches: Ctrl-C leaves it running, and the same
+command again attaches to it. --in-process runs it in this process instead. Submitting the
+same series again (same Message-ID, tree and base) finds the stored one: a finished series
+is not run again (use --rerun to add a round of runs).
 
   --jobs    job definitions (jobs/defs), with optional parameter overrides:
             --jobs 'thpscale[madvise=false],vm-scalability[test=anon-w-seq,runtime=10s]'
@@ -40,6 +44,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="hand the series to the dispatcher of 'stackbench up' instead of running it here",
     )
     p.add_argument("--rerun", action="store_true", help="run a finished series again")
+    p.add_argument(
+        "--in-process",
+        action="store_true",
+        help="build and benchmark in this process instead of handing the series to the "
+        "dispatcher and the embedded Buildbot master (the default when Buildbot is installed)",
+    )
     add_machine_arguments(p)
 
 
@@ -102,6 +112,20 @@ def print_summary(eng, series_id: int, out=None) -> None:
             print(f"  {label:>5}  {commit[:12]}  {status:<12} {counts}", file=out)
 
 
+def _through_dispatcher(args: argparse.Namespace) -> bool:
+    """Whether a waiting submit watches the dispatcher run it at Buildbot (the executor of
+    record when installed) instead of running it here. Guest sizes other than the machine
+    kind's are an --in-process choice: a worker's guest is the job's and the kind's."""
+    from stackbench.cli.demo import buildbot_installed
+
+    if args.in_process:
+        return False
+    if (args.cpus, args.mem_mb) != (2, 1024):
+        print("submit: --cpus/--mem-mb given: running it in this process", file=sys.stderr)
+        return False
+    return buildbot_installed()
+
+
 def store(eng, data: bytes, args: argparse.Namespace, *, here: bool) -> int:
     """The series through the one validation and creation of every front door; ``here``:
     this process runs it, so the dispatcher leaves it alone."""
@@ -125,15 +149,24 @@ def run(args: argparse.Namespace) -> int:
 
     data = read_mbox(args.mbox)
     eng = db.engine()
+    # the series is the dispatcher's only when handed over (lifecycle.hand_over)
     sid = store(eng, data, args, here=not args.no_wait)
     print(f"series {sid} stored")
     if args.no_wait:
         print(f"series {sid} handed to the dispatcher ('stackbench up' runs it)")
         return 0
-    state = pipeline.run_series(
-        eng, sid, progress=pipeline.StderrProgress(), settings=settings_from(args),
-        rerun=args.rerun,
-    )  # fmt: skip
+    if _through_dispatcher(args):
+        from stackbench.cli.demo import run_through_dispatcher
+
+        state = run_through_dispatcher(eng, sid, fresh=args.rerun, source="submit")
+    else:
+        from stackbench.jobs import lifecycle
+
+        lifecycle.update_meta(eng, sid, dispatch={"executor": "foreground"})
+        state = pipeline.run_series(
+            eng, sid, progress=pipeline.StderrProgress(), settings=settings_from(args),
+            rerun=args.rerun,
+        )  # fmt: skip
     print_summary(eng, sid)
     kernels = [k.commit[:12] for k in pipeline.series_kernels(eng, sid)]
     if len(kernels) > 1:
