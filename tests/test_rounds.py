@@ -84,3 +84,39 @@ def test_built_kernels_come_from_passed_kernel_builds_with_their_artifacts():
     assert list(got) == [BASE]
     assert got[BASE].artifact == "artifacts/build-linux-6.1-tiny-guest/10/kernel.tar"
     assert got[BASE].name == "n-aaa" and got[BASE].position == 1
+
+
+def test_every_sub_job_of_a_boot_keeps_its_own_runs(monkeypatch, tmp_path):
+    """A job that expands into two sub-jobs runs both at every iteration: each run gets a key
+    of its own (keyed by iteration alone, one sub-job's runs were dropped as copies), the
+    first sub-job keeps the bare key a queued bare-metal job expects, and the iterations
+    continue from the boot's place in the plan."""
+    import argparse
+
+    from stackbench.cli import worker
+    from stackbench.jobs import pipeline
+    from stackbench.jobs.buildbot.results import key_base, run_key
+    from stackbench.resultsdb.ingest import JobSpec, KernelSpec, MachineSpec, RunData
+
+    kernel, machine = KernelSpec(commit="a" * 40), MachineSpec(name="local", kind="qemu")
+
+    def fake_run_job(**kw):
+        return [
+            RunData(job=JobSpec(suite="vm-scalability", test=t), kernel=kernel, machine=machine,
+                    iteration=i, samples={"x": [1.0]}, meta={"subjob": f"vm-{t}"})
+            for i in range(kw["runs"]) for t in ("anon-w-seq", "anon-w-rand")
+        ]  # fmt: skip
+
+    monkeypatch.setattr(pipeline, "run_job", fake_run_job)
+    args = argparse.Namespace(kind="qemu", job="vm-scalability[test=anon-w-seq|anon-w-rand]",
+                              runs=2, first=3, round=2, buildbot_build="17", series="5",
+                              submission="s")  # fmt: skip
+    base = key_base("s", kernel.commit, "", "", args.job, "qemu")
+    runs = worker._real_runs(args, kernel, machine, base, tmp_path)
+    keys = [r.idempotency_key for r in runs]
+    assert len(set(keys)) == 4
+    assert [r.iteration for r in runs] == [3, 3, 4, 4]
+    assert run_key(base, 3) in keys and run_key(base, 4) in keys  # the first sub-job's
+    assert {r.meta["boot_id"] for r in runs} == {"series-5-bb-17"}
+    assert {r.meta["boot_round"] for r in runs} == {2}
+    assert {r.meta["job_spec"] for r in runs} == {args.job}

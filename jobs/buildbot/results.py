@@ -40,8 +40,15 @@ def key_base(
     return hashlib.sha256(ident.encode()).hexdigest()
 
 
-def run_key(base: str, iteration: int) -> str:
-    return f"{base}:{iteration}"
+def run_key(base: str, iteration: int, subjob: str = "") -> str:
+    """A run's key: its request, its iteration and, for every sub-job of a job but its
+    first (``subjob`` empty), the sub-job. A job that expands into several sub-jobs
+    (``vm-scalability[test=a|b]``) runs each of them at every iteration; keyed by iteration
+    alone, all but one of them were taken for copies and dropped. The first keeps the bare
+    form, which a queued bare-metal job's expected keys name."""
+    if not subjob:
+        return f"{base}:{iteration}"
+    return f"{base}:{iteration}:{hashlib.sha256(subjob.encode()).hexdigest()[:12]}"
 
 
 def lost_key(base: str, buildbot_build: str | int) -> str:

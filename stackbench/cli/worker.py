@@ -445,10 +445,13 @@ def _real_runs(
             machine=machine,
         )
     first = getattr(args, "first", 0)
+    # the plan's sub-jobs in the order they ran: the first is keyed as a one-sub-job job is
+    subjobs = list(dict.fromkeys(str(r.meta.get("subjob") or "") for r in runs))
     for i, r in enumerate(runs):
         # numbered within the kernel's whole plan: a later round's runs never repeat a key
         r.iteration = first + (r.iteration if r.iteration is not None else i)
-        r.idempotency_key = run_key(base, r.iteration)
+        sj = str(r.meta.get("subjob") or "")
+        r.idempotency_key = run_key(base, r.iteration, sj if subjobs.index(sj) else "")
         r.source = SOURCE
         r.meta = {
             **r.meta,
