@@ -113,6 +113,12 @@ def test_every_sub_job_of_a_boot_keeps_its_own_runs(monkeypatch, tmp_path):
                               submission="s")  # fmt: skip
     base = key_base("s", kernel.commit, "", "", args.job, "qemu")
     runs = worker._real_runs(args, kernel, machine, base, tmp_path)
+    # the whole step: every run reaches its own payload file, the upload's input
+    monkeypatch.setattr(worker, "read_kernel", lambda *_a: {})
+    monkeypatch.setattr(worker, "run_specs", lambda *_a: (kernel, machine))
+    args.kernel, args.out, args.dry_kernel, args.upload = None, tmp_path / "out", False, False
+    assert worker.cmd_bench(args) == 0
+    assert len(list((tmp_path / "out").glob("run-*"))) == 4
     keys = [r.idempotency_key for r in runs]
     assert len(set(keys)) == 4
     assert [r.iteration for r in runs] == [3, 3, 4, 4]

@@ -400,8 +400,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         runs = _dry_runs(args, kernel, machine, base)
     else:
         runs = _real_runs(args, kernel, machine, base, out.parent / "kernel")
-    for run_data in runs:
-        results.write_payload(out, f"run-{run_data.iteration:03d}", results.to_payload(run_data))
+    for i, run_data in enumerate(runs):
+        # one file per run: the sub-jobs of one iteration share its number
+        results.write_payload(out, f"run-{i:03d}", results.to_payload(run_data))
     print(f"{len(runs)} run(s) of {args.job} on {kernel.commit[:12]} written to {out}")
     if args.upload:
         # in this process rather than a step of its own: a second interpreter per benchmark
