@@ -367,6 +367,7 @@ class Dispatcher:
         attach_builds(self.eng, sid)
         names = {b["buildid"]: bb.builder(b["builderid"]) for b in builds}
         kernel_builds = [b for b in builds if names[b["buildid"]].startswith("build-")]
+        builds = rounds.latest_attempts(builds, names)
         benches = [b for b in builds if names[b["buildid"]].startswith("bench-")]
         built = sum(1 for b in kernel_builds if b["complete"] and b["results"] != RETRY)
         measured = sum(1 for b in benches if b["complete"] and b["results"] != RETRY)
@@ -387,11 +388,15 @@ class Dispatcher:
                                     f"{measured} of {m} benchmarks measured",
                                     progress=f"{measured}/{m}")  # fmt: skip
             return
-        # a rounds build fails when one of its boots did: that boot says why, not it
+        # a rounds build fails (or is cut short) with its boots: they say why, not it
         failed = [b for b in builds if b["results"] not in (*PASSED, RETRY)
-                  and not (names[b["buildid"]] == "rounds" and b["results"] == 2)]  # fmt: skip
+                  and names[b["buildid"]] != "rounds"]  # fmt: skip
         reasons = [bb.failure(b) for b in failed]
         reasons += stored_failures(self.eng, sid, int(d.get("first_run", 0)))
+        if d.get("batches") and not reasons and measured < m:
+            # never a silent gap: a rounds build that ended without running all its boots
+            reasons.append(f"{m - measured} of {m} planned boots did not run: submit the "
+                           "series again to measure them")  # fmt: skip
         if reasons:
             self._record_failed_builds(sid, failed, reasons)
             firsts = list(dict.fromkeys(r.splitlines()[0] for r in reasons))

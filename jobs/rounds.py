@@ -64,6 +64,26 @@ def built_kernels(builds: list[dict[str, Any]], builder_of: Any) -> dict[str, Bu
     return out
 
 
+def latest_attempts(builds: list[dict[str, Any]], names: dict[int, str]) -> list[dict[str, Any]]:
+    """The builds without the boots a later build measured again: a master stopped mid-boot
+    cancels the boot its rounds build was waiting for, and the rounds build, run again,
+    boots it anew; only that later attempt says how the boot went."""
+    last: dict[tuple[str, ...], int] = {}
+    for b in builds:
+        if names[b["buildid"]] == "bench-qemu" and "round" in (b.get("properties") or {}):
+            p = {k: v[0] for k, v in b["properties"].items()}
+            key = (str(p.get("commit")), str(p.get("job")), str(p.get("round")))
+            last[key] = max(last.get(key, 0), int(b["buildid"]))
+    keep = set(last.values())
+    return [
+        b
+        for b in builds
+        if names[b["buildid"]] != "bench-qemu"
+        or "round" not in (b.get("properties") or {})
+        or b["buildid"] in keep
+    ]
+
+
 def seed_of(key: str) -> int:
     """The shuffle's seed for a batch: fixed by its key, so a batch submitted again after a
     lost answer (or a restarted dispatcher) is the same batch."""
