@@ -61,6 +61,18 @@ def boots_of(values: Side) -> list[np.ndarray]:
     return [g for g in groups if g.size]
 
 
+def _one_run_boots(values: Side) -> np.ndarray | None:
+    """The boots' values in boots_of's order when every boot holds one run, else None:
+    the common case (imports, one run per boot) without an array per boot."""
+    if not isinstance(values, Mapping):
+        return _clean(values)
+    items = sorted(values.items(), key=lambda kv: str(kv[0]))
+    if any(len(v) != 1 for _k, v in items):
+        return None
+    arr = np.array([float(v[0]) for _k, v in items], dtype=float)
+    return arr[np.isfinite(arr)]
+
+
 def warmup_detected(boots: Iterable[np.ndarray], level: float = WARMUP_P) -> bool:
     """Is the first run of a boot measurably different from the boot's later runs?
 
@@ -101,6 +113,10 @@ def units(base: Side, new: Side) -> tuple[np.ndarray, np.ndarray, int, int, bool
     """The independent units of a comparison: per side one value per boot, after the
     warm-up rule (decided on both sides together); also the runs per side and whether
     first runs were dropped."""
+    fb, fn = _one_run_boots(base), _one_run_boots(new)
+    if fb is not None and fn is not None:
+        # every boot holds one run: no first run to test, each boot's mean is its value
+        return fb, fn, fb.size, fn.size, False
     bb, nb = boots_of(base), boots_of(new)
     drop = warmup_detected([*bb, *nb])
     runs_b = sum(b.size for b in bb)

@@ -9,6 +9,7 @@ from dataclasses import asdict, replace
 import numpy as np
 import pytest
 
+from stackbench.resultsdb import boots as bt
 from stackbench.resultsdb import verdict as vd
 
 
@@ -42,8 +43,12 @@ def _side(rng, kind, mean, size, boots, ties):
         vals = [mean] * size  # no variance at all: the exact path
     else:
         vals = list(mean * (1 + 0.02 * rng.normal(size=size)))
+    if rng.random() < 0.05:
+        vals[0] = float("nan")  # a lost sample: dropped on either path
     if not boots:
         return vals
+    if boots == "single":
+        return {("boot", i): [x] for i, x in enumerate(vals)}
     out: dict = {}
     for i, x in enumerate(vals):
         warm = 1.2 if boots == "warm" and i % 3 == 0 else 1.0
@@ -58,7 +63,7 @@ def _pairs(seed: int, count: int):
     for i in range(count):
         kind = kinds[rng.integers(len(kinds))]
         sizes = (int(rng.choice([1, 2, 3, 5, 6, 10, 12])), int(rng.choice([1, 2, 5, 10, 11])))
-        boots = rng.choice(["", "", "plain", "warm"])
+        boots = rng.choice(["", "", "plain", "warm", "single"])
         ties = rng.random() < 0.1
         mean = float(rng.choice([0.0, 1.0, 50.0, 1e6])) if kind != "latency" else 900.0
         factor = float(rng.choice([1.0, 1.0, 1.03, 0.7, 1.5]))
@@ -98,3 +103,46 @@ def test_empty_and_all_untestable():
     assert vd.judge_many({}) == {}
     pairs = {"a": ([1.0], [2.0], True, ""), "b": ([], [1.0, 2.0], None, "count")}
     assert vd.judge_many(pairs) == _one_by_one(pairs)
+
+
+def _units_in_full(base, new):
+    """boots.units without its shortcut for one-run boots."""
+    bb, nb = bt.boots_of(base), bt.boots_of(new)
+    drop = bt.warmup_detected([*bb, *nb])
+    runs = sum(b.size for b in bb), sum(b.size for b in nb)
+    return bt.boot_means(bb, drop), bt.boot_means(nb, drop), *runs, drop
+
+
+def _means_in_full(boots_, drop):
+    return np.asarray([(b[1:] if drop and b.size > 1 else b).mean() for b in boots_])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_units_shortcuts_equal_the_full_reduction(seed):
+    for base, new, _hib, _kind in _pairs(seed, 300).values():
+        got, want = bt.units(base, new), _units_in_full(base, new)
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+        assert got[2:] == want[2:]
+        for side in (base, new):
+            for drop in (False, True):
+                b = bt.boots_of(side)
+                assert np.array_equal(bt.boot_means(b, drop), _means_in_full(b, drop))
+
+
+def test_per_boot_shortcut_equals_the_mean_of_clean_samples():
+    rng = np.random.default_rng(7)
+    values = {}
+    for run_id in range(200):
+        samples = list(rng.normal(1e3, 50, int(rng.integers(0, 12))))
+        if samples and rng.random() < 0.1:
+            samples[int(rng.integers(len(samples)))] = float(rng.choice([np.nan, np.inf]))
+        values[run_id] = samples
+    boot_of = {r: ("b", r // 3) for r in range(0, 200, 2)}
+    want: dict = {}
+    for run_id in sorted(values):
+        arr = np.asarray(values[run_id], dtype=float)
+        arr = arr[np.isfinite(arr)]
+        if arr.size:
+            key = boot_of.get(run_id, ("run", run_id))
+            want.setdefault(key, []).append(float(arr.mean()))
+    assert bt.per_boot(values, boot_of) == want
