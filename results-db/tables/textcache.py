@@ -127,24 +127,38 @@ def lookup(view: View, conn: Any) -> Hit | None:
     return Hit(entry["text"], [str(w) for w in entry.get("warnings") or []])
 
 
-def quick_lookup(view: View) -> Hit | None:
-    """:func:`lookup` through libpq alone (no psycopg to import: the whole of a cached
-    command's cost is then start-up). None on a miss and on anything unexpected (no libpq,
-    no database yet, a schema to migrate, an error): the caller then takes the psycopg path,
-    which looks again and reports what it meets."""
-    from stackbench.resultsdb import db, libpq
+def quick_connect() -> Any:
+    """A libpq connection (:mod:`stackbench.resultsdb.libpq`) to the configured database,
+    or None (no libpq, no database yet, an error)."""
+    from stackbench.resultsdb import libpq
 
     try:
         url = _url()
-        if url is None:
-            return None
-        conn = libpq.connect(url)
-        if conn is None:
-            return None
-        with conn:
-            rows = conn.execute(_LOOKUP.replace("%s", "$1"), [view.key])
+        return None if url is None else libpq.connect(url)
     except (libpq.Error, OSError, StackbenchError):
         return None
+
+
+def quick_lookup(view: View, conn: Any = None) -> Hit | None:
+    """:func:`lookup` through libpq alone (no psycopg to import: the whole of a cached
+    command's cost is then start-up), on ``conn`` (a libpq connection) or a connection of
+    its own. None on a miss and on anything unexpected (no libpq, no database yet, a schema
+    to migrate, an error): the caller then takes a path that looks again and reports what
+    it meets."""
+    from stackbench.resultsdb import db, libpq
+
+    own = conn is None
+    if own:
+        conn = quick_connect()
+        if conn is None:
+            return None
+    try:
+        rows = conn.execute(_LOOKUP.replace("%s", "$1"), [view.key])
+    except (libpq.Error, OSError):
+        return None
+    finally:
+        if own:
+            conn.close()
     if not rows or rows[0][0] != db.head_revision() or rows[0][1] is None:
         return None
     try:
