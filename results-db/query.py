@@ -8,6 +8,7 @@ straight into numpy arrays (:class:`Samples`); the nested per-run lists of
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -260,16 +261,23 @@ def load(
         return ds
     wanted = None
     if metrics is not None:
-        wanted = [mid for mid, name in _rows(conn, "SELECT id, name FROM metric") if metrics(name)]
+        every = _json_rows(conn, "json_build_array(id, name)", "metric", None)
+        wanted = [mid for mid, name in every if metrics(name)]
     ds._samples = smp = read_samples(conn, sorted(ds.runs), wanted)
     metric_ids = np.unique(smp.seg_metric).tolist()
-    for m in _rows(
-        conn,
-        "SELECT id, name, unit, higher_is_better, kind FROM metric WHERE id = ANY(%(ids)s)",
-        {"ids": metric_ids},
-    ):
+    cols = "json_build_array(id, name, unit, higher_is_better, kind)"
+    for m in _json_rows(conn, cols, "metric WHERE id = ANY(%(ids)s)", {"ids": metric_ids}):
         ds.metrics[m[0]] = MetricRow(*m)
     return ds
+
+
+def _json_rows(conn: Connection, row: str, source: str, params: dict | None) -> list[list]:
+    """``SELECT row FROM source`` as one JSON value: thousands of metric rows cost a
+    client a conversion per cell, one JSON document costs one parse (ints, strings,
+    booleans and NULLs come back as the same Python values)."""
+    sql = f"SELECT coalesce(json_agg({row}), '[]'::json)::text FROM {source}"
+    text = _rows(conn, sql, params)[0][0]
+    return json.loads(text)
 
 
 def read_samples(
