@@ -264,11 +264,20 @@ def load(
         every = _json_rows(conn, "json_build_array(id, name)", "metric", None)
         wanted = [mid for mid, name in every if metrics(name)]
     ds._samples = smp = read_samples(conn, sorted(ds.runs), wanted)
-    metric_ids = np.unique(smp.seg_metric).tolist()
+    metric_ids = _distinct(smp.seg_metric)
     cols = "json_build_array(id, name, unit, higher_is_better, kind)"
     for m in _json_rows(conn, cols, "metric WHERE id = ANY(%(ids)s)", {"ids": metric_ids}):
         ds.metrics[m[0]] = MetricRow(*m)
     return ds
+
+
+def _distinct(values: np.ndarray) -> list[int]:
+    """The sorted distinct values. Not np.unique: its hash-table path imports numpy.ma on
+    first use, 10 ms of a cold ``stackbench compare``."""
+    if not len(values):
+        return []
+    ordered = np.sort(values)
+    return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))].tolist()
 
 
 def _json_rows(conn: Connection, row: str, source: str, params: dict | None) -> list[list]:
