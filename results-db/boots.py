@@ -22,6 +22,17 @@ def _clean(values: Sequence[float]) -> np.ndarray:
     return arr[np.isfinite(arr)]
 
 
+def _run_value(values: Sequence[float]) -> float | None:
+    """The mean of a run's finite samples (None when it has none). Most runs hold one sample
+    of a metric: that sample is its own mean, bit for bit, without numpy's per-call cost,
+    which was most of judging a comparison of thousands of metrics."""
+    if len(values) == 1:
+        x = float(values[0])
+        return x if math.isfinite(x) else None
+    arr = _clean(values)
+    return float(arr.mean()) if arr.size else None
+
+
 def boot_key(run: Any) -> Hashable:
     """The boot of a run row (query.RunRow or models.Run): its ``boot_id`` attribute when
     the row has one, else ``meta["boot_id"]``, else the run alone."""
@@ -48,6 +59,18 @@ def boots_of(values: Side) -> list[np.ndarray]:
     else:
         groups = [np.array([x]) for x in _clean(values)]
     return [g for g in groups if g.size]
+
+
+def _one_run_boots(values: Side) -> np.ndarray | None:
+    """The boots' values in boots_of's order when every boot holds one run, else None:
+    the common case (imports, one run per boot) without an array per boot."""
+    if not isinstance(values, Mapping):
+        return _clean(values)
+    items = sorted(values.items(), key=lambda kv: str(kv[0]))
+    if any(len(v) != 1 for _k, v in items):
+        return None
+    arr = np.array([float(v[0]) for _k, v in items], dtype=float)
+    return arr[np.isfinite(arr)]
 
 
 def warmup_detected(boots: Iterable[np.ndarray], level: float = WARMUP_P) -> bool:
@@ -81,7 +104,8 @@ def warmup_batch(contrasts: np.ndarray, level: float = WARMUP_P) -> np.ndarray:
 def boot_means(boots: Iterable[np.ndarray], drop_first: bool = False) -> np.ndarray:
     """One value per boot: the mean of its runs (without the first one when ``drop_first``
     and the boot has more than one run)."""
-    out = [(b[1:] if drop_first and b.size > 1 else b).mean() for b in boots]
+    # a one-run boot is its own mean (numpy's mean of one value is that value)
+    out = [b[0] if b.size == 1 else (b[1:] if drop_first else b).mean() for b in boots]
     return np.asarray(out, dtype=float)
 
 
@@ -89,6 +113,10 @@ def units(base: Side, new: Side) -> tuple[np.ndarray, np.ndarray, int, int, bool
     """The independent units of a comparison: per side one value per boot, after the
     warm-up rule (decided on both sides together); also the runs per side and whether
     first runs were dropped."""
+    fb, fn = _one_run_boots(base), _one_run_boots(new)
+    if fb is not None and fn is not None:
+        # every boot holds one run: no first run to test, each boot's mean is its value
+        return fb, fn, fb.size, fn.size, False
     bb, nb = boots_of(base), boots_of(new)
     drop = warmup_detected([*bb, *nb])
     runs_b = sum(b.size for b in bb)
@@ -102,9 +130,10 @@ def per_boot(
     """{boot: per-run values in run-id order} from {run id: samples}; ``boot_of`` maps a run
     id to its boot key (a run it does not name is its own boot)."""
     out: dict[Hashable, list[float]] = {}
+    boot_of = boot_of or {}
     for run_id in sorted(values):
-        arr = _clean(values[run_id])
-        if arr.size:
-            key = (boot_of or {}).get(run_id)
-            out.setdefault(("run", run_id) if key is None else key, []).append(float(arr.mean()))
+        x = _run_value(values[run_id])
+        if x is not None:
+            key = boot_of.get(run_id)
+            out.setdefault(("run", run_id) if key is None else key, []).append(x)
     return out

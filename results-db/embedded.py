@@ -13,17 +13,18 @@ import hashlib
 import logging
 import os
 import pwd
-import secrets
 import shutil
-import socket
 import stat
 import time
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from urllib.parse import quote
 
-from stackbench import config, proc
+from stackbench import config
 from stackbench.errors import StackbenchError
+
+# proc (subprocess), secrets and socket are imported where used: the CLI imports this module
+# for the database URL alone, on every command
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +106,10 @@ class Cluster:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
     def _initdb(self) -> None:
+        import secrets
+
+        from stackbench import proc
+
         storage = self._storage_dir()
         if storage.exists():
             shutil.rmtree(storage)
@@ -169,6 +174,8 @@ class Cluster:
         return int(port), password
 
     def running(self) -> bool:
+        from stackbench import proc
+
         if not self.exists:
             return False
         res = proc.run(
@@ -179,6 +186,8 @@ class Cluster:
         return res.returncode == 0
 
     def _wait_ready(self, timeout: float = 30.0) -> None:
+        from stackbench import proc
+
         port, _ = self._secret()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -193,6 +202,8 @@ class Cluster:
 
     def start(self) -> bool:
         """Create and start the cluster if needed; True when this call started it."""
+        from stackbench import proc
+
         with self._locked():
             if not self.exists:
                 self._initdb()
@@ -229,6 +240,8 @@ class Cluster:
 
     def stop(self) -> bool:
         """Stop the cluster; True when it was running."""
+        from stackbench import proc
+
         with self._locked():
             if not self.running():
                 return False
@@ -266,6 +279,8 @@ class Cluster:
 
 
 def _free_port() -> int:
+    import socket
+
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

@@ -14,6 +14,7 @@ import ctypes
 from collections.abc import Sequence
 
 _CONNECTION_OK = 0
+_PGRES_COMMAND_OK = 1
 _PGRES_TUPLES_OK = 2
 _lib: list[ctypes.CDLL | None] = []
 
@@ -56,6 +57,9 @@ def _load() -> ctypes.CDLL | None:
             lib.PQgetvalue.restype = ctypes.c_char_p
             lib.PQgetvalue.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
             lib.PQclear.argtypes = [ctypes.c_void_p]
+            lib.PQftype.restype = ctypes.c_uint
+            lib.PQftype.argtypes = [ctypes.c_void_p, ctypes.c_int]
+            lib.PQgetlength.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
         _lib.append(lib)
     return _lib[0]
 
@@ -69,24 +73,53 @@ class Connection:
 
     def execute(self, sql: str, params: Sequence[str | None] = ()) -> list[tuple[str | None, ...]]:
         """Run ``sql`` with ``$1``-style text parameters; raises :class:`Error`."""
+        return self.query(sql, params)[1]
+
+    def query(
+        self, sql: str, params: Sequence[str | None] = (), binary: bool = False
+    ) -> tuple[list[int], list[tuple]]:
+        """Run ``sql`` with ``$1``-style text parameters: the columns' type oids and the rows,
+        values as str (bytes in PostgreSQL's binary forms with ``binary``; None for NULL).
+        A command without rows gives no columns and no rows. Raises :class:`Error`."""
         lib = self._lib
         values = (ctypes.c_char_p * max(len(params), 1))(
             *[None if p is None else p.encode() for p in params]
         )
-        res = lib.PQexecParams(self._handle, sql.encode(), len(params), None, values, None, None, 0)
+        res = lib.PQexecParams(
+            self._handle, sql.encode(), len(params), None, values, None, None, int(binary)
+        )
         if not res:
             raise Error(lib.PQerrorMessage(self._handle).decode(errors="replace").strip())
         try:
-            if lib.PQresultStatus(res) != _PGRES_TUPLES_OK:
+            status = lib.PQresultStatus(res)
+            if status == _PGRES_COMMAND_OK:
+                return [], []
+            if status != _PGRES_TUPLES_OK:
                 raise Error(lib.PQresultErrorMessage(res).decode(errors="replace").strip())
-            cols = lib.PQnfields(res)
-            return [
+            cols = range(lib.PQnfields(res))
+            oids = [lib.PQftype(res, c) for c in cols]
+            if binary:
+                # c_char_p stops at the first NUL byte: binary values are read by length
+                raw = lib["PQgetvalue"]
+                raw.restype = ctypes.c_void_p
+                raw.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
+                isnull, length, at = lib.PQgetisnull, lib.PQgetlength, ctypes.string_at
+                rows = [
+                    tuple(
+                        None if isnull(res, r, c) else at(raw(res, r, c), length(res, r, c))
+                        for c in cols
+                    )
+                    for r in range(lib.PQntuples(res))
+                ]
+                return oids, rows
+            rows = [
                 tuple(
                     None if lib.PQgetisnull(res, r, c) else lib.PQgetvalue(res, r, c).decode()
-                    for c in range(cols)
+                    for c in cols
                 )
                 for r in range(lib.PQntuples(res))
             ]
+            return oids, rows
         finally:
             lib.PQclear(res)
 

@@ -8,6 +8,7 @@ straight into numpy arrays (:class:`Samples`); the nested per-run lists of
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -260,16 +261,32 @@ def load(
         return ds
     wanted = None
     if metrics is not None:
-        wanted = [mid for mid, name in _rows(conn, "SELECT id, name FROM metric") if metrics(name)]
+        every = _json_rows(conn, "json_build_array(id, name)", "metric", None)
+        wanted = [mid for mid, name in every if metrics(name)]
     ds._samples = smp = read_samples(conn, sorted(ds.runs), wanted)
-    metric_ids = np.unique(smp.seg_metric).tolist()
-    for m in _rows(
-        conn,
-        "SELECT id, name, unit, higher_is_better, kind FROM metric WHERE id = ANY(%(ids)s)",
-        {"ids": metric_ids},
-    ):
+    metric_ids = _distinct(smp.seg_metric)
+    cols = "json_build_array(id, name, unit, higher_is_better, kind)"
+    for m in _json_rows(conn, cols, "metric WHERE id = ANY(%(ids)s)", {"ids": metric_ids}):
         ds.metrics[m[0]] = MetricRow(*m)
     return ds
+
+
+def _distinct(values: np.ndarray) -> list[int]:
+    """The sorted distinct values. Not np.unique: its hash-table path imports numpy.ma on
+    first use, 10 ms of a cold ``stackbench compare``."""
+    if not len(values):
+        return []
+    ordered = np.sort(values)
+    return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))].tolist()
+
+
+def _json_rows(conn: Connection, row: str, source: str, params: dict | None) -> list[list]:
+    """``SELECT row FROM source`` as one JSON value: thousands of metric rows cost a
+    client a conversion per cell, one JSON document costs one parse (ints, strings,
+    booleans and NULLs come back as the same Python values)."""
+    sql = f"SELECT coalesce(json_agg({row}), '[]'::json)::text FROM {source}"
+    text = _rows(conn, sql, params)[0][0]
+    return json.loads(text)
 
 
 def read_samples(
@@ -278,11 +295,16 @@ def read_samples(
     """The samples of ``run_ids`` (optionally only of ``metric_ids``) in (run, metric, seq)
     order. Each run's samples come as two binary arrays (metric ids, values) read straight
     into numpy: no Python object per sample, one result row per run."""
-    from stackbench.resultsdb import pgbinary
+    from stackbench.resultsdb import pgsession
 
     empty = np.zeros(0, dtype=np.int64)
     if not run_ids:
         return Samples(empty, empty, np.zeros(0))
+    raw = _raw(conn)
+    if isinstance(raw, pgsession.Session):
+        return _read_samples_libpq(raw, run_ids, metric_ids)
+    from stackbench.resultsdb import pgbinary
+
     where = "run_id = ANY(%s)"
     params: list[Any] = [pgbinary.Int4Array.of(run_ids)]
     if metric_ids is not None:
@@ -292,23 +314,58 @@ def read_samples(
     with _raw(conn).cursor(binary=True) as cur:
         pgbinary.register(cur)
         pgbinary.register_numpy_loaders(cur)
-        # one plan, in order: the primary key's index scan feeds the aggregate in
-        # (run, metric, seq) order, which array_agg keeps; a parallel plan could merge
-        # partial arrays out of order, and JIT only costs time on a query this simple
-        cur.execute("SET LOCAL max_parallel_workers_per_gather = 0")
-        cur.execute("SET LOCAL jit = off")
-        cur.execute(
-            "SELECT run_id, array_agg(metric_id), array_agg(value) FROM ("
-            "SELECT run_id, metric_id, coalesce(value, 'NaN'::float8) AS value FROM sample "
-            f"WHERE {where} ORDER BY run_id, metric_id, seq) s GROUP BY run_id ORDER BY run_id",
-            params,
-        )
+        for setting in _PLAN:
+            cur.execute(setting)
+        cur.execute(_SAMPLES_SQL.format(where=where), params)
         for run_id, mids, vals in cur:
-            if len(mids) > 1 and (np.diff(mids) < 0).any():  # never seen; be sure anyway
-                raise RuntimeError(f"samples of run {run_id} arrived out of order")
+            _check_order(run_id, mids)
             runs.append(np.full(len(mids), run_id, dtype=np.int64))
             metrics.append(mids)
             values.append(vals)
+    return _samples(runs, metrics, values)
+
+
+# one plan, in order: the primary key's index scan feeds the aggregate in (run, metric, seq)
+# order, which array_agg keeps; a parallel plan could merge partial arrays out of order, and
+# JIT only costs time on a query this simple
+_PLAN = ("SET LOCAL max_parallel_workers_per_gather = 0", "SET LOCAL jit = off")
+_SAMPLES_SQL = (
+    "SELECT run_id, array_agg(metric_id), array_agg(value) FROM ("
+    "SELECT run_id, metric_id, coalesce(value, 'NaN'::float8) AS value FROM sample "
+    "WHERE {where} ORDER BY run_id, metric_id, seq) s GROUP BY run_id ORDER BY run_id"
+)
+
+
+def _check_order(run_id: int, mids: np.ndarray) -> None:
+    if len(mids) > 1 and (np.diff(mids) < 0).any():  # never seen; be sure anyway
+        raise RuntimeError(f"samples of run {run_id} arrived out of order")
+
+
+def _samples(runs: list, metrics: list, values: list) -> Samples:
     if not runs:
+        empty = np.zeros(0, dtype=np.int64)
         return Samples(empty, empty, np.zeros(0))
     return Samples(np.concatenate(runs), np.concatenate(metrics), np.concatenate(values))
+
+
+def _read_samples_libpq(raw: Any, run_ids: list[int], metric_ids: list[int] | None) -> Samples:
+    """read_samples over a pgsession.Session: the same query, binary results."""
+    from stackbench.resultsdb.pgarrays import FLOAT8_ARRAY_OID, INT4_ARRAY_OID, array_from_wire
+
+    where = "run_id = ANY(%s::int[])"
+    params: list[Any] = [run_ids]
+    if metric_ids is not None:
+        where += " AND metric_id = ANY(%s::int[])"
+        params.append(metric_ids)
+    for setting in _PLAN:
+        raw.execute(setting)
+    _oids, rows = raw.binary(_SAMPLES_SQL.format(where=where), params)
+    runs, metrics, values = [], [], []
+    for run_bytes, mids_bytes, vals_bytes in rows:
+        run_id = int.from_bytes(run_bytes, "big", signed=True)  # int4, as run.id is
+        mids = array_from_wire(INT4_ARRAY_OID, mids_bytes)
+        _check_order(run_id, mids)
+        runs.append(np.full(len(mids), run_id, dtype=np.int64))
+        metrics.append(mids)
+        values.append(array_from_wire(FLOAT8_ARRAY_OID, vals_bytes))
+    return _samples(runs, metrics, values)

@@ -428,23 +428,28 @@ def judge(
     of a boot is in the variance and cannot look like an effect. ``n_base``/``n_new`` and
     ``runs_wanted`` count boots; ``runs_base``/``runs_new`` count runs."""
     b, n, runs_b, runs_n, drop = units(base, new)
-    nmin = min(b.size, n.size)
-    if nmin < 2:
-        # one boot per side (however many runs it holds) says nothing about boot-to-boot
-        # noise: more boots are needed, not more runs
-        v = Verdict(
-            metric, "n/a", "none", None, None, None, None, None, "", b.size, n.size,
-            max(policy.start_runs, 2), runs_b, runs_n, drop,
-        )  # fmt: skip
-        if runs_b >= 2 and runs_n >= 2:
-            v.outcome = "undecided"
-            v.test = "one boot per side"
-        return v
+    if min(b.size, n.size) < 2:
+        return _too_few(metric, b, n, runs_b, runs_n, drop, policy)
     rank = _use_rank(b, n, kind, policy)
     res = decide_batch(b[None, :], n[None, :], kind=kind, policy=policy, rank=rank)
     p = float(res.p_value[0])
     v = _verdict(metric, res, 0, higher_is_better, min(1.0, p * policy.n_looks), b, n, policy)
     v.runs_base, v.runs_new, v.warmup_dropped = runs_b, runs_n, drop
+    return v
+
+
+def _too_few(
+    metric: str, b: np.ndarray, n: np.ndarray, runs_b: int, runs_n: int, drop: bool, policy: Policy
+) -> Verdict:
+    # one boot per side (however many runs it holds) says nothing about boot-to-boot
+    # noise: more boots are needed, not more runs
+    v = Verdict(
+        metric, "n/a", "none", None, None, None, None, None, "", b.size, n.size,
+        max(policy.start_runs, 2), runs_b, runs_n, drop,
+    )  # fmt: skip
+    if runs_b >= 2 and runs_n >= 2:
+        v.outcome = "undecided"
+        v.test = "one boot per side"
     return v
 
 
@@ -500,25 +505,52 @@ def judge_many(
     higher_is_better, kind)``. A change must survive Benjamini-Hochberg at ``policy.fdr_q``
     across these metrics (on p-values already multiplied by the number of planned looks) as
     well as ``policy.alpha`` on its own; a metric that loses its significance to the
-    correction is undecided and asks for more runs."""
-    out: dict[str, Verdict] = {}
-    tested: list[tuple[str, float]] = []
+    correction is undecided and asks for more runs.
+
+    Each metric's verdict is the one :func:`judge` gives it; metrics of the same kind, test
+    and boots per side are judged as one batch, since a comparison page holds thousands of
+    metrics and the tests' per-call overhead, not their arithmetic, was its cost."""
+    out: dict[str, Verdict | None] = dict.fromkeys(pairs)
+    batches: dict[tuple[str, bool, int, int], list[tuple]] = {}
     for name, (base, new, hib, kind) in pairs.items():
-        v = judge(base, new, higher_is_better=hib, kind=kind, policy=policy, metric=name)
-        out[name] = v
-        if v.outcome != "n/a":
-            tested.append((name, v.q_value if v.q_value is not None else 1.0))
+        b, n, runs_b, runs_n, drop = units(base, new)
+        if min(b.size, n.size) < 2:
+            out[name] = _too_few(name, b, n, runs_b, runs_n, drop, policy)
+            continue
+        key = (kind, _use_rank(b, n, kind, policy), b.size, n.size)
+        batches.setdefault(key, []).append((name, b, n, hib, runs_b, runs_n, drop))
+    looks = policy.n_looks
+    for (kind, rank, _nb, _nn), items in batches.items():
+        res = decide_batch(
+            np.stack([it[1] for it in items]),
+            np.stack([it[2] for it in items]),
+            kind=kind,
+            policy=policy,
+            rank=rank,
+        )
+        # min() of Python floats, as judge() does: a NaN p stays 1.0 there, not NaN
+        qs = [min(1.0, p * looks) for p in res.p_value.tolist()]
+        for i, (name, b, n, hib, runs_b, runs_n, drop) in enumerate(items):
+            v = _verdict(name, res, i, hib, qs[i], b, n, policy)
+            v.runs_base, v.runs_new, v.warmup_dropped = runs_b, runs_n, drop
+            out[name] = v
+    done: dict[str, Verdict] = {k: v for k, v in out.items() if v is not None}
+    tested = [
+        (name, v.q_value if v.q_value is not None else 1.0)
+        for name, v in done.items()
+        if v.outcome != "n/a"
+    ]
     if not tested:
-        return out
-    qs = bh_adjust([q for _, q in tested])
-    for (name, _), q in zip(tested, qs, strict=True):
-        v = out[name]
+        return done
+    qs_bh = bh_adjust([q for _, q in tested])
+    for (name, _), q in zip(tested, qs_bh, strict=True):
+        v = done[name]
         if v.outcome == "changed" and q > policy.fdr_q:
             # the rule said changed on its own; across the table it is not yet convincing
             wanted = policy.next_look(min(v.n_base, v.n_new))
             v = replace(v, outcome="undecided", direction="none", runs_wanted=wanted)
-        out[name] = replace(v, q_value=float(q))
-    return out
+        done[name] = replace(v, q_value=float(q))
+    return done
 
 
 def runs_needed(

@@ -73,10 +73,16 @@ def render_on(
     pass_no: int = 1,
     suite_source: str | None = None,
 ) -> str:
-    """:func:`render` on a psycopg connection in autocommit mode: the CLI's path, which
-    imports no SQLAlchemy."""
-    import psycopg
+    """:func:`render` on a psycopg connection in autocommit mode, or a pgsession.Session:
+    the CLI's paths, which import no SQLAlchemy (and with a Session, no psycopg)."""
+    from stackbench.resultsdb import pgsession
 
+    if isinstance(conn, pgsession.Session):
+        errors: tuple[type[Exception], ...] = (pgsession.libpq.Error,)
+    else:
+        import psycopg
+
+        errors = (psycopg.Error,)
     opts = _Options(
         style, all_rows, table, monitor, suite, machine, pool_machines, metric, pass_no,
         suite_source,
@@ -87,7 +93,7 @@ def render_on(
         try:
             with conn.transaction():
                 textcache.store(conn, cache, build_ids, fp, out, [])
-        except psycopg.Error as exc:
+        except errors as exc:
             _not_kept(exc, warn)
     return out
 

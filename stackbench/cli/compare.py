@@ -130,12 +130,18 @@ def run(args: argparse.Namespace) -> int:
 
         opts = options(args)
         view = textcache.View(tuple(args.kernels), **opts)
-        hit = textcache.quick_lookup(view)
-        if hit is not None:
-            for line in hit.warnings:
-                _warn(line)
-            out = hit.text
-        else:
+        out = None
+        conn = textcache.quick_connect()
+        if conn is not None:
+            with conn:
+                hit = textcache.quick_lookup(view, conn)
+                if hit is not None:
+                    for line in hit.warnings:
+                        _warn(line)
+                    out = hit.text
+                else:
+                    out = _without_psycopg(conn, args.kernels, opts, view)
+        if out is None:
             out = _without_sqlalchemy(args.kernels, opts, view)
         if out is None:
             from stackbench.resultsdb import db
@@ -168,6 +174,23 @@ def options(args: argparse.Namespace) -> dict:
 
 def _warn(line: str) -> None:
     print(f"stackbench: warning: {line}", file=sys.stderr)
+
+
+def _without_psycopg(conn, kernels: list[str], opts: dict, view) -> str | None:
+    """The table computed and stored over ``conn`` (libpq, through pgsession): a cold
+    table without psycopg's start-up. None when this path cannot serve (a schema to
+    migrate, a type pgsession does not read, an error): the caller then takes psycopg's."""
+    from stackbench.resultsdb import db, libpq, pgsession
+    from stackbench.resultsdb.tables import render, textcache
+
+    session = pgsession.Session(conn)
+    try:
+        revision = session.execute("SELECT version_num FROM alembic_version").fetchone()
+        if revision is None or revision[0] != db.head_revision():
+            return None
+        return render.render_on(session, kernels, warn=_warn, cache=view, **opts)
+    except (textcache.Schema, libpq.Error):
+        return None
 
 
 def _without_sqlalchemy(kernels: list[str], opts: dict, view) -> str | None:
