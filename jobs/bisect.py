@@ -40,6 +40,9 @@ class Measurer(Protocol):
     def built(self) -> int:
         """How many kernels had to be built so far (reused builds do not count)."""
 
+    # optional: ``together(commits, runs)`` brings every commit to ``runs`` units in shared
+    # rounds of boots before they are measured one by one (see _Seen.together)
+
 
 @dataclass
 class Step:
@@ -101,6 +104,13 @@ class _Seen:
             self.seen[commit] = max(self.seen.get(commit, 0), len(values))
         return values
 
+    def together(self, commits: list[str], runs: int) -> None:
+        """Let a measurer that boots kernels measure ``commits`` side by side (interleaved
+        rounds) before each is read; one without ``together`` measures them one by one."""
+        hook = getattr(self.m, "together", None)
+        if hook is not None:
+            hook(commits, runs)
+
     def mark(self, commit: str) -> int | None:
         """How many units of ``commit`` exist before the confirmation: those a step has
         seen, and runs stored before the bisection (the nightly's, which opened the
@@ -145,6 +155,9 @@ def classify(
     a commit can be far from both ends' noise bands yet plainly on one side."""
     runs = policy.start_runs
     while True:
+        together = getattr(m, "together", None)
+        if together is not None:
+            together([commit, good], runs)
         values = m.measure(commit, runs)
         ref = m.measure(good, runs) if values is not None else None
         if values is None or ref is None:

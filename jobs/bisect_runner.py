@@ -32,7 +32,9 @@ from stackbench import proc
 from stackbench.errors import InputError, NotFoundError, StackbenchError
 from stackbench.jobs import bisect as logic
 from stackbench.jobs import jobspecs
+from stackbench.jobs import plan as boot_plan
 from stackbench.jobs.bisect import BisectResult, Step
+from stackbench.jobs.plan import Boot
 from stackbench.resultsdb import ingest as ig
 from stackbench.resultsdb.buildruns import (
     direction,
@@ -69,8 +71,11 @@ class Lab(Protocol):
     def build(self, eng: Engine, tree: str, commit: str) -> int | None:
         """The kernel_build id of ``commit``, built or reused; None when it does not build."""
 
-    def run(self, eng: Engine, tree: str, build_id: int, job: str, runs: int) -> None:
-        """Boot the kernel once and store ``runs`` more runs of the job spec ``job``."""
+    def run(
+        self, eng: Engine, tree: str, build_id: int, job: str, runs: int, boot: Boot | None = None
+    ) -> None:
+        """Boot the kernel once and store ``runs`` more runs of the job spec ``job``, as
+        ``boot`` of a plan when given (its id and round go with the runs)."""
 
     @property
     def built(self) -> int:
@@ -149,20 +154,52 @@ def spec_for(suite: str, params: dict[str, Any]) -> str:
 def top_up_boots(
     eng: Engine, lab: Lab, tree: str, build_id: int, job: str, job_id: int, boots: int
 ) -> tuple[int, int]:
-    """Boot the kernel until the job has ``boots`` boots with finished runs (stored ones
-    count); the number it has and the lab calls it took. A lab that boots once per call (``runs_per_boot``) is called
-    once per missing boot; one without it stores each run as its own boot, so one call asks
-    for all of them. Stops when a call adds nothing (runs keep failing)."""
-    have = done_boots(eng, build_id, job_id)
+    """Boot one kernel until the job has ``boots`` boots with finished runs (stored ones
+    count); the number it has and the lab calls it took (see :func:`top_up_rounds`)."""
+    have, calls = top_up_rounds(eng, lab, tree, [build_id], job, job_id, boots)
+    return have[build_id], calls
+
+
+def top_up_rounds(
+    eng: Engine,
+    lab: Lab,
+    tree: str,
+    build_ids: list[int],
+    job: str,
+    job_id: int,
+    boots: int,
+    *,
+    seed: int | None = None,
+) -> tuple[dict[int, int], int]:
+    """Boot the kernels until each has ``boots`` boots of the job with finished runs (stored
+    ones count), walking a plan (:mod:`stackbench.jobs.plan`): every round boots each kernel
+    still short once, in a shuffled order, so a slow spell of the host lands on both sides of
+    a comparison instead of on whichever kernel happened to run then. Returns the boots each
+    kernel has and the lab calls it took.
+
+    A lab that boots once per call (``runs_per_boot``) is called once per missing boot; one
+    without it stores each run as its own boot, so one call asks for all of them. A kernel
+    whose call adds nothing (its runs keep failing) is not booted again."""
+    have = {b: done_boots(eng, b, job_id) for b in dict.fromkeys(build_ids)}
     per_boot = getattr(lab, "runs_per_boot", None)
     calls = 0
-    while have < boots:
-        lab.run(eng, tree, build_id, job, per_boot or boots - have)
-        calls += 1
-        now = done_boots(eng, build_id, job_id)
-        if now <= have:
-            break
-        have = now
+    dead: set[int] = set()
+    while short := [b for b, n in have.items() if n < boots and b not in dead]:
+        rounds = max(boots - have[b] for b in short) if per_boot else 1
+        plan = boot_plan.make_plan(
+            [str(b) for b in short], rounds, boots=rounds, seed=seed,
+            tag=f"lab-{job_id}-{time.time_ns()}",
+        )  # fmt: skip
+        for boot in plan.boots_in_order():
+            bid = int(boot.kernel)
+            if bid in dead or have[bid] >= boots:
+                continue
+            lab.run(eng, tree, bid, job, per_boot or boots - have[bid], boot=boot)
+            calls += 1
+            now = done_boots(eng, bid, job_id)
+            if now <= have[bid]:
+                dead.add(bid)
+            have[bid] = now
     return have, calls
 
 
@@ -201,6 +238,17 @@ class StoredMeasurer:
             self._say(f"build {commit[:12]}")
             self.builds[commit] = self.lab.build(self.eng, self.tree, commit)
         return self.builds[commit]
+
+    def together(self, commits: list[str], runs: int) -> None:
+        """Top the commits that build up to ``runs`` boots in shared, shuffled rounds."""
+        ids = [b for b in (self.build_id(c) for c in commits) if b is not None]
+        if len(ids) < 2:
+            return  # one kernel: measure() tops it up alone
+        self._say(f"run {len(ids)} kernels side by side: up to {runs} boots each of {self.job}")
+        _have, calls = top_up_rounds(
+            self.eng, self.lab, self.tree, ids, self.job, self.job_id, runs
+        )
+        self.boots += calls
 
     def measure(self, commit: str, runs: int) -> dict[str, list[float]] | None:
         bid = self.build_id(commit)
@@ -313,7 +361,9 @@ class KernelLab:
             meta={"subject": subject, "artifact": res.key, "kernel_release": res.kernel_release},
         )  # fmt: skip
 
-    def run(self, eng: Engine, tree: str, build_id: int, job: str, runs: int) -> None:
+    def run(
+        self, eng: Engine, tree: str, build_id: int, job: str, runs: int, boot: Boot | None = None
+    ) -> None:
         from stackbench.jobs import pipeline
 
         with Session(eng) as s:
@@ -327,7 +377,7 @@ class KernelLab:
             art = Path(row.artifact_path)
         modules = {p.stem: p for p in sorted((art / "modules").glob("*.ko"))}
         plan = pipeline.plan_for(pipeline.resolve_jobs([job], runs), self.settings)
-        boot_id = f"bisect-{row.commit[:12]}-{time.time_ns()}"
+        boot_id = boot.boot_id if boot else f"bisect-{row.commit[:12]}-{time.time_ns()}"
         workdir = sbconfig.home() / "work" / "nightly" / boot_id
         started = time.monotonic()
         try:
@@ -335,6 +385,8 @@ class KernelLab:
                 art / "bzImage", modules, plan, kernel=kernel, settings=self.settings,
                 workdir=workdir, boot_id=boot_id,
             )  # fmt: skip
+            if boot is not None:
+                data = [boot_plan.stamp(r, boot, 0) for r in data]
             for r in data:
                 r.source = "nightly"
             ig.ingest(eng, data)

@@ -142,8 +142,10 @@ def judge_job(
     while True:
         if progress:
             progress(f"{job}: {runs} boots per kernel")
-        out.runs_base = _measure(eng, lab, tree, base_id, job, jid, runs)
-        out.runs_head = _measure(eng, lab, tree, head_id, job, jid, runs)
+        # both kernels in the same rounds of boots, shuffled: the host's slow spells fall
+        # on both sides instead of on whichever kernel ran then
+        have, _calls = br.top_up_rounds(eng, lab, tree, [base_id, head_id], job, jid, runs)
+        out.runs_base, out.runs_head = have[base_id], have[head_id]
         metrics = [
             m for m in br.metrics_of(eng, [base_id, head_id], jid) if m.higher_is_better is not None
         ]

@@ -156,3 +156,24 @@ def test_a_culprit_that_cannot_be_measured_again_is_not_confirmed():
     assert res.state == "inconclusive" and res.culprit is None and res.confidence is None
     assert res.candidates == ["c2"]  # the steps found it; only the confirmation is missing
     assert res.message == "the culprit or its parent cannot be measured again"
+
+
+class SideBySide(Simulated):
+    """A measurer that can boot kernels side by side: records what it was asked to pair."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.paired: list[tuple[tuple[str, ...], int]] = []
+
+    def together(self, commits, runs):
+        self.paired.append((tuple(commits), runs))
+
+
+def test_each_step_measures_the_commit_beside_the_good_kernel():
+    commits = [f"c{i}" for i in range(7)]
+    sim = SideBySide(commits, bad_from=4)
+    res = bisect(sim, commits[1:], "c0", higher_is_better=True, kind="throughput")
+    assert res.culprit == "c4"
+    # every classified step asked first for its commit and the good one in shared rounds
+    assert {p[0] for p in sim.paired} == {(s.commit, "c0") for s in res.steps}
+    assert all(runs >= 1 for _, runs in sim.paired)

@@ -102,7 +102,7 @@ class FakeLab:
         )  # fmt: skip
         return None if status != "built" else bid
 
-    def run(self, eng, tree, build_id, job, runs):
+    def run(self, eng, tree, build_id, job, runs, boot=None):
         self.boots += 1
         with Session(eng) as s:
             kb = s.get(KernelBuild, build_id)
@@ -559,14 +559,16 @@ class BootLab(FakeLab):
     def __init__(self, *args, slow_boot=None, **kw):
         super().__init__(*args, **kw)
         self.calls: list[tuple[str, int]] = []
+        self.plan_boots: list = []  # the plan's Boot of each call
         self.slow_boot = slow_boot  # (commit index, boot number): that boot's host is 20% slow
 
-    def run(self, eng, tree, build_id, job, runs):
+    def run(self, eng, tree, build_id, job, runs, boot=None):
         with Session(eng) as s:
             commit = s.get(KernelBuild, build_id).commit
         idx = self.history.index(commit)
         n_boot = sum(1 for c, _ in self.calls if c == commit)
         self.calls.append((commit, runs))
+        self.plan_boots.append(boot)
         self.boots += 1
         offset = 1 + 0.03 * self.rng.normal()
         if self.slow_boot == (idx, n_boot):
@@ -617,10 +619,43 @@ def test_one_slow_boot_of_a_neutral_head_opens_no_regression(eng, mail_env):
     assert b["regressions"] == [] and b["state"] == "unchanged", b
 
 
+def test_kernels_compared_boot_in_shared_shuffled_rounds(eng):
+    lab = BootLab(n=2)
+    a, b = (lab.build(eng, TREE, c) for c in lab.history[:2])
+    (jid,) = br.job_ids(eng, JOB)
+    have, calls = br.top_up_rounds(eng, lab, TREE, [a, b], JOB, jid, 4, seed=5)
+    assert have == {a: 4, b: 4} and calls == 8
+    pairs = [tuple(c for c, _ in lab.calls[i : i + 2]) for i in range(0, 8, 2)]
+    assert all(sorted(p) == sorted(lab.history[:2]) for p in pairs)  # each round boots both
+    assert len(set(pairs)) == 2  # in an order shuffled per round
+    assert [bt.round for bt in lab.plan_boots] == [1, 1, 2, 2, 3, 3, 4, 4]
+    # a kernel that has its boots already is not booted again; the other catches up alone
+    lab.calls.clear()
+    have, calls = br.top_up_rounds(eng, lab, TREE, [a, b], JOB, jid, 4)
+    assert (have, calls, lab.calls) == ({a: 4, b: 4}, 0, [])
+
+
+def test_a_nightly_judgement_interleaves_base_and_head(eng, mail_env):
+    from dataclasses import replace as dc_replace
+
+    lab = BootLab(n=2, seed=7)
+    night(eng, lab)  # the baseline: five boots on its own
+    before = len(lab.calls)
+    lab.head = 1
+    # the base needs two more boots, the head seven: the base's two share the first two
+    # rounds with the head's first two, instead of running before or after them
+    policy = dc_replace(nightly.DEFAULT, start_runs=7, looks=(7,), max_runs=7)
+    (job,) = night(eng, lab, policy=policy)["branches"][0]["jobs"]
+    commits = [c for c, _ in lab.calls[before:]]
+    assert sorted(commits[:4]) == sorted(lab.history[:2] * 2), commits
+    assert commits[4:] == [lab.history[1]] * 5, commits
+    assert job["runs_base"] == job["runs_head"] == 7
+
+
 class DeadLab(FakeLab):
     """Builds, but no run ever finishes: nothing is stored."""
 
-    def run(self, eng, tree, build_id, job, runs):
+    def run(self, eng, tree, build_id, job, runs, boot=None):
         self.boots += 1
 
 
