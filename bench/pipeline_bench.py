@@ -157,7 +157,7 @@ def measure_buildbot(eng, sid: int, args: argparse.Namespace, in_process_s: floa
     'stackbench up'); figures from the master's own step times."""
     from stackbench.jobs import dispatcher_service, lifecycle, watch
     from stackbench.jobs import services as bb
-    from stackbench.jobs.buildbot import client, drive
+    from stackbench.jobs.buildbot import client
 
     print("\n== the default path: dispatcher, embedded Buildbot master + local QEMU worker ==")
     t0 = time.monotonic()
@@ -165,7 +165,7 @@ def measure_buildbot(eng, sid: int, args: argparse.Namespace, in_process_s: floa
     print(dispatcher_service.start(), flush=True)
     master = client.embedded_master()
     try:
-        drive.wait_for_worker(master, bb.LOCAL_WORKER)
+        client.wait_for_worker(master, bb.LOCAL_WORKER)
         up_s = time.monotonic() - t0
         t0 = time.monotonic()
         lifecycle.hand_over(eng, sid, source="bench", fresh=True)

@@ -49,7 +49,7 @@ def wait_for(what, check, timeout=300.0):
 def test_down_mid_benchmark_leaves_no_process_behind(eng, monkeypatch, capsys):
     from stackbench.cli import main
     from stackbench.jobs import services
-    from stackbench.jobs.buildbot import client, drive
+    from stackbench.jobs.buildbot import client
 
     _repo, built = base_kernel(monkeypatch)
     monkeypatch.setenv("STACKBENCH_WEB_PORT", str(services.free_port()))
@@ -57,7 +57,7 @@ def test_down_mid_benchmark_leaves_no_process_behind(eng, monkeypatch, capsys):
     try:
         assert main(["up"]) == 0
         master = client.embedded_master()
-        drive.wait_for_worker(master, services.LOCAL_WORKER)
+        client.wait_for_worker(master, services.LOCAL_WORKER)
         client.submit(
             master,
             commits=[built.commit],

@@ -374,3 +374,18 @@ def buildbot_url(path: str = "") -> str | None:
 
 def read_yaml(path: Path) -> dict[str, Any]:
     return yaml.safe_load(path.read_text()) or {}
+
+
+def wait_for_worker(master: Master, name: str, timeout: float = 90.0) -> None:
+    """Return once worker ``name`` is connected to the master; one line of advice if not."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        workers = master.get("workers")["workers"]
+        if any(w["name"] == name and w["connected_to"] for w in workers):
+            return
+        time.sleep(0.5)
+    raise StackbenchError(
+        f"Buildbot worker {name} did not connect within {timeout:.0f} s: "
+        "see its twistd.log under $STACKBENCH_HOME/buildbot, or run 'stackbench down' and "
+        "'stackbench up'"
+    )
