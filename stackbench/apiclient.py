@@ -1,6 +1,6 @@
 """The CLI's client of a stackbench server's JSON API, used when ``STACKBENCH_URL`` is set.
 
-Small on purpose (urllib only): commands call :func:`client` and, when it returns a client,
+Small on purpose (stackbench's one HTTP client, :mod:`stackbench.httpclient`): commands call :func:`client` and, when it returns a client,
 talk to the server instead of the database. The token comes from ``STACKBENCH_TOKEN`` or the
 file ``$STACKBENCH_HOME/token``.
 """
@@ -8,17 +8,15 @@ file ``$STACKBENCH_HOME/token``.
 from __future__ import annotations
 
 import base64
-import json
 import os
 import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from stackbench import config
 from stackbench.errors import InputError, NotFoundError, StackbenchError
+from stackbench.httpclient import Client, HttpError
 
 
 class ApiError(StackbenchError):
@@ -34,6 +32,7 @@ class ApiClient:
         self.base_url = base_url.rstrip("/")
         self.token = token
         self.timeout = timeout
+        self._http = Client(self.base_url, timeout=timeout)
 
     # -- transport ---------------------------------------------------------------------------
 
@@ -46,36 +45,21 @@ class ApiClient:
         params: dict[str, Any] | None = None,
         accept: str = "application/json",
     ) -> Any:
-        url = self.base_url + path
-        if params:
-            clean = {k: v for k, v in params.items() if v is not None}
-            url += "?" + urllib.parse.urlencode(clean, doseq=True)
         headers = {"Accept": accept, "User-Agent": "stackbench-cli"}
-        data = None
-        if body is not None:
-            data = json.dumps(body).encode()
-            headers["Content-Type"] = "application/json"
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
-        req = urllib.request.Request(url, data=data, method=method, headers=headers)
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                raw = resp.read()
-                if accept == "application/json":
-                    return json.loads(raw or b"null")
-                return raw.decode()
-        except urllib.error.HTTPError as exc:
-            raw = exc.read()
-            try:
-                err = json.loads(raw)
-                msg, fields = err.get("error", ""), err.get("fields")
-            except (ValueError, AttributeError):
-                msg, fields = raw.decode(errors="replace")[:300], None
-            if exc.code == 404:
-                raise NotFoundError(msg or f"{url}: not found") from None
-            raise ApiError(url, exc.code, msg or exc.reason, fields) from None
+            resp = self._http.send(method, path, json_body=body, params=params, headers=headers)
+        except HttpError as exc:
+            msg, fields = exc.json_error()
+            if exc.status == 404:
+                raise NotFoundError(msg or f"{exc.url}: not found") from None
+            raise ApiError(exc.url, exc.status, msg or exc.reason, fields) from None
         except urllib.error.URLError as exc:
             raise StackbenchError(f"cannot reach {self.base_url}: {exc.reason}") from None
+        if accept == "application/json":
+            return resp.json(empty=None)
+        return resp.body.decode()
 
     def get(self, path: str, **params: Any) -> Any:
         return self.request("GET", path, params=params)

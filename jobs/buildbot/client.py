@@ -1,21 +1,17 @@
 """Talking to the Buildbot master over its REST API: submissions and build queries.
 
-Used by ``stackbench buildbot submit``, by the web UI's submit path and by tests. Only the
-standard library: a web host does not need Buildbot installed to hand a series over.
+Used by the dispatcher, ``stackbench buildbot submit`` and tests, over stackbench's one HTTP
+client (:mod:`stackbench.httpclient`): a web host does not need Buildbot installed to hand a
+series over.
 """
 
 from __future__ import annotations
 
 import base64
-import http.client
-import http.cookiejar
 import itertools
 import json
-import logging
 import os
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,69 +20,25 @@ from typing import Any
 
 import yaml
 
-from stackbench import config
+from stackbench import config, httpclient
 from stackbench.errors import StackbenchError
+from stackbench.httpclient import (  # noqa: F401  (Transient: the name callers catch)
+    TRANSIENT_STATUS,
+    HttpError,
+    Transient,
+    describe,
+    is_transient,
+)
 
 _ids = itertools.count(1)
-log = logging.getLogger(__name__)
 
-# HTTP statuses a restarting or overloaded master (or a proxy before it) answers for a while
-TRANSIENT_STATUS = (500, 502, 503, 504)
-# how long one request keeps trying through transient errors, and the longest pause
-RETRY_BUDGET_S = 120.0
-MAX_BACKOFF_S = 10.0
+ADVICE = "is the master running? ('stackbench up' starts it; run the command again to attach)"
 
 
-class Transient(StackbenchError):
-    """A failure that another attempt may not meet (connection reset, a truncated answer,
-    a 5xx); raised only once the retry budget is spent."""
-
-
-def _transient(exc: BaseException) -> bool:
-    if isinstance(exc, urllib.error.HTTPError):
-        return exc.code in TRANSIENT_STATUS
-    if isinstance(exc, urllib.error.URLError):
-        return True  # refused while the master restarts, reset, timed out
-    return isinstance(
-        exc, (http.client.HTTPException, ConnectionError, TimeoutError, json.JSONDecodeError)
-    )
-
-
-def with_retries(
-    what: str,
-    attempt: Callable[[], Any],
-    *,
-    budget_s: float | None = None,
-    sleep: Callable[[float], None] = time.sleep,
-) -> Any:
-    """``attempt()`` until it succeeds, retrying transient errors with exponential backoff
-    (0.5 s doubling, at most MAX_BACKOFF_S) for ``budget_s``; other errors pass through."""
-    budget = RETRY_BUDGET_S if budget_s is None else budget_s
-    deadline = time.monotonic() + budget
-    delay = 0.5
-    while True:
-        try:
-            return attempt()
-        except Exception as exc:
-            if not _transient(exc):
-                raise
-            if time.monotonic() + delay > deadline:
-                raise Transient(
-                    f"cannot reach {what}: {_describe(exc)} (tried for {budget:.0f} s); "
-                    "is the master running? "
-                    "('stackbench up' starts it; run the command again to attach)"
-                ) from None
-            log.info("%s: %s; retrying in %.1f s", what, _describe(exc), delay)
-            sleep(delay)
-            delay = min(delay * 2, MAX_BACKOFF_S)
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, urllib.error.HTTPError):
-        return f"HTTP {exc.code}"
-    if isinstance(exc, urllib.error.URLError):
-        return str(exc.reason)
-    return f"{type(exc).__name__}: {exc}".rstrip(": ")
+def with_retries(what: str, attempt: Callable[[], Any], *, budget_s: float | None = None) -> Any:
+    """The master's calls retried through transient errors; out of budget, one line that says
+    what to do."""
+    return httpclient.with_retries(what, attempt, budget_s=budget_s, advice=ADVICE)
 
 
 @dataclass
@@ -98,26 +50,23 @@ class Master:
     def __post_init__(self) -> None:
         if not self.url.endswith("/"):
             self.url += "/"
-        jar = http.cookiejar.CookieJar()
-        self._opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+        self._http = httpclient.Client(self.url, cookies=True)
         self._logged_in = False
-        self.budget_s: float | None = None  # None: RETRY_BUDGET_S
+        self.budget_s: float | None = None  # None: httpclient.RETRY_BUDGET_S
 
-    def _open_once(self, req: urllib.request.Request, timeout: float = 30) -> Any:
+    def _send_once(self, method: str, path: str, json_body: Any = None) -> Any:
         try:
-            with self._opener.open(req, timeout=timeout) as resp:
-                body = resp.read()
-        except urllib.error.HTTPError as exc:
-            if exc.code in TRANSIENT_STATUS:
+            reply = self._http.send(method, path, json_body=json_body)
+        except HttpError as exc:
+            if exc.status in TRANSIENT_STATUS:
                 raise
-            detail = exc.read().decode(errors="replace")[:300]
-            raise StackbenchError(f"Buildbot {req.full_url}: HTTP {exc.code} {detail}") from None
-        return json.loads(body) if body else {}
+            raise StackbenchError(f"Buildbot {exc.url}: HTTP {exc.status} {exc.text()}") from None
+        return reply.json(empty={})
 
-    def _open(self, req: urllib.request.Request, timeout: float = 30) -> Any:
+    def _get(self, path: str) -> Any:
         """One idempotent request (a GET), retried through transient errors."""
         return with_retries(
-            f"Buildbot at {self.url}", lambda: self._open_once(req, timeout), budget_s=self.budget_s
+            f"Buildbot at {self.url}", lambda: self._send_once("GET", path), budget_s=self.budget_s
         )
 
     def login(self) -> None:
@@ -125,19 +74,15 @@ class Master:
         if self._logged_in or not self.user:
             return
         cred = base64.b64encode(f"{self.user}:{self.password}".encode()).decode()
-        req = urllib.request.Request(
-            self.url + "auth/login", headers={"Authorization": f"Basic {cred}"}
-        )
 
         def attempt() -> None:
             try:
-                with self._opener.open(req, timeout=30) as resp:
-                    resp.read()
-            except urllib.error.HTTPError as exc:
-                if exc.code in TRANSIENT_STATUS:
+                self._http.send("GET", "auth/login", headers={"Authorization": f"Basic {cred}"})
+            except HttpError as exc:
+                if exc.status in TRANSIENT_STATUS:
                     raise
                 raise StackbenchError(
-                    f"Buildbot login as {self.user} refused: HTTP {exc.code}"
+                    f"Buildbot login as {self.user} refused: HTTP {exc.status}"
                 ) from None
 
         with_retries(f"Buildbot at {self.url}", attempt, budget_s=self.budget_s)
@@ -145,7 +90,7 @@ class Master:
 
     def get(self, path: str) -> dict[str, Any]:
         self.login()
-        return self._open(urllib.request.Request(self.url + "api/v2/" + path.lstrip("/")))
+        return self._get("api/v2/" + path.lstrip("/"))
 
     def control(
         self,
@@ -162,12 +107,7 @@ class Master:
         returns the call's result when it did happen (then nothing is sent again)."""
         self.login()
         body = {"jsonrpc": "2.0", "method": method, "id": next(_ids), "params": params}
-        req = urllib.request.Request(
-            self.url + "api/v2/" + path.lstrip("/"),
-            data=json.dumps(body).encode(),
-            method="POST",
-            headers={"Content-Type": "application/json"},
-        )
+        url = "api/v2/" + path.lstrip("/")
         sent = {"n": 0}
 
         def attempt() -> Any:
@@ -176,16 +116,16 @@ class Master:
                 if found is not None:
                     return {"result": found}
             sent["n"] += 1
-            return self._open_once(req)
+            return self._send_once("POST", url, body)
 
         if done is None:
             try:
-                reply = self._open_once(req)
+                reply = self._send_once("POST", url, body)
             except Exception as exc:
-                if not _transient(exc):
+                if not is_transient(exc):
                     raise
                 raise StackbenchError(
-                    f"Buildbot at {self.url}: {method} on {path} failed ({_describe(exc)}); "
+                    f"Buildbot at {self.url}: {method} on {path} failed ({describe(exc)}); "
                     "look at the master's web UI before trying again"
                 ) from None
         else:

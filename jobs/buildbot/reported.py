@@ -9,25 +9,23 @@ build see that an earlier attempt's results did arrive and skip a second kexec.
 
 from __future__ import annotations
 
-import json
 import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Iterable
 from typing import Any
 
 from stackbench.errors import StackbenchError
+from stackbench.httpclient import Client, HttpError
 
 PAGE = 500  # the API's largest page
 
 
 def _get(url: str, timeout: float) -> dict[str, Any]:
-    req = urllib.request.Request(url, headers={"Accept": "application/json"})
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return json.loads(resp.read() or b"{}")
-    except urllib.error.HTTPError as exc:
-        raise StackbenchError(f"{url}: HTTP {exc.code}") from None
+        resp = Client(headers={"Accept": "application/json"}).send("GET", url, timeout=timeout)
+        return resp.json(empty={})
+    except HttpError as exc:
+        raise StackbenchError(f"{url}: HTTP {exc.status}") from None
     except (urllib.error.URLError, OSError) as exc:
         raise StackbenchError(f"cannot reach {url}: {getattr(exc, 'reason', exc)}") from None
 

@@ -14,7 +14,6 @@ import hashlib
 import json
 import os
 import urllib.error
-import urllib.request
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -23,6 +22,7 @@ from typing import Any
 
 from stackbench import config
 from stackbench.errors import InputError, StackbenchError
+from stackbench.httpclient import Client, HttpError
 
 PAYLOAD_VERSION = 1
 SOURCE = "buildbot"
@@ -166,21 +166,16 @@ def worker_token() -> str:
 
 def post(url: str, token: str, payload: dict[str, Any], timeout: float = 60) -> bool:
     """POST one run to the API; True when it was stored now, False when already present."""
-    req = urllib.request.Request(
-        url.rstrip("/") + "/api/runs",
-        data=json.dumps(payload).encode(),
-        method="POST",
-        headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"},
-    )
+    api = Client(url.rstrip("/"), headers={"Authorization": f"Bearer {token}"}, timeout=timeout)
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            body = json.loads(resp.read() or b"{}")
-            return resp.status == 201 or bool(body.get("created"))
-    except urllib.error.HTTPError as exc:
-        detail = exc.read().decode(errors="replace")[:300]
-        raise StackbenchError(f"{url}/api/runs refused a run: HTTP {exc.code} {detail}") from None
+        resp = api.send("POST", "/api/runs", json_body=payload)
+    except HttpError as exc:
+        raise StackbenchError(
+            f"{url}/api/runs refused a run: HTTP {exc.status} {exc.text()}"
+        ) from None
     except urllib.error.URLError as exc:
         raise StackbenchError(f"cannot reach {url}: {exc.reason}") from None
+    return resp.status == 201 or bool((resp.json(empty={}) or {}).get("created"))
 
 
 def upload(payloads: Iterable[dict[str, Any]], url: str | None = None) -> UploadResult:
