@@ -35,7 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-UPSTREAM = ROOT.parent / "shared" / "upstream"
+# a git worktree elsewhere names the shared folder with STACKBENCH_SHARED
+UPSTREAM = Path(os.environ.get("STACKBENCH_SHARED") or ROOT.parent / "shared") / "upstream"
 STACKBENCH = [str(ROOT / ".venv" / "bin" / "stackbench")]
 FLOORS = {"lkp": 10.0, "mmtests": 20.0}
 

@@ -11,7 +11,8 @@ import psycopg
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared"
+# a git worktree elsewhere names the shared folder with STACKBENCH_SHARED
+SHARED = Path(os.environ.get("STACKBENCH_SHARED") or ROOT.parent / "shared")
 FIXTURES = SHARED / "fixtures"
 
 
