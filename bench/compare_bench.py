@@ -425,6 +425,10 @@ def main() -> int:
         env = dict(os.environ, STACKBENCH_HOME=str(home))
         env.pop("STACKBENCH_DATABASE_URL", None)
         env.pop("STACKBENCH_URL", None)
+        # an installed stackbench runs from its bytecode (pip compiles it; an editable
+        # install writes it on first use): a shell that forbids writing it (as some CI and
+        # sandboxes do) would time compiling every module in every command instead
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
         try:
             report(scale, bench_scale(scale, args.repeat, work, env))
         finally:
