@@ -14,12 +14,11 @@ from email.message import EmailMessage
 from email.utils import format_datetime
 from pathlib import Path
 
-from sqlalchemy import Engine, text
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy import Engine
 
 from stackbench.mail import headers as h
 from stackbench.mail.config import MailConfig, from_env
-from stackbench.resultsdb.models import MailOutbox
+from stackbench.resultsdb import db, outbox_q
 
 Transport = Callable[[EmailMessage], None]
 
@@ -63,15 +62,8 @@ def enqueue(
         "headers": headers,
         "state": "pending",
     }
-    with eng.begin() as conn:
-        conn.execute(
-            insert(MailOutbox)
-            .values(**row)
-            .on_conflict_do_nothing(index_elements=["idempotency_key"])
-        )
-        return conn.execute(
-            text("SELECT id FROM mail_outbox WHERE idempotency_key = :k"), {"k": key}
-        ).scalar_one()
+    with db.session(eng) as s:
+        return outbox_q.add(s, **row)
 
 
 def build_message(row, cfg: MailConfig) -> EmailMessage:
@@ -136,15 +128,9 @@ def deliver(
     now = now or datetime.now(UTC)
     report = DeliveryReport()
     for _ in range(limit):
-        with eng.begin() as conn:
-            row = conn.execute(
-                text(
-                    "SELECT * FROM mail_outbox WHERE state = 'pending' AND "
-                    "(next_attempt_at IS NULL OR next_attempt_at <= :now) "
-                    "ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED"
-                ),
-                {"now": now},
-            ).first()
+        # one transaction per mail: the row stays locked while it is being sent
+        with db.session(eng) as s:
+            row = outbox_q.claim_due(s, now)
             if row is None:
                 break
             try:
@@ -152,27 +138,16 @@ def deliver(
             except (OSError, smtplib.SMTPException) as exc:
                 attempts = row.attempts + 1
                 gave_up = attempts >= cfg.max_attempts
-                conn.execute(
-                    text(
-                        "UPDATE mail_outbox SET attempts = :a, last_error = :e, state = :s, "
-                        "next_attempt_at = :n WHERE id = :id"
-                    ),
-                    {
-                        "a": attempts,
-                        "e": f"{type(exc).__name__}: {exc}"[:2000],
-                        "s": "failed" if gave_up else "pending",
-                        "n": now + backoff(attempts),
-                        "id": row.id,
-                    },
+                outbox_q.mark_attempt_failed(
+                    s,
+                    row.id,
+                    attempts=attempts,
+                    error=f"{type(exc).__name__}: {exc}"[:2000],
+                    gave_up=gave_up,
+                    retry_at=now + backoff(attempts),
                 )
                 (report.failed if gave_up else report.deferred).append(row.id)
                 continue
-            conn.execute(
-                text(
-                    "UPDATE mail_outbox SET state = 'sent', sent_at = :now, "
-                    "attempts = attempts + 1, last_error = '' WHERE id = :id"
-                ),
-                {"now": now, "id": row.id},
-            )
+            outbox_q.mark_sent(s, row.id, now)
             report.sent.append(row.id)
     return report

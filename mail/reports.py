@@ -7,27 +7,29 @@ import re
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine
 
 from stackbench.errors import NotFoundError, StackbenchError
 from stackbench.mail.config import MailConfig, from_env
 from stackbench.patches.mailheaders import is_mail_address
-from stackbench.resultsdb.models import (
-    AppUser,
-    Bisect,
-    Job,
-    KernelBuild,
-    Machine,
-    Metric,
-    Patch,
-    Regression,
-    Run,
-    Series,
-    Tree,
+from stackbench.resultsdb import (
+    accounts_q,
+    db,
+    jobs_q,
+    kernels_q,
+    machines_q,
+    regressions_q,
+    series_q,
+    trees_q,
 )
 from stackbench.resultsdb.tables import render as tables
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+    from stackbench.resultsdb.models import Series
 
 # the "-- " separator (with its space) lets mail clients strip the signature in replies
 SIGNATURE = "\n-- \nstackbench\n"
@@ -75,14 +77,8 @@ def area_of(subject: str) -> str:
     return m.group(1) if m else "unknown"
 
 
-def _commit_refs(eng: Engine, series: Series) -> list[str]:
-    with eng.connect() as conn:
-        builds = conn.execute(
-            select(KernelBuild.commit)
-            .where(KernelBuild.series_id == series.id)
-            .order_by(KernelBuild.id)
-        ).all()
-    refs = [b.commit for b in builds]
+def _commit_refs(s: Session, series: Series) -> list[str]:
+    refs = series_q.kernel_commits(s, series.id)
     if series.base_commit and series.base_commit not in refs:
         refs.insert(0, series.base_commit)
     return refs
@@ -90,19 +86,16 @@ def _commit_refs(eng: Engine, series: Series) -> list[str]:
 
 def series_report(eng: Engine, series_id: int, cfg: MailConfig | None = None) -> Mail:
     cfg = cfg or from_env()
-    from sqlalchemy.orm import Session
-
-    with Session(eng) as s:
-        series = s.get(Series, series_id)
+    with db.session(eng) as s:
+        series = series_q.get(s, series_id)
         if series is None:
             raise NotFoundError(f"no series {series_id}")
         patches = list(series.patches)
-        owner = s.get(AppUser, series.owner_id) if series.owner_id else None
+        owner = accounts_q.user(s, series.owner_id) if series.owner_id else None
         owner_email = owner.email if owner is not None and owner.email_verified else ""
         if owner_email and not is_mail_address(owner_email):
             owner_email = ""
-        s.expunge_all()
-    refs = _commit_refs(eng, series)
+        refs = _commit_refs(s, series)
     total = len(patches)
     version = f"v{series.version} " if series.version and series.version > 1 else ""
     subject = f"Re: [PATCH {version}0/{total}] {series.title}" if total else series.title
@@ -170,35 +163,26 @@ def regression_report(
     ``job_spec(suite, params)`` writes the reproducer's ``--job`` (jobs' job-spec module:
     mail sits below jobs in the component map, so the caller passes it in)."""
     cfg = cfg or from_env()
-    from sqlalchemy.orm import Session
-
-    with Session(eng) as s:
-        reg = s.get(Regression, regression_id)
+    with db.session(eng) as s:
+        reg = regressions_q.get(s, regression_id)
         if reg is None:
             raise NotFoundError(f"no regression {regression_id}")
-        metric = s.get(Metric, reg.metric_id)
-        job = s.get(Job, reg.job_id)
-        good = s.get(KernelBuild, reg.good_build_id)
-        bad = s.get(KernelBuild, reg.bad_build_id)
-        tree = s.get(Tree, reg.tree_id) if reg.tree_id else None
-        bis = s.scalars(
-            select(Bisect).where(Bisect.regression_id == reg.id).order_by(Bisect.id.desc())
-        ).first()
+        metric = jobs_q.metric(s, reg.metric_id)
+        job = jobs_q.get(s, reg.job_id)
+        good = kernels_q.get(s, reg.good_build_id)
+        bad = kernels_q.get(s, reg.bad_build_id)
+        tree = trees_q.get(s, reg.tree_id) if reg.tree_id else None
+        bis = regressions_q.latest_bisect(s, reg.id)
         culprit_sha = reg.culprit or (bis.culprit if bis else None) or bad.commit
-        culprit = (
-            s.scalars(select(KernelBuild).where(KernelBuild.commit == culprit_sha)).first() or bad
-        )
-        patch = s.scalars(select(Patch).where(Patch.commit_sha == culprit_sha)).first()
-        machine = s.scalars(
-            select(Machine).join(Run, Run.machine_id == Machine.id).where(Run.build_id == bad.id)
-        ).first()
+        culprit = kernels_q.by_commit(s, culprit_sha) or bad
+        patch = series_q.patch_of_commit(s, culprit_sha)
+        machine = machines_q.first_of_build(s, bad.id)
         also = []
         for rid in (reg.meta or {}).get("also", []):
-            other = s.get(Regression, rid)
+            other = regressions_q.get(s, rid)
             if other is not None:
-                om = s.get(Metric, other.metric_id)
+                om = jobs_q.metric(s, other.metric_id)
                 also.append((om.name, other.change_pct, om.higher_is_better))
-        s.expunge_all()
     subject_line = (
         (patch.subject if patch else "") or culprit.meta.get("subject", "") or culprit.name
     )
@@ -303,13 +287,11 @@ def nightly_summary(eng: Engine, summary: dict, cfg: MailConfig | None = None) -
     regressions: [ids], known: [ids], bisects: [{regression, state, culprit, ...}]}] as
     produced by stackbench.jobs.nightly."""
     cfg = cfg or from_env()
-    from sqlalchemy.orm import Session
-
     branches = summary.get("branches", [])
     lines = [f"stackbench nightly, {summary['date']}", ""]
     total_regs = 0
     fingerprint = []
-    with Session(eng) as s:
+    with db.session(eng) as s:
         for b in branches:
             regs = list(b.get("regressions", []))
             total_regs += len(regs)
@@ -344,12 +326,12 @@ def nightly_summary(eng: Engine, summary: dict, cfg: MailConfig | None = None) -
     )
 
 
-def _regression_line(s, rid: int) -> str:
-    reg = s.get(Regression, rid)
+def _regression_line(s: Session, rid: int) -> str:
+    reg = regressions_q.get(s, rid)
     if reg is None:
         return f"regression {rid} (gone)"
-    metric = s.get(Metric, reg.metric_id)
-    job = s.get(Job, reg.job_id)
+    metric = jobs_q.metric(s, reg.metric_id)
+    job = jobs_q.get(s, reg.job_id)
     words = _direction_words(reg.change_pct, metric.higher_is_better)
     return f"{metric.name} ({job.suite} {job.test}): {words} [{reg.state}]"
 

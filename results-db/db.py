@@ -156,10 +156,13 @@ def current_revision(eng: Engine) -> str | None:
 
 
 @contextmanager
-def session() -> Iterator[Session]:
-    """A session in one transaction: committed on success, rolled back on error."""
+def session(eng: Engine | None = None) -> Iterator[Session]:
+    """A session in one transaction: committed on success, rolled back on error. On ``eng``
+    when given (a caller that was handed an engine: the web app's, a test's), else on the
+    configured database. Rows stay readable after it ends (no expiry on commit), so the
+    functions that read them can return them."""
     from sqlalchemy.orm import sessionmaker  # the ORM costs start-up: only where it is used
 
-    maker = sessionmaker(bind=engine(), expire_on_commit=False)
+    maker = sessionmaker(bind=eng if eng is not None else engine(), expire_on_commit=False)
     with maker() as s, s.begin():
         yield s

@@ -215,6 +215,17 @@ def resolve_kernels(conn: Connection, refs: list[str]) -> list[Kernel]:
     return [resolve_kernel(conn, r) for r in refs]
 
 
+def kernels_by_id(conn: Connection, build_ids: list[int]) -> list[Kernel]:
+    """The kernels of ``build_ids`` in that order (ids not stored are left out)."""
+    rows = _rows(
+        conn,
+        "SELECT id, commit, name, config_name, compiler FROM kernel_build WHERE id = ANY(%(ids)s)",
+        {"ids": list(build_ids)},
+    )
+    by_id = {r[0]: Kernel(*r) for r in rows}
+    return [by_id[i] for i in build_ids if i in by_id]
+
+
 def load(
     conn: Connection,
     kernels: list[Kernel],

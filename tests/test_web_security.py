@@ -182,6 +182,15 @@ def test_admin_manages_trees_machines_branches(eng, client):
     client.post(f"/admin/branches/{b.id}/toggle", data={"csrf_token": tok})
     with db(eng) as s:
         assert s.get(TrackedBranch, b.id).enabled is False
+    # checked like a tracked-branch file: no jobs, or a job that does not exist, is refused
+    for jobs in ("", "no-such-benchmark"):
+        r = client.post(
+            "/admin/branches",
+            data={"csrf_token": tok, "tree_id": str(tree.id), "branch": "next", "jobs": jobs},
+        )
+        assert r.status_code == 400
+    with db(eng) as s:
+        assert s.scalar(select(func.count()).select_from(TrackedBranch)) == 1
     page = client.get("/machines").get_data(as_text=True)
     assert "box1" in page and "baremetal" in page
 

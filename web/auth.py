@@ -12,16 +12,19 @@ import hashlib
 import secrets
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flask import Flask, abort, g, redirect, request, session, url_for
-from sqlalchemy import select
-from sqlalchemy.orm import Session
 from werkzeug.security import check_password_hash, generate_password_hash
 
 from stackbench.errors import InputError, NotFoundError
 from stackbench.patches.mailheaders import is_mail_address
-from stackbench.resultsdb.models import ApiToken, AppUser
+from stackbench.resultsdb import accounts_q
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+    from stackbench.resultsdb.models import AppUser
 
 TOKEN_PREFIX = "sbt_"
 
@@ -50,10 +53,11 @@ def create_user(
     email = email.strip()
     if email and not is_mail_address(email):
         raise InputError("user", f"invalid mail address {email[:120]!r} (one plain local@domain)")
-    if s.scalar(select(AppUser).where(AppUser.name == name)) is not None:
+    if accounts_q.user_named(s, name) is not None:
         raise InputError("user", f"user '{name}' already exists")
-    user = AppUser(
-        name=name,
+    return accounts_q.add_user(
+        s,
+        name,
         email=email,
         # an address an administrator typed for the account is the account's own
         email_verified=bool(email),
@@ -61,20 +65,17 @@ def create_user(
         is_admin=admin,
         is_worker=worker,
     )
-    s.add(user)
-    s.flush()
-    return user
 
 
 def set_password(user: AppUser, password: str) -> None:
     """A new password; every signed-in session of the user ends."""
-    user.password_hash = generate_password_hash(password)
+    accounts_q.set_password_hash(user, generate_password_hash(password))
     end_sessions(user)
 
 
 def end_sessions(user: AppUser) -> None:
     """Sessions are signed cookies holding (uid, generation): a new generation voids them."""
-    user.session_gen = (user.session_gen or 0) + 1
+    accounts_q.end_sessions(user)
 
 
 def start_session(user: AppUser) -> None:
@@ -84,14 +85,14 @@ def start_session(user: AppUser) -> None:
 
 
 def find_user(s: Session, name: str) -> AppUser:
-    user = s.scalar(select(AppUser).where(AppUser.name == name))
+    user = accounts_q.user_named(s, name)
     if user is None:
         raise NotFoundError(f"unknown user '{name}'")
     return user
 
 
 def check_password(s: Session, name: str, password: str) -> AppUser | None:
-    user = s.scalar(select(AppUser).where(AppUser.name == name))
+    user = accounts_q.user_named(s, name)
     if user is None or not user.password_hash:
         # same cost whether or not the user exists
         check_password_hash(_DUMMY_HASH, password)
@@ -105,17 +106,12 @@ _DUMMY_HASH = generate_password_hash("not-a-password")
 def create_token(s: Session, user: AppUser, label: str = "") -> str:
     """A new token for ``user``; the clear text is returned once and never stored."""
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    s.add(ApiToken(user_id=user.id, token_hash=hash_token(token), name=label))
-    s.flush()
+    accounts_q.add_token(s, user.id, hash_token(token), label)
     return token
 
 
 def user_for_token(s: Session, token: str) -> AppUser | None:
-    row = s.scalar(select(ApiToken).where(ApiToken.token_hash == hash_token(token)))
-    if row is None:
-        return None
-    row.last_used = datetime.now(UTC)
-    return s.get(AppUser, row.user_id)
+    return accounts_q.use_token(s, hash_token(token), datetime.now(UTC))
 
 
 def token_from_request() -> str | None:
@@ -162,7 +158,7 @@ def init_app(app: Flask) -> None:
             return
         uid = session.get("uid")
         if uid is not None:
-            user = dbsession.get().get(AppUser, uid)
+            user = accounts_q.user(dbsession.get(), uid)
             if user is None or session.get("gen") != (user.session_gen or 0):
                 session.clear()  # signed out elsewhere, password changed or user deleted
                 return

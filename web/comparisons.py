@@ -15,16 +15,17 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine, select, text, update
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from stackbench.errors import NotFoundError, StackbenchError
-from stackbench.resultsdb import query
-from stackbench.resultsdb.models import Comparison, KernelBuild
+from stackbench.resultsdb import comparisons_q, db, kernels_q, query
 from stackbench.resultsdb.verdict import is_headline
+
+if TYPE_CHECKING:
+    from stackbench.resultsdb.models import Comparison
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +91,7 @@ def resolve_builds(s: Session, refs: list[str]) -> list[int]:
         if not ref:
             continue
         if ref.startswith("#") and ref[1:].isdigit():
-            if s.get(KernelBuild, int(ref[1:])) is None:
+            if kernels_q.get(s, int(ref[1:])) is None:
                 raise NotFoundError(f"unknown kernel build {ref}")
             ids.append(int(ref[1:]))
         else:
@@ -110,14 +111,8 @@ def get_or_create(
     s: Session, build_ids: list[int], opts: Options, *, owner_id: int | None = None
 ) -> Comparison:
     key = comparison_key(build_ids, opts)
-    s.execute(
-        insert(Comparison)
-        .values(
-            key=key, build_ids=build_ids, params={**opts.as_dict(), "owner_id": owner_id}, result={}
-        )
-        .on_conflict_do_nothing(index_elements=["key"])
-    )
-    return s.scalars(select(Comparison).where(Comparison.key == key)).one()
+    params = {**opts.as_dict(), "owner_id": owner_id}
+    return comparisons_q.get_or_create(s, key, build_ids, params)
 
 
 def create_for(
@@ -132,32 +127,13 @@ def create_for(
     if len(ids) > max_kernels:
         raise StackbenchError(f"{len(ids)} kernels: at most {max_kernels} per comparison")
     key = comparison_key(ids, opts)
-    found = s.scalars(select(Comparison).where(Comparison.key == key)).one_or_none()
+    found = comparisons_q.by_key(s, key)
     if found is not None:
         return found
     msg = ratelimit.check_comparison(s, user_id)
     if msg:
         raise QuotaExceeded(msg)
     return get_or_create(s, ids, opts, owner_id=user_id)
-
-
-def fingerprint(conn, build_ids: list[int]) -> str:
-    n, mx = conn.execute(
-        text("SELECT count(*), coalesce(max(id), 0) FROM run WHERE build_id = ANY(:ids)"),
-        {"ids": build_ids},
-    ).one()
-    return f"{n}:{mx}"
-
-
-def kernels_of(conn, build_ids: list[int]) -> list[query.Kernel]:
-    rows = conn.execute(
-        text(
-            "SELECT id, commit, name, config_name, compiler FROM kernel_build WHERE id = ANY(:ids)"
-        ),
-        {"ids": build_ids},
-    ).all()
-    by_id = {r[0]: query.Kernel(*r) for r in rows}
-    return [by_id[i] for i in build_ids if i in by_id]
 
 
 def _render_tables(ds: query.Dataset, opts: Options) -> tuple[dict[str, Any], dict[str, str]]:
@@ -263,9 +239,10 @@ def is_counter(name: str) -> bool:
 
 def compute(eng: Engine, build_ids: list[int], opts: Options) -> dict[str, Any]:
     """Tables, verdicts and per-run values of the kernels, as stored in comparison.result."""
-    with eng.connect() as conn:
-        fp = fingerprint(conn, build_ids)
-        kernels = kernels_of(conn, build_ids)
+    with db.session(eng) as s:
+        fp = comparisons_q.fingerprint(s, build_ids)
+        conn = s.connection()
+        kernels = query.kernels_by_id(conn, build_ids)
         ds = query.load(conn, kernels, suite=opts.suite, machine=opts.machine)
     result: dict[str, Any] = {
         "fingerprint": fp,
@@ -337,14 +314,6 @@ class Found:
     result: dict[str, Any]
 
 
-_LOOKUP = text(
-    "SELECT c.id, c.build_ids, c.params, c.result->>'fingerprint', "
-    "(SELECT count(*) || ':' || coalesce(max(r.id), 0) FROM run r WHERE r.build_id = ANY("
-    "ARRAY(SELECT jsonb_array_elements_text(c.build_ids)::int))) "
-    "FROM comparison c WHERE c.key = :key"
-)
-
-
 def lookup(eng: Engine, key: str) -> Found:
     """The comparison ``key`` with a result that matches its runs (as of FRESH_S ago).
 
@@ -362,27 +331,23 @@ def lookup(eng: Engine, key: str) -> Found:
 
 
 def _lookup(eng: Engine, key: str) -> Found:
-    with eng.connect() as conn:
-        row = conn.execute(_LOOKUP, {"key": key}).first()
+    with db.session(eng) as s:
+        row = comparisons_q.lookup(s, key)
     if row is None:
         raise NotFoundError(f"no comparison '{key}'")
     cid, build_ids, params, stored_fp, live_fp = row
     cached = RESULTS.get((key, live_fp))
     if cached is None:
-        with eng.begin() as conn:
-            conn.execute(text("SELECT pg_advisory_xact_lock(:a, :b)"), {"a": _LOCK, "b": cid})
-            stored_fp, stored = conn.execute(
-                text("SELECT result->>'fingerprint', result FROM comparison WHERE id = :i"),
-                {"i": cid},
-            ).one()
-            live_fp = fingerprint(conn, build_ids)
+        with db.session(eng) as s:
+            stored_fp, stored = comparisons_q.lock_result(s, cid, _LOCK)
+            live_fp = comparisons_q.fingerprint(s, build_ids)
             if stored_fp == live_fp:
                 cached = stored
             else:
                 opts = Options.from_params(params)
                 cached = _finite(compute(eng, build_ids, opts))
                 live_fp = cached["fingerprint"]
-                conn.execute(update(Comparison).where(Comparison.id == cid).values(result=cached))
+                comparisons_q.save_result(s, cid, cached)
         RESULTS.put((key, live_fp), cached)
     return Found(cid, key, build_ids, params or {}, live_fp, cached)
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from stackbench.resultsdb.models import Job, KernelBuild, Patch, Run, Series
+from stackbench.resultsdb import jobs_q, runs_q, series_q
+
+if TYPE_CHECKING:
+    from stackbench.resultsdb.models import Job, KernelBuild, Patch, Run, Series
 
 PENDING_SERIES = {"new", "applying", "applied", "building", "running"}
 RUN_ACTIVE = {"queued", "running"}
@@ -59,37 +62,15 @@ def _build_state(patch: Patch | None, build: KernelBuild | None) -> str:
     return "applied"
 
 
-def _builds(s: Session, series_list: list[Series]) -> dict[int, list[KernelBuild]]:
-    ids = [x.id for x in series_list]
-    bases = [x.base_commit for x in series_list if x.base_commit]
-    out: dict[int, list[KernelBuild]] = defaultdict(list)
-    if not ids:
-        return out
-    cond = KernelBuild.series_id.in_(ids)
-    if bases:
-        cond = or_(cond, KernelBuild.commit.in_(bases))
-    by_commit: dict[str, list[KernelBuild]] = defaultdict(list)
-    for b in s.scalars(select(KernelBuild).where(cond).order_by(KernelBuild.id)):
-        if b.series_id in ids:
-            out[b.series_id].append(b)
-        by_commit[b.commit].append(b)
-    for x in series_list:
-        if x.base_commit and not any(b.commit == x.base_commit for b in out[x.id]):
-            out[x.id].extend(by_commit.get(x.base_commit, [])[:1])
-    return out
-
-
 def commits_of(
     s: Session, series_list: list[Series], with_runs: bool = True
 ) -> dict[int, list[Commit]]:
     """Base and every patch of each series, with build and run states."""
-    builds = _builds(s, series_list)
+    builds = series_q.kernels_of(s, series_list)
     all_builds = [b for bl in builds.values() for b in bl]
     runs_by_build: dict[int, list[Run]] = defaultdict(list)
-    if all_builds:
-        q = select(Run).where(Run.build_id.in_([b.id for b in all_builds]))
-        for r in s.scalars(q.order_by(Run.iteration, Run.id)):
-            runs_by_build[r.build_id].append(r)
+    for r in runs_q.of_builds(s, [b.id for b in all_builds]):
+        runs_by_build[r.build_id].append(r)
     out: dict[int, list[Commit]] = {}
     for x in series_list:
         bl = builds.get(x.id, [])
@@ -122,10 +103,7 @@ def commits_of(
 
 
 def jobs_for(s: Session, commits: list[Commit]) -> list[Job]:
-    ids = sorted({jid for c in commits for jid in c.cells})
-    if not ids:
-        return []
-    return list(s.scalars(select(Job).where(Job.id.in_(ids)).order_by(Job.suite, Job.params_key)))
+    return jobs_q.by_ids(s, sorted({jid for c in commits for jid in c.cells}))
 
 
 def is_pending(series: Series) -> bool:

@@ -7,10 +7,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from flask import current_app
-from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from stackbench.resultsdb.models import Comparison, LoginFailure, Series
+from stackbench.resultsdb import accounts_q, comparisons_q, series_q
 
 
 def submissions_left(s: Session, user_id: int) -> tuple[int, int]:
@@ -18,12 +17,8 @@ def submissions_left(s: Session, user_id: int) -> tuple[int, int]:
     limit = int(current_app.config["SUBMIT_RATE_COUNT"])
     window = int(current_app.config["SUBMIT_RATE_WINDOW"])
     since = datetime.now(UTC) - timedelta(seconds=window)
-    used = s.scalar(
-        select(func.count())
-        .select_from(Series)
-        .where(Series.owner_id == user_id, Series.created_at > since)
-    )
-    return max(0, limit - int(used or 0)), window
+    used = series_q.submitted_since(s, user_id, since)
+    return max(0, limit - used), window
 
 
 def check_submission(s: Session, user_id: int) -> str | None:
@@ -40,22 +35,16 @@ def login_blocked(s: Session, name: str, remote: str) -> bool:
     or from this client address (guessing across many names)."""
     limit = int(current_app.config["LOGIN_FAIL_COUNT"])
     since = datetime.now(UTC) - timedelta(seconds=int(current_app.config["LOGIN_FAIL_WINDOW"]))
-    recent = select(func.count()).select_from(LoginFailure).where(LoginFailure.created_at > since)
-    by_name = s.scalar(recent.where(LoginFailure.name == name[:200])) or 0
-    by_remote = s.scalar(recent.where(LoginFailure.remote == remote)) or 0
+    by_name = accounts_q.login_failures(s, since, name=name[:200])
+    by_remote = accounts_q.login_failures(s, since, remote=remote)
     return by_name >= limit or by_remote >= 3 * limit
 
 
 def record_login_failure(s: Session, name: str, remote: str) -> None:
-    # rows older than the window count for nothing: dropped here, so the table stays small
     window = int(current_app.config["LOGIN_FAIL_WINDOW"])
-    s.execute(
-        delete(LoginFailure).where(
-            LoginFailure.created_at < datetime.now(UTC) - timedelta(seconds=2 * window)
-        )
-    )
+    forget_before = datetime.now(UTC) - timedelta(seconds=2 * window)
+    accounts_q.add_login_failure(s, name[:200], remote, forget_before=forget_before)
     # committed at once: the failed request itself writes nothing else
-    s.add(LoginFailure(name=name[:200], remote=remote))
     s.commit()
 
 
@@ -70,11 +59,6 @@ def check_comparison(s: Session, user_id: int) -> str | None:
     limit = int(current_app.config["COMPARE_RATE_COUNT"])
     window = int(current_app.config["COMPARE_RATE_WINDOW"])
     since = datetime.now(UTC) - timedelta(seconds=window)
-    used = s.scalar(
-        select(func.count())
-        .select_from(Comparison)
-        .where(Comparison.params["owner_id"].astext == str(user_id), Comparison.created_at > since)
-    )
-    if int(used or 0) < limit:
+    if comparisons_q.created_since(s, user_id, since) < limit:
         return None
     return f"rate limit: at most {limit} new comparisons per {window // 60} minutes; try later"

@@ -5,13 +5,16 @@ the dispatcher. Nothing is built in the request."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from stackbench.errors import InputError, StackbenchError
 from stackbench.jobs import lifecycle
-from stackbench.resultsdb.models import AppUser, Job, Series
+from stackbench.resultsdb import jobs_q
+
+if TYPE_CHECKING:
+    from stackbench.resultsdb.models import AppUser, Series
 from stackbench.web import ratelimit
 
 MAX_RUNS = lifecycle.MAX_RUNS
@@ -44,7 +47,7 @@ def job_choices(s: Session) -> list[str]:
             return names
     except (ImportError, AttributeError, StackbenchError):
         pass
-    return sorted({j for j in s.scalars(select(Job.suite).distinct())})
+    return jobs_q.suites(s)
 
 
 def submit(s: Session, user: AppUser, req: Request) -> Series:

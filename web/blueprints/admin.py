@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from flask import Blueprint, abort, flash, redirect, render_template, request, url_for
-from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
-from stackbench.resultsdb.models import AppUser, Machine, TrackedBranch, Tree
+from stackbench.errors import InputError
+from stackbench.resultsdb import accounts_q, machines_q, trees_q
 from stackbench.web import dbsession
 from stackbench.web.auth import admin_required
 
@@ -28,10 +29,10 @@ def index():
     s = dbsession.get()
     return render_template(
         "admin.html",
-        trees=list(s.scalars(select(Tree).order_by(Tree.name))),
-        machines=list(s.scalars(select(Machine).order_by(Machine.name))),
-        branches=list(s.scalars(select(TrackedBranch).order_by(TrackedBranch.id))),
-        users=list(s.scalars(select(AppUser).order_by(AppUser.name))),
+        trees=trees_q.trees(s),
+        machines=machines_q.listing(s),
+        branches=trees_q.branches(s),
+        users=accounts_q.users(s),
     )
 
 
@@ -56,15 +57,22 @@ def add_tree():
     url = f.get("url", "").strip()
     if url and not re.match(r"^(https?|git|ssh|file)://|^/", url):
         abort(400, "tree url: http(s)://, git://, ssh://, file:// or an absolute path")
-    dbsession.get().add(Tree(name=name, url=url, default_base=f.get("default_base", "").strip()))
+    # a new tree only: a name in use is refused at commit, never overwritten
+    trees_q.save_tree(
+        dbsession.get(),
+        name,
+        url=url,
+        default_base=f.get("default_base", "").strip(),
+        exists_ok=False,
+    )
     return _commit(f"tree {name}")
 
 
 @bp.route("/trees/<int:tree_id>/delete", methods=["POST"])
 def delete_tree(tree_id: int):
     s = dbsession.get()
-    t = s.get(Tree, tree_id) or abort(404)
-    s.delete(t)
+    t = trees_q.get(s, tree_id) or abort(404)
+    trees_q.delete_tree(s, t)
     return _commit(f"tree {t.name} deleted")
 
 
@@ -86,10 +94,13 @@ def add_machine():
             abort(400, f"{key}: a whole number")
         return int(raw)
 
-    dbsession.get().add(
-        Machine(
-            name=name, kind=kind, cpus=num("cpus"), memory_mb=num("memory_mb"), nodes=num("nodes")
-        )
+    machines_q.add(
+        dbsession.get(),
+        name,
+        kind=kind,
+        cpus=num("cpus"),
+        memory_mb=num("memory_mb"),
+        nodes=num("nodes"),
     )
     return _commit(f"machine {name}")
 
@@ -97,8 +108,8 @@ def add_machine():
 @bp.route("/machines/<int:machine_id>/delete", methods=["POST"])
 def delete_machine(machine_id: int):
     s = dbsession.get()
-    m = s.get(Machine, machine_id) or abort(404)
-    s.delete(m)
+    m = machines_q.get(s, machine_id) or abort(404)
+    machines_q.delete(s, m)
     return _commit(f"machine {m.name} deleted")
 
 
@@ -106,28 +117,40 @@ def delete_machine(machine_id: int):
 def add_branch():
     f = request.form
     s = dbsession.get()
-    tree = s.get(Tree, f.get("tree_id", type=int) or 0)
+    tree = trees_q.get(s, f.get("tree_id", type=int) or 0)
     if tree is None:
         abort(400, "pick a tree")
     branch = f.get("branch", "").strip()
     if not _BRANCH_RE.match(branch):
         abort(400, "branch: a git ref name")
     jobs = [j for j in re.split(r"[\s,]+", f.get("jobs", "")) if j]
-    s.add(TrackedBranch(tree_id=tree.id, branch=branch, jobs=jobs, enabled=True))
+    # checked as a tracked-branch file is, so the nightly run never meets a branch it
+    # cannot measure (no jobs, an unknown job)
+    from stackbench.jobs.tracked_branches import clean_tracked
+
+    try:
+        clean_tracked(
+            {"tree": tree.name, "branch": branch, "jobs": jobs},
+            Path(f"tracked branch {tree.name}:{branch}"),
+        )
+    except InputError as exc:
+        abort(400, str(exc))
+    # a new tracked branch only: one tracked already is refused at commit, not changed
+    trees_q.save_branch(s, tree.id, branch, jobs=jobs, enabled=True, exists_ok=False)
     return _commit(f"tracked branch {tree.name}:{branch}")
 
 
 @bp.route("/branches/<int:branch_id>/toggle", methods=["POST"])
 def toggle_branch(branch_id: int):
     s = dbsession.get()
-    b = s.get(TrackedBranch, branch_id) or abort(404)
-    b.enabled = not b.enabled
+    b = trees_q.branch(s, branch_id) or abort(404)
+    trees_q.set_branch_enabled(b, not b.enabled)
     return _commit(f"tracked branch {b.branch} {'enabled' if b.enabled else 'disabled'}")
 
 
 @bp.route("/branches/<int:branch_id>/delete", methods=["POST"])
 def delete_branch(branch_id: int):
     s = dbsession.get()
-    b = s.get(TrackedBranch, branch_id) or abort(404)
-    s.delete(b)
+    b = trees_q.branch(s, branch_id) or abort(404)
+    trees_q.delete_branch(s, b)
     return _commit(f"tracked branch {b.branch} deleted")

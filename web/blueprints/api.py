@@ -9,29 +9,27 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flask import Blueprint, Response, abort, current_app, g, request, url_for
-from sqlalchemy import func, select
 
 from stackbench.errors import InputError, NotFoundError, StackbenchError
-from stackbench.resultsdb import ingest, wire
-from stackbench.resultsdb.models import (
-    Bisect,
-    Job,
-    KernelBuild,
-    Machine,
-    Metric,
-    Patch,
-    Regression,
-    Run,
-    RunLog,
-    Sample,
-    Series,
+from stackbench.resultsdb import (
+    ingest,
+    jobs_q,
+    kernels_q,
+    machines_q,
+    regressions_q,
+    runs_q,
+    series_q,
+    wire,
 )
 from stackbench.web import comparisons, dbsession, progress, submission
 from stackbench.web.auth import login_required, worker_required
 from stackbench.web.blueprints.series import filtered_series, load_series
+
+if TYPE_CHECKING:
+    from stackbench.resultsdb.models import KernelBuild, Patch, Regression, Run, Series
 
 bp = Blueprint("api", __name__)
 MAX_LIMIT = 500
@@ -208,7 +206,7 @@ def series_patches(series_id: int):
 
 @bp.route("/patches/<int:patch_id>")
 def patch_get(patch_id: int):
-    p = dbsession.get().get(Patch, patch_id)
+    p = series_q.patch(dbsession.get(), patch_id)
     if p is None:
         abort(404, f"no patch {patch_id}")
     return patch_json(p, full=True)
@@ -234,18 +232,19 @@ def kernel_json(b: KernelBuild) -> dict[str, Any]:
 @bp.route("/kernels")
 def kernels():
     limit, offset = _limit()
-    q = select(KernelBuild).order_by(KernelBuild.id.desc())
-    if (sid := request.args.get("series", type=int)) is not None:
-        q = q.where(KernelBuild.series_id == sid)
-    if commit := request.args.get("commit"):
-        q = q.where(KernelBuild.commit.startswith(commit, autoescape=True))
-    rows = dbsession.get().scalars(q.offset(offset).limit(limit))
+    rows = kernels_q.listing(
+        dbsession.get(),
+        series_id=request.args.get("series", type=int),
+        commit_prefix=request.args.get("commit") or "",
+        offset=offset,
+        limit=limit,
+    )
     return {"kernels": [kernel_json(b) for b in rows]}
 
 
 @bp.route("/kernels/<int:build_id>")
 def kernel_get(build_id: int):
-    b = dbsession.get().get(KernelBuild, build_id)
+    b = kernels_q.get(dbsession.get(), build_id)
     if b is None:
         abort(404, f"no kernel {build_id}")
     return kernel_json(b)
@@ -278,40 +277,33 @@ def run_json(r: Run, logs: list[str] | None = None) -> dict[str, Any]:
 @bp.route("/runs", methods=["GET"])
 def runs():
     limit, offset = _limit()
-    q = select(Run).order_by(Run.id.desc())
-    for arg, col in (("kernel", Run.build_id), ("job", Run.job_id), ("machine", Run.machine_id)):
-        if (v := request.args.get(arg, type=int)) is not None:
-            q = q.where(col == v)
-    if st := request.args.get("status"):
-        q = q.where(Run.status == st)
-    return {"runs": [run_json(r) for r in dbsession.get().scalars(q.offset(offset).limit(limit))]}
+    rows = runs_q.listing(
+        dbsession.get(),
+        build_id=request.args.get("kernel", type=int),
+        job_id=request.args.get("job", type=int),
+        machine_id=request.args.get("machine", type=int),
+        status=request.args.get("status") or "",
+        offset=offset,
+        limit=limit,
+    )
+    return {"runs": [run_json(r) for r in rows]}
 
 
 @bp.route("/runs/<int:run_id>")
 def run_get(run_id: int):
     s = dbsession.get()
-    r = s.get(Run, run_id)
+    r = runs_q.get(s, run_id)
     if r is None:
         abort(404, f"no run {run_id}")
-    logs = list(s.scalars(select(RunLog.name).where(RunLog.run_id == run_id)))
-    return run_json(r, logs)
+    return run_json(r, runs_q.log_names(s, run_id, ordered=False))
 
 
 @bp.route("/runs/<int:run_id>/samples")
 def run_samples(run_id: int):
     s = dbsession.get()
-    if s.get(Run, run_id) is None:
+    if runs_q.get(s, run_id) is None:
         abort(404, f"no run {run_id}")
-    out: dict[str, list[float]] = {}
-    rows = s.execute(
-        select(Metric.name, Sample.value)
-        .join(Metric, Metric.id == Sample.metric_id)
-        .where(Sample.run_id == run_id)
-        .order_by(Metric.name, Sample.seq)
-    )
-    for name, value in rows:
-        out.setdefault(name, []).append(value)
-    return {"run": run_id, "samples": out}
+    return {"run": run_id, "samples": runs_q.samples_by_metric(s, run_id)}
 
 
 @bp.route("/runs", methods=["POST"])
@@ -336,7 +328,7 @@ def runs_upload():
         rid = ingest.ingest_run(eng, d)
         created = rid is not None
         if rid is None:
-            rid = dbsession.get().scalar(select(Run.id).where(Run.idempotency_key == d.key()))
+            rid = runs_q.id_for_key(dbsession.get(), d.key())
         results.append({"id": rid, "created": created, "idempotency_key": d.key()})
     if many:
         status = 201 if any(r["created"] for r in results) else 200
@@ -449,7 +441,7 @@ def regression_json(r: Regression, full: bool = False) -> dict[str, Any]:
         "url": url_for("regressions.show", reg_id=r.id, _external=True),
     }
     if full:
-        bis = dbsession.get().scalars(select(Bisect).where(Bisect.regression_id == r.id))
+        bis = regressions_q.bisects_of(dbsession.get(), r.id, ordered=False)
         d["bisects"] = [
             {
                 "id": b.id,
@@ -470,16 +462,15 @@ def regression_json(r: Regression, full: bool = False) -> dict[str, Any]:
 @bp.route("/regressions")
 def regressions():
     limit, offset = _limit()
-    q = select(Regression).order_by(Regression.id.desc())
-    if st := request.args.get("state"):
-        q = q.where(Regression.state == st)
-    rows = dbsession.get().scalars(q.offset(offset).limit(limit))
+    rows = regressions_q.listing(
+        dbsession.get(), state=request.args.get("state") or "", offset=offset, limit=limit
+    )
     return {"regressions": [regression_json(r) for r in rows]}
 
 
 @bp.route("/regressions/<int:reg_id>")
 def regression_get(reg_id: int):
-    r = dbsession.get().get(Regression, reg_id)
+    r = regressions_q.get(dbsession.get(), reg_id)
     if r is None:
         abort(404, f"no regression {reg_id}")
     return regression_json(r, full=True)
@@ -487,7 +478,7 @@ def regression_get(reg_id: int):
 
 @bp.route("/machines")
 def machines():
-    rows = dbsession.get().scalars(select(Machine).order_by(Machine.name))
+    rows = machines_q.listing(dbsession.get())
     return {
         "machines": [
             {
@@ -508,8 +499,8 @@ def machines():
 @bp.route("/jobs")
 def jobs():
     s = dbsession.get()
-    counts = dict(s.execute(select(Run.job_id, func.count()).group_by(Run.job_id)).all())
-    rows = s.scalars(select(Job).order_by(Job.suite, Job.params_key))
+    counts = runs_q.count_by_job(s)
+    rows = jobs_q.listing(s, by_test=False)
     return {
         "jobs": [
             {

@@ -6,9 +6,8 @@ import re
 from urllib.parse import urlsplit
 
 from flask import Blueprint, abort, flash, g, redirect, render_template, request, session, url_for
-from sqlalchemy import select
 
-from stackbench.resultsdb.models import ApiToken
+from stackbench.resultsdb import accounts_q
 from stackbench.web import auth, dbsession, ratelimit
 from stackbench.web.auth import login_required
 
@@ -66,11 +65,7 @@ def logout():
 @bp.route("/account")
 @login_required
 def account():
-    tokens = list(
-        dbsession.get().scalars(
-            select(ApiToken).where(ApiToken.user_id == g.user.id).order_by(ApiToken.id)
-        )
-    )
+    tokens = accounts_q.tokens_of(dbsession.get(), g.user.id)
     return render_template("account.html", tokens=tokens, new_token=None)
 
 
@@ -81,9 +76,7 @@ def create_token():
     label = request.form.get("label", "").strip()[:100] or "web"
     token = auth.create_token(s, g.user, label)
     s.commit()
-    tokens = list(
-        s.scalars(select(ApiToken).where(ApiToken.user_id == g.user.id).order_by(ApiToken.id))
-    )
+    tokens = accounts_q.tokens_of(s, g.user.id)
     # shown once; only its hash is stored
     return render_template("account.html", tokens=tokens, new_token=token)
 
@@ -92,10 +85,10 @@ def create_token():
 @login_required
 def revoke_token(token_id: int):
     s = dbsession.get()
-    tok = s.get(ApiToken, token_id)
+    tok = accounts_q.token(s, token_id)
     if tok is None or tok.user_id != g.user.id:
         abort(404, "no such token")
-    s.delete(tok)
+    accounts_q.delete_token(s, tok)
     s.commit()
     flash("token revoked")
     return redirect(url_for("auth.account"), code=303)

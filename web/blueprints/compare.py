@@ -15,10 +15,9 @@ from flask import (
     url_for,
 )
 from markupsafe import Markup
-from sqlalchemy import select
 
 from stackbench.errors import NotFoundError, StackbenchError
-from stackbench.resultsdb.models import KernelBuild
+from stackbench.resultsdb import kernels_q
 from stackbench.web import comparisons, dbsession, plots
 from stackbench.web.auth import login_required
 
@@ -29,7 +28,7 @@ INLINE_PLOTS = 12
 @bp.route("/compare")
 def pick():
     s = dbsession.get()
-    recent = list(s.scalars(select(KernelBuild).order_by(KernelBuild.id.desc()).limit(40)))
+    recent = kernels_q.listing(s, limit=40)
     return render_template("compare_pick.html", recent=recent, error=None, kernels="")
 
 
@@ -51,7 +50,7 @@ def create():
         )
     except StackbenchError as exc:
         s.rollback()
-        recent = list(s.scalars(select(KernelBuild).order_by(KernelBuild.id.desc()).limit(40)))
+        recent = kernels_q.listing(s, limit=40)
         return (
             render_template(
                 "compare_pick.html", recent=recent, error=str(exc), kernels=" ".join(refs)

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from flask import Blueprint, abort, render_template
-from sqlalchemy import func, select
 
-from stackbench.resultsdb.models import Job, Run
+from stackbench.resultsdb import jobs_q, runs_q
 from stackbench.web import dbsession
 
 bp = Blueprint("jobs", __name__)
@@ -63,16 +62,19 @@ def seeds():
 @bp.route("/jobs")
 def index():
     s = dbsession.get()
-    counts = dict(s.execute(select(Run.job_id, func.count()).group_by(Run.job_id)).all())
-    jobs = list(s.scalars(select(Job).order_by(Job.suite, Job.test, Job.params_key)))
-    return render_template("jobs.html", jobs=jobs, counts=counts, defs=shipped_definitions())
+    return render_template(
+        "jobs.html",
+        jobs=jobs_q.listing(s),
+        counts=runs_q.count_by_job(s),
+        defs=shipped_definitions(),
+    )
 
 
 @bp.route("/jobs/<int:job_id>")
 def show(job_id: int):
     s = dbsession.get()
-    job = s.get(Job, job_id)
+    job = jobs_q.get(s, job_id)
     if job is None:
         abort(404, f"no job {job_id}")
-    n = s.scalar(select(func.count()).select_from(Run).where(Run.job_id == job_id))
+    n = runs_q.count_of_job(s, job_id)
     return render_template("job.html", job=job, runs=n)

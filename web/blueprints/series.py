@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from flask import (
     Blueprint,
     Response,
@@ -12,11 +14,12 @@ from flask import (
     request,
     url_for,
 )
-from sqlalchemy import select
-from sqlalchemy.orm import defer, selectinload
 
-from stackbench.resultsdb.models import Event, KernelBuild, Patch, Run, RunLog, Series, Tree
+from stackbench.resultsdb import kernels_q, runs_q, series_q, trees_q
 from stackbench.web import dbsession, filters, progress
+
+if TYPE_CHECKING:
+    from stackbench.resultsdb.models import Series
 
 bp = Blueprint("series", __name__)
 
@@ -24,31 +27,15 @@ STATES = ["new", "applying", "applied", "apply-failed", "building", "running", "
 
 
 def filtered_series(tree: str, submitter: str, state: str, page: int, size: int):
-    s = dbsession.get()
-    # the list shows titles and states: a patch's body and diff (megabytes for a big
-    # series) and the cover letter stay in the database
-    q = select(Series).options(
-        defer(Series.cover_letter),
-        selectinload(Series.patches).load_only(
-            Patch.id,
-            Patch.series_id,
-            Patch.idx,
-            Patch.total,
-            Patch.subject,
-            Patch.commit_sha,
-            Patch.state,
-        ),  # fmt: skip
-        selectinload(Series.tree),
+    # one more than a page: whether there is a next page
+    rows = series_q.listing(
+        dbsession.get(),
+        tree=tree,
+        submitter=submitter,
+        state=state,
+        offset=(page - 1) * size,
+        limit=size + 1,
     )
-    if tree:
-        q = q.join(Tree, Tree.id == Series.tree_id).where(Tree.name == tree)
-    if submitter:
-        pat = "%" + submitter.replace("%", r"\%").replace("_", r"\_") + "%"
-        q = q.where(Series.submitter.ilike(pat) | Series.submitter_email.ilike(pat))
-    if state:
-        q = q.where(Series.state == state)
-    q = q.order_by(Series.created_at.desc(), Series.id.desc())
-    rows = list(s.scalars(q.offset((page - 1) * size).limit(size + 1)))
     return rows[:size], len(rows) > size
 
 
@@ -59,7 +46,7 @@ def index():
     series, more = filtered_series(**f, page=page, size=current_app.config["PAGE_SIZE"])
     s = dbsession.get()
     commits = progress.commits_of(s, series)
-    trees = list(s.scalars(select(Tree).order_by(Tree.name)))
+    trees = trees_q.trees(s)
     return render_template(
         "series_list.html",
         series=series,
@@ -73,12 +60,7 @@ def index():
 
 
 def load_series(series_id: int) -> Series:
-    s = dbsession.get()
-    x = s.scalars(
-        select(Series)
-        .where(Series.id == series_id)
-        .options(selectinload(Series.patches), selectinload(Series.tree))
-    ).one_or_none()
+    x = series_q.get(dbsession.get(), series_id)
     if x is None:
         abort(404, f"no series {series_id}")
     return x
@@ -100,9 +82,7 @@ def show(series_id: int):
     x = load_series(series_id)
     commits = progress.commits_of(s, [x])[x.id]
     jobs = progress.jobs_for(s, commits)
-    events = list(
-        s.scalars(select(Event).where(Event.series_id == x.id).order_by(Event.id.desc()).limit(50))
-    )
+    events = series_q.events(s, x.id, limit=50)
     return render_template(
         "series.html",
         series=x,
@@ -140,7 +120,7 @@ def compare(series_id: int):
 
 @bp.route("/builds/<int:build_id>/log")
 def build_log(build_id: int):
-    b = dbsession.get().get(KernelBuild, build_id)
+    b = kernels_q.get(dbsession.get(), build_id)
     if b is None:
         abort(404, f"no kernel build {build_id}")
     return Response(b.log or "(no build log stored)\n", mimetype="text/plain")
@@ -149,21 +129,17 @@ def build_log(build_id: int):
 @bp.route("/runs/<int:run_id>")
 def run(run_id: int):
     s = dbsession.get()
-    r = s.get(Run, run_id)
+    r = runs_q.get(s, run_id)
     if r is None:
         abort(404, f"no run {run_id}")
-    logs = list(s.scalars(select(RunLog.name).where(RunLog.run_id == run_id).order_by(RunLog.name)))
-    build = s.get(KernelBuild, r.build_id)
+    logs = runs_q.log_names(s, run_id)
+    build = kernels_q.get(s, r.build_id)
     return render_template("run.html", run=r, logs=logs, build=build)
 
 
 @bp.route("/runs/<int:run_id>/logs/<path:name>")
 def run_log(run_id: int, name: str):
-    row = (
-        dbsession.get()
-        .scalars(select(RunLog).where(RunLog.run_id == run_id, RunLog.name == name))
-        .one_or_none()
-    )
+    row = runs_q.log(dbsession.get(), run_id, name)
     if row is None:
         abort(404, f"run {run_id} has no log '{name}'")
     # always text/plain: a log's content must never be interpreted as HTML
