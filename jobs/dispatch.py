@@ -21,7 +21,6 @@ Only one dispatcher works on a database at a time (a PostgreSQL advisory lock), 
 from __future__ import annotations
 
 import logging
-import os
 import queue
 import threading
 import time
@@ -31,6 +30,7 @@ from typing import Any
 from sqlalchemy import Engine, select, text
 from sqlalchemy.orm import Session
 
+from stackbench import config
 from stackbench.errors import StackbenchError
 from stackbench.jobs import lifecycle, rounds
 from stackbench.jobs import plan as boot_plan
@@ -531,7 +531,7 @@ def configured_master() -> Any | None:
     when ``stackbench up`` made it; None when there is none (the in-process executor)."""
     from stackbench.jobs.buildbot import client
 
-    if os.environ.get("STACKBENCH_BUILDBOT_URL"):
+    if config.get("STACKBENCH_BUILDBOT_URL"):
         return client.default_master()
     return client.embedded_master()
 

@@ -65,9 +65,9 @@ class Upstream:
     def fetch_url(self) -> str:
         """The URL git fetches from here: the definition's, unless a mirror overrides it."""
         env = "STACKBENCH_SUITE_URL_" + re.sub(r"[^A-Z0-9]", "_", self.repo.upper())
-        if os.environ.get(env):
-            return os.environ[env]
-        mirror = os.environ.get(MIRROR_ENV)
+        if config.get(env):
+            return config.get(env)
+        mirror = config.get(MIRROR_ENV)
         if mirror:
             base = Path(mirror)
             for cand in (base / f"{self.repo}.bundle", base / self.repo):

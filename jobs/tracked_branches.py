@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from stackbench import schema
+from stackbench import config, schema
 from stackbench.errors import InputError, NotFoundError
 from stackbench.resultsdb.models import TrackedBranch
 
@@ -86,7 +86,7 @@ def parse_tracked_file(path: Path) -> Tracked:
 
 
 def tracked_dirs() -> list[Path]:
-    extra = os.environ.get("STACKBENCH_TRACKED")
+    extra = config.raw("STACKBENCH_TRACKED")
     if extra is not None:
         return [Path(p) for p in extra.split(os.pathsep) if p]
     return [TRACKED_DIR]

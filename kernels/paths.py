@@ -19,7 +19,7 @@ from stackbench import config
 
 
 def cache_root() -> Path:
-    raw = os.environ.get("STACKBENCH_KERNEL_CACHE")
+    raw = config.get("STACKBENCH_KERNEL_CACHE")
     root = Path(raw) if raw else config.home()
     root.mkdir(parents=True, exist_ok=True)
     return root.resolve()

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stackbench import proc, schema
+from stackbench import config, proc, schema
 from stackbench.errors import InputError, NotFoundError, StackbenchError
 from stackbench.kernels import paths
 
@@ -101,7 +101,7 @@ def parse_tree_file(path: Path) -> TreeDef:
 
 def _tree_dirs() -> list[Path]:
     dirs = [TREES_DIR]
-    extra = os.environ.get("STACKBENCH_TREES")
+    extra = config.get("STACKBENCH_TREES")
     if extra:
         dirs[:0] = [Path(p) for p in extra.split(os.pathsep) if p]
     return dirs

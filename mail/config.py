@@ -3,41 +3,42 @@ file)."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
+
+from stackbench import config
+
+
+def _default(name: str) -> str:
+    return config.declared(name).default
 
 
 @dataclass
 class MailConfig:
-    host: str = "127.0.0.1"
-    port: int = 25
+    host: str = _default("STACKBENCH_SMTP_HOST")
+    port: int = int(_default("STACKBENCH_SMTP_PORT"))
     starttls: bool = False
     user: str = ""
     password: str = ""
-    sender: str = "stackbench <stackbench@localhost>"
+    sender: str = _default("STACKBENCH_MAIL_FROM")
     list_addr: str = ""
     dry_run_dir: str = ""
-    public_url: str = "http://127.0.0.1:8080"
+    public_url: str = _default("STACKBENCH_PUBLIC_URL")
     timeout_s: float = 20.0
-    max_attempts: int = 8
+    max_attempts: int = int(_default("STACKBENCH_MAIL_MAX_ATTEMPTS"))
     extra: dict[str, str] = field(default_factory=dict)
 
 
-def _flag(value: str) -> bool:
-    return value.strip().lower() in ("1", "true", "yes", "on")
-
-
 def from_env() -> MailConfig:
-    env = os.environ
+    get = config.get
     return MailConfig(
-        host=env.get("STACKBENCH_SMTP_HOST", "127.0.0.1"),
-        port=int(env.get("STACKBENCH_SMTP_PORT", "25")),
-        starttls=_flag(env.get("STACKBENCH_SMTP_STARTTLS", "0")),
-        user=env.get("STACKBENCH_SMTP_USER", ""),
-        password=env.get("STACKBENCH_SMTP_PASSWORD", ""),
-        sender=env.get("STACKBENCH_MAIL_FROM", "stackbench <stackbench@localhost>"),
-        list_addr=env.get("STACKBENCH_MAIL_LIST", ""),
-        dry_run_dir=env.get("STACKBENCH_MAIL_DRY_RUN_DIR", ""),
-        public_url=env.get("STACKBENCH_PUBLIC_URL", "http://127.0.0.1:8080").rstrip("/"),
-        max_attempts=int(env.get("STACKBENCH_MAIL_MAX_ATTEMPTS", "8")),
+        host=get("STACKBENCH_SMTP_HOST"),
+        port=config.get_int("STACKBENCH_SMTP_PORT"),
+        starttls=config.get_flag("STACKBENCH_SMTP_STARTTLS"),
+        user=get("STACKBENCH_SMTP_USER"),
+        password=get("STACKBENCH_SMTP_PASSWORD"),
+        sender=get("STACKBENCH_MAIL_FROM"),
+        list_addr=get("STACKBENCH_MAIL_LIST"),
+        dry_run_dir=get("STACKBENCH_MAIL_DRY_RUN_DIR"),
+        public_url=get("STACKBENCH_PUBLIC_URL").rstrip("/"),
+        max_attempts=config.get_int("STACKBENCH_MAIL_MAX_ATTEMPTS"),
     )

@@ -8,7 +8,6 @@ file ``$STACKBENCH_HOME/token``.
 from __future__ import annotations
 
 import base64
-import os
 import urllib.error
 from collections.abc import Iterable
 from pathlib import Path
@@ -132,7 +131,7 @@ class ApiClient:
 
 
 def token() -> str | None:
-    tok = os.environ.get("STACKBENCH_TOKEN", "").strip()
+    tok = config.get("STACKBENCH_TOKEN").strip()
     if tok:
         return tok
     path = config.home() / "token"

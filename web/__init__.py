@@ -35,15 +35,15 @@ DEFAULTS: dict[str, Any] = {
     "SESSION_COOKIE_HTTPONLY": True,
     "SESSION_COOKIE_SAMESITE": "Lax",
     # behind HTTPS (production): send the session cookie only over TLS
-    "SESSION_COOKIE_SECURE": os.environ.get("STACKBENCH_COOKIE_SECURE") == "1",
+    "SESSION_COOKIE_SECURE": sb_config.get("STACKBENCH_COOKIE_SECURE") == "1",
     "PAGE_SIZE": 50,
-    "BUILDBOT_URL": os.environ.get("STACKBENCH_BUILDBOT_URL", ""),
+    "BUILDBOT_URL": sb_config.get("STACKBENCH_BUILDBOT_URL"),
 }
 
 
 def _secret_key() -> str:
     """A per-installation key kept under $STACKBENCH_HOME so all gunicorn workers share it."""
-    env = os.environ.get("STACKBENCH_SECRET_KEY")
+    env = sb_config.get("STACKBENCH_SECRET_KEY")
     if env:
         return env
     path = sb_config.home() / "web-secret"

@@ -17,8 +17,8 @@ def address() -> tuple[str, int]:
     """Where ``stackbench up`` serves: $STACKBENCH_WEB_HOST:$STACKBENCH_WEB_PORT, default
     127.0.0.1:8080."""
     return (
-        os.environ.get("STACKBENCH_WEB_HOST", "127.0.0.1"),
-        int(os.environ.get("STACKBENCH_WEB_PORT", "8080")),
+        config.get("STACKBENCH_WEB_HOST"),
+        config.get_int("STACKBENCH_WEB_PORT"),
     )
 
 

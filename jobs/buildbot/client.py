@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import itertools
 import json
-import os
 import time
 import uuid
 from collections.abc import Callable
@@ -164,12 +163,10 @@ def embedded_master_at(base: Path) -> Master | None:
 def default_master() -> Master:
     """$STACKBENCH_BUILDBOT_URL (+ ``_USER``, ``_PASSWORD``), else the embedded
     master."""
-    url = os.environ.get("STACKBENCH_BUILDBOT_URL")
+    url = config.get("STACKBENCH_BUILDBOT_URL")
     if url:
         return Master(
-            url,
-            os.environ.get("STACKBENCH_BUILDBOT_USER", ""),
-            os.environ.get("STACKBENCH_BUILDBOT_PASSWORD", ""),
+            url, config.get("STACKBENCH_BUILDBOT_USER"), config.get("STACKBENCH_BUILDBOT_PASSWORD")
         )
     found = embedded_master()
     if found is None:
@@ -305,7 +302,7 @@ def find_submission(
 
 def buildbot_url(path: str = "") -> str | None:
     """The Buildbot web UI (for links from stackbench's pages), or None when unknown."""
-    url = os.environ.get("STACKBENCH_BUILDBOT_URL")
+    url = config.get("STACKBENCH_BUILDBOT_URL")
     if not url:
         m = embedded_master()
         url = m.url if m else None

@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from stackbench import config as sbconfig
 from stackbench.errors import InputError
 
 KINDS = ("qemu", "baremetal")
@@ -99,7 +100,7 @@ class BuildbotConfig:
 
 
 def default_path() -> Path:
-    raw = os.environ.get("STACKBENCH_BUILDBOT_CONFIG")
+    raw = sbconfig.get("STACKBENCH_BUILDBOT_CONFIG")
     return Path(raw) if raw else Path.cwd() / "stackbench.yaml"
 
 
@@ -258,30 +259,33 @@ def load(path: Path | None = None, env: dict[str, str] | None = None) -> Buildbo
 
 def _apply_env(cfg: BuildbotConfig, env: dict[str, str], path: Path) -> None:
     # the environment wins over the file (containers and systemd units configure this way)
-    if env.get("STACKBENCH_BB_BIND"):
-        cfg.bind = env["STACKBENCH_BB_BIND"]
+    def get(name: str) -> str:
+        return sbconfig.get(name, env)
+
+    if get("STACKBENCH_BB_BIND"):
+        cfg.bind = get("STACKBENCH_BB_BIND")
     for key, attr in (("STACKBENCH_BB_WWW_PORT", "www_port"), ("STACKBENCH_BB_PB_PORT", "pb_port")):
-        if env.get(key):
-            setattr(cfg, attr, _int(path, key, env[key], 1))
-    if env.get("STACKBENCH_BUILDBOT_URL"):
-        cfg.buildbot_url = env["STACKBENCH_BUILDBOT_URL"]
-    if env.get("STACKBENCH_BB_DB_URL"):
-        cfg.db_url = env["STACKBENCH_BB_DB_URL"]
-    if env.get("STACKBENCH_URL") and not cfg.stackbench_url:
-        cfg.stackbench_url = env["STACKBENCH_URL"]
-    if env.get("STACKBENCH_BB_WORKERS"):
-        cfg.workers = [parse_worker(path, w) for w in env["STACKBENCH_BB_WORKERS"].split(",") if w]
-    if env.get("STACKBENCH_BB_NIGHTLY"):
-        cfg.nightly_hour, cfg.nightly_minute = parse_time(path, env["STACKBENCH_BB_NIGHTLY"])
-    if env.get("STACKBENCH_BB_ADMINS"):
-        cfg.admins = [a for a in env["STACKBENCH_BB_ADMINS"].split(",") if a]
+        if get(key):
+            setattr(cfg, attr, _int(path, key, get(key), 1))
+    if get("STACKBENCH_BUILDBOT_URL"):
+        cfg.buildbot_url = get("STACKBENCH_BUILDBOT_URL")
+    if get("STACKBENCH_BB_DB_URL"):
+        cfg.db_url = get("STACKBENCH_BB_DB_URL")
+    if get("STACKBENCH_URL") and not cfg.stackbench_url:
+        cfg.stackbench_url = get("STACKBENCH_URL")
+    if get("STACKBENCH_BB_WORKERS"):
+        cfg.workers = [parse_worker(path, w) for w in get("STACKBENCH_BB_WORKERS").split(",") if w]
+    if get("STACKBENCH_BB_NIGHTLY"):
+        cfg.nightly_hour, cfg.nightly_minute = parse_time(path, get("STACKBENCH_BB_NIGHTLY"))
+    if get("STACKBENCH_BB_ADMINS"):
+        cfg.admins = [a for a in get("STACKBENCH_BB_ADMINS").split(",") if a]
 
 
 def _apply_secrets(
     cfg: BuildbotConfig, raw: dict[str, Any], env: dict[str, str], path: Path, users: Any
 ) -> None:
     secrets: dict[str, Any] = {}
-    secrets_file = env.get("STACKBENCH_BB_SECRETS") or raw.get("secrets_file")
+    secrets_file = sbconfig.get("STACKBENCH_BB_SECRETS", env) or raw.get("secrets_file")
     if secrets_file:
         sp = Path(secrets_file)
         if not sp.is_absolute():
@@ -292,14 +296,14 @@ def _apply_secrets(
     worker_pw = secrets.get("workers") or {}
     user_pw = secrets.get("users") or {}
     for w in cfg.workers:
-        w.password = env.get(f"STACKBENCH_BB_WORKER_PASSWORD_{_env_key(w.name)}") or str(
+        w.password = sbconfig.get(f"STACKBENCH_BB_WORKER_PASSWORD_{_env_key(w.name)}", env) or str(
             worker_pw.get(w.name, "")
         )
     names = list(users) if isinstance(users, list) else []
     names += [n for n in user_pw if n not in names]
     names += [n for n in cfg.admins if n not in names]
     for name in names:
-        pw = env.get(f"STACKBENCH_BB_USER_PASSWORD_{_env_key(name)}") or user_pw.get(name)
+        pw = sbconfig.get(f"STACKBENCH_BB_USER_PASSWORD_{_env_key(name)}", env) or user_pw.get(name)
         if pw:
             cfg.users[str(name)] = str(pw)
 

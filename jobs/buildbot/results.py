@@ -152,10 +152,10 @@ class UploadResult:
 def worker_token() -> str:
     """The worker's own API token: $STACKBENCH_WORKER_TOKEN, or the file that
     $STACKBENCH_WORKER_TOKEN_FILE names (default $STACKBENCH_HOME/worker.token)."""
-    token = os.environ.get("STACKBENCH_WORKER_TOKEN", "").strip()
+    token = config.get("STACKBENCH_WORKER_TOKEN").strip()
     if token:
         return token
-    raw = os.environ.get("STACKBENCH_WORKER_TOKEN_FILE")
+    raw = config.get("STACKBENCH_WORKER_TOKEN_FILE")
     path = Path(raw) if raw else config.home() / "worker.token"
     if not path.exists():
         raise StackbenchError(

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from stackbench import proc
+from stackbench import config, proc
 from stackbench.errors import InputError, StackbenchError
 from stackbench.kernels import paths
 
@@ -134,7 +134,7 @@ def images_dir() -> Path:
 
 
 def mirror() -> str:
-    return os.environ.get(MIRROR_ENV) or DEFAULT_MIRROR
+    return config.get(MIRROR_ENV)
 
 
 def _check_name(name: str) -> None:

@@ -20,7 +20,6 @@ import argparse
 import hashlib
 import io
 import json
-import os
 import random
 import shutil
 import socket
@@ -30,15 +29,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from stackbench import config
 from stackbench.errors import InputError, StackbenchError
 
 NAME = "worker"
 ORDER = 70
 HELP = "worker-side steps run by Buildbot (build, bench, baremetal, upload, mark-lost)"
 DESCRIPTION = __doc__
-
-DEFAULT_SPOOL = "/var/lib/stackbench/baremetal"
-DEFAULT_KEXEC = "/usr/local/libexec/stackbench/stackbench-kexec"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -101,12 +98,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             c.add_argument(
                 "--spool",
                 type=Path,
-                default=Path(os.environ.get("STACKBENCH_BAREMETAL_DIR", DEFAULT_SPOOL)),
+                default=Path(config.get("STACKBENCH_BAREMETAL_DIR")),
                 help="the box's job spool (default $STACKBENCH_BAREMETAL_DIR or %(default)s)",
             )
             c.add_argument(
                 "--kexec",
-                default=os.environ.get("STACKBENCH_KEXEC", DEFAULT_KEXEC),
+                default=config.get("STACKBENCH_KEXEC"),
                 help="the stackbench-kexec helper (default $STACKBENCH_KEXEC or %(default)s)",
             )
             c.add_argument(

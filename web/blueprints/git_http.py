@@ -18,6 +18,7 @@ from collections.abc import Iterator
 
 from flask import Blueprint, Response, abort, current_app, g, request
 
+from stackbench import config
 from stackbench.web import auth, dbsession, gitrepo, ratelimit
 
 bp = Blueprint("git_http", __name__)
@@ -62,12 +63,12 @@ def _cgi_env(repo_rel: str, rest: str, user: str | None) -> dict[str, str]:
         "LC_ALL": "C",
         # the hooks print the series URL with this base, and use this database
         "STACKBENCH_URL": current_app.config.get("PUBLIC_URL") or request.host_url,
-        "STACKBENCH_HOME": os.environ.get("STACKBENCH_HOME", str(gitrepo.project_root().parent)),
+        "STACKBENCH_HOME": config.get("STACKBENCH_HOME") or str(gitrepo.project_root().parent),
         "STACKBENCH_DATABASE_URL": db_url,
     }
     # the hook validates like every front door: it must know the same extra trees
-    if os.environ.get("STACKBENCH_TREES"):
-        env["STACKBENCH_TREES"] = os.environ["STACKBENCH_TREES"]
+    if config.get("STACKBENCH_TREES"):
+        env["STACKBENCH_TREES"] = config.get("STACKBENCH_TREES")
     if request.content_length is not None:
         env["CONTENT_LENGTH"] = str(request.content_length)
     if enc := request.headers.get("Content-Encoding"):
