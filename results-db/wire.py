@@ -1,8 +1,12 @@
 """The run wire format: JSON in the shape of :class:`RunData`, checked completely before
 anything is written, then stored through the shared ingest (idempotent by key).
 
-It lives in the data layer so the web upload API and the CLI's API client share one codec
-without the client importing web."""
+:data:`RUN_SCHEMA` is the one definition of the format: :func:`parse_run` validates against
+it, the API's OpenAPI document publishes it, and :func:`run_to_json` writes it (the API
+client's uploads and the Buildbot workers' payload files alike). It lives in the data layer
+so the web upload API, the CLI's API client and the workers share one codec without
+importing each other.
+"""
 
 from __future__ import annotations
 
@@ -15,140 +19,195 @@ from typing import Any
 from stackbench.errors import InputError
 from stackbench.resultsdb.ingest import JobSpec, KernelSpec, MachineSpec, RunData
 
-RUN_STATUSES = {"done", "crashed", "timeout", "failed", "lost", "queued", "running"}
+RUN_STATUSES = ("done", "crashed", "timeout", "failed", "lost", "queued", "running")
 MAX_SAMPLES = 2_000_000
 
 
-def _obj(d: Any, where: str) -> dict[str, Any]:
-    if not isinstance(d, dict):
+def _s(limit: int) -> dict[str, Any]:
+    return {"type": ["string", "null"], "maxLength": limit}  # null: empty
+
+
+_COUNT = {"type": ["integer", "null"], "minimum": 0}
+_TIME = {"type": ["string", "null"], "description": "ISO 8601", "maxLength": 64}
+
+RUN_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "one run (stackbench.resultsdb.ingest.RunData); logs base64-encoded",
+    "properties": {
+        "job": {
+            "type": "object",
+            "properties": {
+                "suite": {"type": "string", "minLength": 1, "maxLength": 100},
+                "test": _s(200),
+                "params": {"type": ["object", "null"]},
+                "suite_version": _s(100),
+                "runner": _s(100),
+            },
+            "required": ["suite"],
+        },
+        "kernel": {
+            "type": "object",
+            "properties": {
+                "commit": {"type": "string", "minLength": 1, "maxLength": 200},
+                "name": _s(1000),
+                "config_name": _s(200),
+                "config_hash": _s(64),
+                "compiler": _s(100),
+                "tree": _s(200),
+                "status": _s(32),
+                "meta": {"type": ["object", "null"]},
+            },
+            "required": ["commit"],
+        },
+        "machine": {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "minLength": 1, "maxLength": 200},
+                "kind": _s(32),
+                "cpus": _COUNT,
+                "memory_mb": _COUNT,
+                "nodes": _COUNT,
+            },
+            "required": ["name"],
+        },
+        "iteration": {"type": "integer", "minimum": 0},
+        "samples": {
+            "type": ["object", "null"],
+            "description": f"metric -> a number or a list of numbers; at most {MAX_SAMPLES} "
+            "in one run, every one finite",
+            "propertyNames": {"minLength": 1, "maxLength": 300},
+            "additionalProperties": {
+                "anyOf": [{"type": "number"}, {"type": "array", "items": {"type": "number"}}]
+            },
+        },
+        "logs": {
+            "type": ["object", "null"],
+            "additionalProperties": {"type": "string", "contentEncoding": "base64"},
+        },
+        "source": _s(64),
+        "status": {"enum": [*RUN_STATUSES, "", None]},
+        "error": {"type": ["string", "null"], "maxLength": 10000},
+        "sysstate": {"type": ["object", "null"]},
+        "meta": {"type": ["object", "null"]},
+        "started_at": _TIME,
+        "finished_at": _TIME,
+        "duration_s": {"type": ["number", "null"]},
+        "idempotency_key": {"type": ["string", "null"], "maxLength": 128},
+    },
+    "required": ["job", "kernel", "machine", "iteration"],
+}
+
+_TYPE_WORDS = {"object": "an object", "string": "a string", "integer": "an integer",
+               "number": "a number", "array": "a list"}  # fmt: skip
+
+
+def _validator() -> Any:
+    # imported here: commands that never parse a run do not pay for jsonschema
+    import jsonschema
+
+    global _VALIDATOR
+    if _VALIDATOR is None:
+        _VALIDATOR = jsonschema.Draft202012Validator(RUN_SCHEMA)
+    return _VALIDATOR
+
+
+_VALIDATOR: Any = None
+
+
+def _message(err: Any) -> tuple[str, str]:
+    """(where below the run, what is wrong) of a jsonschema error, in stackbench's words."""
+    path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.absolute_path)
+    v, arg = err.validator, err.validator_value
+    if v == "required":
+        missing = next(iter(set(arg) - set(err.instance)), "?")
+        return f"{path}.{missing}", "is required"
+    if v == "type":
+        kinds = [arg] if isinstance(arg, str) else [t for t in arg if t != "null"]
+        return path, "must be " + " or ".join(_TYPE_WORDS.get(k, k) for k in kinds)
+    if v == "maxLength":
+        return path, f"longer than {arg} characters"
+    if v == "minLength":
+        return path, "is required"
+    if v == "minimum":
+        return path, f"must be at least {arg}"
+    if v == "enum":
+        return path, f"unknown value {err.instance!r}"
+    if v == "anyOf":
+        return path, "must be a number or a list of numbers"
+    if v == "propertyNames":
+        return path, f"bad metric name {str(err.instance)[:40]!r}"
+    return path, err.message[:200]
+
+
+def parse_run(raw: Any, where: str = "run") -> RunData:
+    """A run from its JSON, or InputError naming the first thing wrong (``where.job.suite``:
+    is required)."""
+    if not isinstance(raw, dict):
         raise InputError(where, "must be an object")
-    return d
+    errors = sorted(_validator().iter_errors(raw), key=lambda e: list(e.absolute_path))
+    if errors:
+        at, what = _message(errors[0])
+        raise InputError(f"{where}{at}", what)
+    d, j, k, m = raw, raw["job"], raw["kernel"], raw["machine"]
+    samples: dict[str, list[float]] = {}
+    total = 0
+    for name, vals in (d.get("samples") or {}).items():
+        vals = vals if isinstance(vals, list) else [vals]
+        for v in vals:
+            if isinstance(v, bool) or not math.isfinite(v):
+                raise InputError(f"{where}.samples.{name}", f"not a finite number: {v!r}")
+        total += len(vals)
+        samples[name] = [float(v) for v in vals]
+    if total > MAX_SAMPLES:
+        raise InputError(f"{where}.samples", f"more than {MAX_SAMPLES} samples in one run")
+    logs: dict[str, bytes] = {}
+    for name, b64 in (d.get("logs") or {}).items():
+        try:
+            logs[name] = base64.b64decode(b64, validate=True)
+        except (binascii.Error, ValueError):
+            raise InputError(f"{where}.logs.{name}", "is not valid base64") from None
+    dur = d.get("duration_s")
+    return RunData(
+        job=JobSpec(
+            suite=j["suite"], test=j.get("test") or "", params=j.get("params") or {},
+            suite_version=j.get("suite_version") or "", runner=j.get("runner") or "",
+        ),
+        kernel=KernelSpec(
+            commit=k["commit"], name=k.get("name") or "", config_name=k.get("config_name") or "",
+            config_hash=k.get("config_hash") or "", compiler=k.get("compiler") or "",
+            tree=k.get("tree") or None, status=k.get("status") or "built", meta=k.get("meta") or {},
+        ),
+        machine=MachineSpec(
+            name=m["name"], kind=m.get("kind") or "qemu", cpus=m.get("cpus"),
+            memory_mb=m.get("memory_mb"), nodes=m.get("nodes"),
+        ),
+        iteration=d["iteration"],
+        samples=samples,
+        source=d.get("source") or "upload",
+        status=d.get("status") or "done",
+        error=d.get("error") or "",
+        logs=logs,
+        sysstate=d.get("sysstate") or {},
+        meta=d.get("meta") or {},
+        started_at=_time(d, "started_at", where),
+        finished_at=_time(d, "finished_at", where),
+        duration_s=float(dur) if dur is not None else None,
+        idempotency_key=d.get("idempotency_key") or None,
+    )  # fmt: skip
 
 
-def _str(d: dict, key: str, where: str, required: bool = False, limit: int = 200) -> str:
-    v = d.get(key, "")
-    if v is None:
-        v = ""
-    if not isinstance(v, str):
-        raise InputError(f"{where}.{key}", "must be a string")
-    if required and not v:
-        raise InputError(f"{where}.{key}", "is required")
-    if len(v) > limit:
-        raise InputError(f"{where}.{key}", f"longer than {limit} characters")
-    return v
-
-
-def _int(d: dict, key: str, where: str) -> int | None:
-    v = d.get(key)
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-        raise InputError(f"{where}.{key}", "must be a non-negative integer")
-    return v
-
-
-def _time(d: dict, key: str) -> datetime | None:
+def _time(d: dict[str, Any], key: str, where: str) -> datetime | None:
     v = d.get(key)
     if v in (None, ""):
         return None
     try:
         return datetime.fromisoformat(str(v))
     except ValueError:
-        raise InputError(key, f"not an ISO 8601 time: {str(v)[:40]!r}") from None
-
-
-def parse_run(raw: Any, where: str = "run") -> RunData:
-    d = _obj(raw, where)
-    j = _obj(d.get("job"), f"{where}.job")
-    params = j.get("params") or {}
-    if not isinstance(params, dict):
-        raise InputError(f"{where}.job.params", "must be an object")
-    job = JobSpec(
-        suite=_str(j, "suite", f"{where}.job", required=True, limit=100),
-        test=_str(j, "test", f"{where}.job"),
-        params=params,
-        suite_version=_str(j, "suite_version", f"{where}.job", limit=100),
-        runner=_str(j, "runner", f"{where}.job", limit=100),
-    )
-    k = _obj(d.get("kernel"), f"{where}.kernel")
-    kernel = KernelSpec(
-        commit=_str(k, "commit", f"{where}.kernel", required=True),
-        name=_str(k, "name", f"{where}.kernel", limit=1000),
-        config_name=_str(k, "config_name", f"{where}.kernel"),
-        config_hash=_str(k, "config_hash", f"{where}.kernel", limit=64),
-        compiler=_str(k, "compiler", f"{where}.kernel", limit=100),
-        tree=_str(k, "tree", f"{where}.kernel") or None,
-        status=_str(k, "status", f"{where}.kernel", limit=32) or "built",
-        meta=_obj(k.get("meta") or {}, f"{where}.kernel.meta"),
-    )
-    m = _obj(d.get("machine"), f"{where}.machine")
-    machine = MachineSpec(
-        name=_str(m, "name", f"{where}.machine", required=True),
-        kind=_str(m, "kind", f"{where}.machine", limit=32) or "qemu",
-        cpus=_int(m, "cpus", f"{where}.machine"),
-        memory_mb=_int(m, "memory_mb", f"{where}.machine"),
-        nodes=_int(m, "nodes", f"{where}.machine"),
-    )
-    iteration = _int(d, "iteration", where)
-    if iteration is None:
-        raise InputError(f"{where}.iteration", "is required")
-    samples_raw = _obj(d.get("samples") or {}, f"{where}.samples")
-    samples: dict[str, list[float]] = {}
-    total = 0
-    for name, vals in samples_raw.items():
-        if not name or len(name) > 300:
-            raise InputError(f"{where}.samples", f"bad metric name {name[:40]!r}")
-        if isinstance(vals, (int, float)) and not isinstance(vals, bool):
-            vals = [vals]
-        if not isinstance(vals, list):
-            raise InputError(f"{where}.samples.{name}", "must be a number or a list of numbers")
-        clean = []
-        for v in vals:
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                raise InputError(f"{where}.samples.{name}", f"not a finite number: {v!r}")
-            clean.append(float(v))
-        total += len(clean)
-        samples[name] = clean
-    if total > MAX_SAMPLES:
-        raise InputError(f"{where}.samples", f"more than {MAX_SAMPLES} samples in one run")
-    logs: dict[str, bytes] = {}
-    for name, b64 in _obj(d.get("logs") or {}, f"{where}.logs").items():
-        if not isinstance(b64, str):
-            raise InputError(f"{where}.logs.{name}", "must be base64 text")
-        try:
-            logs[name] = base64.b64decode(b64, validate=True)
-        except (binascii.Error, ValueError):
-            raise InputError(f"{where}.logs.{name}", "is not valid base64") from None
-    status = _str(d, "status", where, limit=32) or "done"
-    if status not in RUN_STATUSES:
-        raise InputError(f"{where}.status", f"unknown status {status!r}")
-    sysstate = _obj(d.get("sysstate") or {}, f"{where}.sysstate")
-    meta = _obj(d.get("meta") or {}, f"{where}.meta")
-    key = _str(d, "idempotency_key", where, limit=128) or None
-    dur = d.get("duration_s")
-    if dur is not None and (isinstance(dur, bool) or not isinstance(dur, (int, float))):
-        raise InputError(f"{where}.duration_s", "must be a number")
-    return RunData(
-        job=job,
-        kernel=kernel,
-        machine=machine,
-        iteration=iteration,
-        samples=samples,
-        source=_str(d, "source", where, limit=64) or "upload",
-        status=status,
-        error=_str(d, "error", where, limit=10000),
-        logs=logs,
-        sysstate=sysstate,
-        meta=meta,
-        started_at=_time(d, "started_at"),
-        finished_at=_time(d, "finished_at"),
-        duration_s=float(dur) if dur is not None else None,
-        idempotency_key=key,
-    )
+        raise InputError(f"{where}.{key}", f"not an ISO 8601 time: {str(v)[:40]!r}") from None
 
 
 def run_to_json(data: RunData) -> dict[str, Any]:
-    """The upload body for ``data`` (what the API client sends)."""
+    """The JSON of ``data`` in :data:`RUN_SCHEMA`'s shape (the key filled in)."""
     return {
         "job": {
             "suite": data.job.suite,
@@ -175,7 +234,7 @@ def run_to_json(data: RunData) -> dict[str, Any]:
             "nodes": data.machine.nodes,
         },
         "iteration": data.iteration,
-        "samples": {k: list(v) for k, v in data.samples.items()},
+        "samples": {k: [float(v) for v in vals] for k, vals in data.samples.items()},
         "source": data.source,
         "status": data.status,
         "error": data.error,

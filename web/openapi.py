@@ -1,11 +1,13 @@
 """The OpenAPI 3.1 document of the JSON API, built from one table of routes so it stays next
-to what the blueprint serves (a test checks every documented path answers)."""
+to what the blueprint serves (a test checks every documented path answers); the run upload's
+schema is the wire format's own (stackbench.resultsdb.wire.RUN_SCHEMA)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from stackbench import __version__
+from stackbench.resultsdb import wire
 
 _ERR = {"$ref": "#/components/schemas/Error"}
 
@@ -113,59 +115,7 @@ SCHEMAS: dict[str, Any] = {
         },
         "required": ["tree", "jobs"],
     },
-    "RunUpload": {
-        "type": "object",
-        "description": "stackbench.resultsdb.ingest.RunData as JSON; logs base64-encoded",
-        "properties": {
-            "job": {
-                "type": "object",
-                "properties": {
-                    "suite": {"type": "string"},
-                    "test": {"type": "string"},
-                    "params": {"type": "object"},
-                    "suite_version": {"type": "string"},
-                    "runner": {"type": "string"},
-                },
-                "required": ["suite"],
-            },
-            "kernel": {
-                "type": "object",
-                "properties": {
-                    "commit": {"type": "string"},
-                    "name": {"type": "string"},
-                    "config_name": {"type": "string"},
-                    "config_hash": {"type": "string"},
-                    "compiler": {"type": "string"},
-                    "tree": {"type": "string"},
-                },
-                "required": ["commit"],
-            },
-            "machine": {
-                "type": "object",
-                "properties": {
-                    "name": {"type": "string"},
-                    "kind": {"type": "string"},
-                    "cpus": {"type": "integer"},
-                    "memory_mb": {"type": "integer"},
-                    "nodes": {"type": "integer"},
-                },
-                "required": ["name"],
-            },
-            "iteration": {"type": "integer", "minimum": 0},
-            "samples": {
-                "type": "object",
-                "additionalProperties": {"type": "array", "items": {"type": "number"}},
-            },
-            "logs": {
-                "type": "object",
-                "additionalProperties": {"type": "string", "contentEncoding": "base64"},
-            },
-            "sysstate": {"type": "object"},
-            "status": {"type": "string"},
-            "idempotency_key": {"type": "string", "maxLength": 128},
-        },
-        "required": ["job", "kernel", "machine", "iteration", "samples"],
-    },
+    "RunUpload": wire.RUN_SCHEMA,
     "ComparisonCreate": {
         "type": "object",
         "properties": {

@@ -9,14 +9,12 @@ run is stored in one transaction, so a worker that dies mid-upload leaves no hal
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import os
 import urllib.error
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -55,67 +53,33 @@ def lost_key(base: str, buildbot_build: str | int) -> str:
     return f"{base}:lost:{buildbot_build}"
 
 
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value else None
-
-
 def to_payload(run: Any) -> dict[str, Any]:
-    """A :class:`stackbench.resultsdb.ingest.RunData` as JSON-ready data."""
-    return {
-        "version": PAYLOAD_VERSION,
-        "idempotency_key": run.key(),
-        "status": run.status,
-        "iteration": run.iteration,
-        "source": run.source,
-        "error": run.error,
-        "job": vars(run.job),
-        "kernel": vars(run.kernel),
-        "machine": vars(run.machine),
-        "samples": {k: [float(v) for v in vals] for k, vals in run.samples.items()},
-        "logs": {k: base64.b64encode(v).decode() for k, v in run.logs.items()},
-        "sysstate": run.sysstate,
-        "meta": run.meta,
-        "started_at": _iso(run.started_at),
-        "finished_at": _iso(run.finished_at),
-        "duration_s": run.duration_s,
-    }
+    """A :class:`stackbench.resultsdb.ingest.RunData` as a payload file's JSON: the run wire
+    format (:mod:`stackbench.resultsdb.wire`) with the payload's version."""
+    from stackbench.resultsdb import wire
+
+    return {"version": PAYLOAD_VERSION, **wire.run_to_json(run)}
 
 
 def from_payload(data: dict[str, Any], origin: str = "payload") -> Any:
     """The inverse of :func:`to_payload`; a clear error names what is missing or wrong."""
-    from stackbench.resultsdb.ingest import JobSpec, KernelSpec, MachineSpec, RunData
+    from stackbench.resultsdb import wire
 
-    try:
-        if data.get("version", PAYLOAD_VERSION) != PAYLOAD_VERSION:
-            raise ValueError(f"unsupported payload version {data.get('version')!r}")
-        key = data["idempotency_key"]
-        if not isinstance(key, str) or not key or len(key) > 128:
-            raise ValueError("idempotency_key must be a non-empty string of at most 128 chars")
-        samples = {str(k): [float(v) for v in vals] for k, vals in data["samples"].items()}
-        return RunData(
-            job=JobSpec(**data["job"]),
-            kernel=KernelSpec(**data["kernel"]),
-            machine=MachineSpec(**data["machine"]),
-            iteration=int(data["iteration"]),
-            samples=samples,
-            source=str(data.get("source", SOURCE)),
-            status=str(data.get("status", "done")),
-            error=str(data.get("error", "")),
-            logs={k: base64.b64decode(v) for k, v in (data.get("logs") or {}).items()},
-            sysstate=data.get("sysstate") or {},
-            meta=data.get("meta") or {},
-            started_at=_dt(data.get("started_at")),
-            finished_at=_dt(data.get("finished_at")),
-            duration_s=data.get("duration_s"),
-            idempotency_key=key,
+    if not isinstance(data, dict):
+        raise InputError(Path(origin), "bad run payload: not a JSON object")
+    if data.get("version", PAYLOAD_VERSION) != PAYLOAD_VERSION:
+        raise InputError(
+            Path(origin), f"bad run payload: unsupported payload version {data.get('version')!r}"
         )
-    except (KeyError, TypeError, ValueError) as exc:
-        what = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
-        raise InputError(Path(origin), f"bad run payload: {what}") from None
-
-
-def _dt(value: str | None) -> datetime | None:
-    return datetime.fromisoformat(value) if value else None
+    if not data.get("idempotency_key"):
+        raise InputError(Path(origin), "bad run payload: missing idempotency_key")
+    try:
+        run = wire.parse_run(data, where="payload")
+    except InputError as exc:
+        raise InputError(Path(origin), f"bad run payload: {exc}") from None
+    if not data.get("source"):
+        run.source = SOURCE
+    return run
 
 
 def write_payload(directory: Path, name: str, payload: dict[str, Any]) -> Path:
