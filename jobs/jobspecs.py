@@ -17,15 +17,16 @@ from stackbench.jobs.settings import DEFAULT_JOBS, Settings
 _SPEC = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[(.*)\])?$")
 
 
-def split_job_specs(text: str) -> list[str]:
-    """``a,b[x=1,y=2],c`` -> ``['a', 'b[x=1,y=2]', 'c']`` (commas inside brackets stay)."""
+def split_job_specs(text: str, *, spaces: bool = False) -> list[str]:
+    """``a,b[x=1,y=2],c`` -> ``['a', 'b[x=1,y=2]', 'c']`` (commas inside brackets stay); with
+    ``spaces``, whitespace outside brackets separates too (a form's one spec per line)."""
     out, depth, cur = [], 0, ""
     for ch in text:
         if ch == "[":
             depth += 1
         elif ch == "]":
             depth -= 1
-        if ch == "," and depth == 0:
+        if depth == 0 and (ch == "," or (spaces and ch.isspace())):
             out.append(cur.strip())
             cur = ""
         else:

@@ -191,6 +191,16 @@ def test_admin_manages_trees_machines_branches(eng, client):
         assert r.status_code == 400
     with db(eng) as s:
         assert s.scalar(select(func.count()).select_from(TrackedBranch)) == 1
+    # one spec per line or comma; the overrides of one spec stay together
+    r = client.post(
+        "/admin/branches",
+        data={"csrf_token": tok, "tree_id": str(tree.id), "branch": "mm-stable",
+              "jobs": "thpscale[max_threads=2, madvise=false]\nvm-scalability"},
+    )  # fmt: skip
+    assert r.status_code == 303
+    with db(eng) as s:
+        b = s.scalars(select(TrackedBranch).where(TrackedBranch.branch == "mm-stable")).one()
+        assert b.jobs == ["thpscale[max_threads=2, madvise=false]", "vm-scalability"]
     page = client.get("/machines").get_data(as_text=True)
     assert "box1" in page and "baremetal" in page
 

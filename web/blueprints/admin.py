@@ -123,7 +123,9 @@ def add_branch():
     branch = f.get("branch", "").strip()
     if not _BRANCH_RE.match(branch):
         abort(400, "branch: a git ref name")
-    jobs = [j for j in re.split(r"[\s,]+", f.get("jobs", "")) if j]
+    from stackbench.jobs.jobspecs import split_job_specs
+
+    jobs = split_job_specs(f.get("jobs", ""), spaces=True)
     # checked as a tracked-branch file is, so the nightly run never meets a branch it
     # cannot measure (no jobs, an unknown job)
     from stackbench.jobs.tracked_branches import clean_tracked
