@@ -105,7 +105,7 @@ def kernel_name(idx: int, total: int, sha: str) -> str:
 def fetch_pushed(eng: Engine, series_id: int, repo: Path) -> None:
     """A series that came by git push is built from the commits as pushed: copy them from
     the intake repository into the tree's repository (no git am)."""
-    from stackbench.patches import gitops
+    from stackbench import gitcmd
 
     with tx(eng) as s:
         push = (s.get(Series, series_id).meta or {}).get("push") or {}
@@ -114,7 +114,7 @@ def fetch_pushed(eng: Engine, series_id: int, repo: Path) -> None:
         return
     if not Path(source).exists():
         raise StackbenchError(f"pushed commits of series {series_id} are gone: {source}")
-    gitops.fetch_commit(repo, source, head, f"refs/stackbench/series/{series_id}")
+    gitcmd.fetch_commit(repo, source, head, f"refs/stackbench/series/{series_id}")
 
 
 def _apply(

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from stackbench import config, proc
+from stackbench import config, gitcmd, proc
 from stackbench.errors import InputError, StackbenchError
 
 SOURCES = ("upstream", "builtin")
@@ -97,7 +97,7 @@ def _reachable(url: str) -> tuple[bool, str]:
     if "://" not in url and not Path(url).exists():
         return False, f"{url} does not exist"
     try:
-        proc.run(["git", "ls-remote", "--exit-code", url], timeout=LS_REMOTE_TIMEOUT_S)
+        gitcmd.git(None, "ls-remote", "--exit-code", url, timeout=LS_REMOTE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         return False, f"cannot reach {url}: no answer in {LS_REMOTE_TIMEOUT_S} s"
     except StackbenchError as exc:
@@ -141,14 +141,14 @@ def fetch(up: Upstream) -> Path:
     url = up.fetch_url()
     tmp = Path(tempfile.mkdtemp(prefix=".src.", dir=dest.parent))
     try:
-        proc.run(["git", "init", "-q", tmp])
+        gitcmd.git(None, "init", "-q", tmp)
         try:
-            proc.run(["git", "-C", tmp, "fetch", "-q", url, "+refs/*:refs/remotes/up/*"])
+            gitcmd.git(tmp, "fetch", "-q", url, "+refs/*:refs/remotes/up/*", timeout=None)
         except StackbenchError as exc:
             raise StackbenchError(f"{up.repo}: cannot fetch {url}: {_last_line(exc)}") from None
         try:
-            proc.run(["git", "-C", tmp, "-c", "advice.detachedHead=false", "checkout", "-q",
-                      "--detach", f"{up.commit}^{{commit}}"])  # fmt: skip
+            gitcmd.git(tmp, "-c", "advice.detachedHead=false", "checkout", "-q", "--detach",
+                       f"{up.commit}^{{commit}}")  # fmt: skip
         except StackbenchError:
             raise StackbenchError(f"{up.repo}: {url} has no commit {up.commit}") from None
         if dest.exists():  # another process won the race; keep its checkout

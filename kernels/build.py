@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from stackbench import proc
+from stackbench import gitcmd, proc
 from stackbench.kernels import config as kconfig
 from stackbench.kernels import paths, trees
 
@@ -331,12 +331,11 @@ def checkout(repo: Path, src: Path, commit: str) -> None:
         if src.exists():
             shutil.rmtree(src)
         src.parent.mkdir(parents=True, exist_ok=True)
-        proc.run(["git", "-C", repo, "worktree", "prune"])
-        proc.run(["git", "-C", repo, "worktree", "add", "-q", "--detach", "-f", src, commit])
+        gitcmd.git(repo, "worktree", "prune")
+        gitcmd.git(repo, "worktree", "add", "-q", "--detach", "-f", src, commit, timeout=None)
         return
-    head = proc.run(["git", "-C", src, "rev-parse", "HEAD"], check=False).stdout.strip()
-    if head != commit:
-        proc.run(["git", "-C", src, "checkout", "-q", "--detach", "-f", commit])
+    if gitcmd.rev_parse(src, "HEAD") != commit:
+        gitcmd.git(src, "checkout", "-q", "--detach", "-f", commit, timeout=None)
 
 
 def _store(

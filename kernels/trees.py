@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stackbench import config, proc, schema
+from stackbench import config, gitcmd, proc, schema
 from stackbench.errors import InputError, NotFoundError, StackbenchError
 from stackbench.kernels import paths
 
@@ -171,13 +171,13 @@ def _unpack_debian(tree: TreeDef, repo: Path) -> None:
         version = _makefile_version(tmp / "Makefile")
         stamp = f"@{int(tarball.stat().st_mtime)} +0000"
         env = {**_GIT_ENV, "GIT_AUTHOR_DATE": stamp, "GIT_COMMITTER_DATE": stamp}
-        git = ["git", "-C", tmp, "-c", "gc.auto=0"]
-        proc.run([*git, "init", "-q", "-b", "master"])
-        proc.run([*git, "config", "gc.auto", "0"])
-        proc.run([*git, "add", "-A"])
+        gitcmd.git(tmp, "-c", "gc.auto=0", "init", "-q", "-b", "master")
+        gitcmd.git(tmp, "config", "gc.auto", "0")
+        gitcmd.git(tmp, "-c", "gc.auto=0", "add", "-A", timeout=None)
         msg = f"Linux {version} from Debian {tree.source}\n\nUnpacked from {tarball.name}."
-        proc.run([*git, "commit", "-q", "--no-verify", "-m", msg], env=env)
-        proc.run([*git, "tag", "-a", tree.default_base, "-m", f"Linux {version}"], env=env)
+        gitcmd.git(tmp, "-c", "gc.auto=0", "commit", "-q", "--no-verify", "-m", msg, env=env,
+                   timeout=None)  # fmt: skip
+        gitcmd.git(tmp, "tag", "-a", tree.default_base, "-m", f"Linux {version}", env=env)
         (tmp / ".git" / "stackbench-ready").write_text(f"{tarball}\n")
         if repo.exists():
             shutil.rmtree(repo)  # an earlier interrupted attempt
@@ -190,7 +190,7 @@ def _unpack_debian(tree: TreeDef, repo: Path) -> None:
 def _clone(tree: TreeDef, repo: Path) -> None:
     tmp = Path(tempfile.mkdtemp(prefix=f".{tree.name}.clone-", dir=repo.parent))
     try:
-        proc.run(["git", "clone", "-q", "--no-checkout", tree.source, tmp / "r"])
+        gitcmd.git(None, "clone", "-q", "--no-checkout", tree.source, tmp / "r", timeout=None)
         (tmp / "r" / ".git" / "stackbench-ready").write_text(f"{tree.source}\n")
         if repo.exists():
             shutil.rmtree(repo)
@@ -229,14 +229,11 @@ def _makefile_version(makefile: Path) -> str:
 
 def resolve(repo: Path, ref: str) -> str:
     """The full sha of ``ref`` in ``repo`` (NotFoundError when unknown)."""
-    res = proc.run(
-        ["git", "-C", repo, "rev-parse", "--verify", "-q", f"{ref}^{{commit}}"], check=False
-    )
-    if res.returncode != 0:
+    sha = gitcmd.rev_parse(repo, ref)
+    if sha is None:
         raise NotFoundError(f"{repo.name}: unknown base ref {ref!r}")
-    return res.stdout.strip()
+    return sha
 
 
 def has_commit(repo: Path, sha: str) -> bool:
-    res = proc.run(["git", "-C", repo, "cat-file", "-e", f"{sha}^{{commit}}"], check=False)
-    return res.returncode == 0
+    return gitcmd.git(repo, "cat-file", "-e", f"{sha}^{{commit}}", check=False).returncode == 0

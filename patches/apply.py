@@ -13,8 +13,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from stackbench import gitcmd
 from stackbench.errors import StackbenchError
-from stackbench.patches import gitops
 from stackbench.patches.parser import ParsedPatch
 
 # options that a user's git config could otherwise change (am.threeWay, am.keepcr...)
@@ -61,7 +61,7 @@ def apply_series(
     """
     repo = Path(repo)
     workdir = Path(workdir)
-    base_sha = gitops.rev_parse(repo, base)
+    base_sha = gitcmd.rev_parse(repo, base)
     if base_sha is None:
         return ApplyResult(
             base_sha="",
@@ -78,7 +78,7 @@ def apply_series(
         for pos, patch in enumerate(patches):
             mail = Path(tmp) / f"{pos + 1:04d}.mbox"
             mail.write_bytes(_as_mbox(patch.raw))
-            out = gitops.git(
+            out = gitcmd.git(
                 workdir,
                 *_AM_ARGS,
                 "am",
@@ -91,9 +91,9 @@ def apply_series(
             )
             log.append(out.stdout)
             if out.returncode != 0:
-                gitops.git(workdir, "am", "--abort", check=False)
+                gitcmd.git(workdir, "am", "--abort", check=False)
                 if ref and commits:
-                    gitops.update_ref(repo, ref, commits[-1])
+                    gitcmd.update_ref(repo, ref, commits[-1])
                 return ApplyResult(
                     base_sha=base_sha,
                     commits=commits,
@@ -102,12 +102,12 @@ def apply_series(
                     error=clean_am_error(out.stdout),
                     log="".join(log),
                 )
-            head = gitops.rev_parse(workdir, "HEAD")
+            head = gitcmd.rev_parse(workdir, "HEAD")
             if head is None:  # cannot happen after a successful am; keep the error readable
                 raise StackbenchError(f"{workdir}: no HEAD after applying patch {pos + 1}")
             commits.append(head)
     if ref and commits:
-        gitops.update_ref(repo, ref, commits[-1])
+        gitcmd.update_ref(repo, ref, commits[-1])
     return ApplyResult(base_sha=base_sha, commits=commits, ok=True, log="".join(log))
 
 
@@ -129,13 +129,13 @@ def _sparse_worktree(repo: Path, workdir: Path, base_sha: str, patches: list[Par
     tree has ~80,000 files and a full checkout dominated the time to apply a series."""
     paths = touched_paths(patches)
     if not paths:
-        gitops.git(repo, "worktree", "add", "--detach", "--quiet", workdir, base_sha)
+        gitcmd.git(repo, "worktree", "add", "--detach", "--quiet", workdir, base_sha)
         return
-    gitops.git(repo, "worktree", "add", "--detach", "--no-checkout", "--quiet", workdir, base_sha)
+    gitcmd.git(repo, "worktree", "add", "--detach", "--no-checkout", "--quiet", workdir, base_sha)
     # non-cone patterns anchored at the root: exactly these files, new ones included
     patterns = "".join(f"/{p}\n" for p in paths)
-    gitops.git(workdir, "sparse-checkout", "set", "--no-cone", "--stdin", input=patterns)
-    gitops.git(workdir, "read-tree", "-mu", "HEAD")
+    gitcmd.git(workdir, "sparse-checkout", "set", "--no-cone", "--stdin", input=patterns)
+    gitcmd.git(workdir, "read-tree", "-mu", "HEAD")
 
 
 def clean_am_error(output: str) -> str:
@@ -162,10 +162,10 @@ def remove_worktree(repo: Path, workdir: Path) -> None:
     repo = Path(repo)
     workdir = Path(workdir)
     if workdir.exists():
-        gitops.git(repo, "worktree", "remove", "--force", "--force", workdir, check=False)
+        gitcmd.git(repo, "worktree", "remove", "--force", "--force", workdir, check=False)
     if workdir.exists() and _is_worktree_of(repo, workdir):
         shutil.rmtree(workdir)
-    gitops.git(repo, "worktree", "prune", check=False)
+    gitcmd.git(repo, "worktree", "prune", check=False)
 
 
 def _prepare_workdir(repo: Path, workdir: Path) -> None:
@@ -182,7 +182,7 @@ def _prepare_workdir(repo: Path, workdir: Path) -> None:
 
 
 def _is_worktree_of(repo: Path, workdir: Path) -> bool:
-    out = gitops.git(repo, "worktree", "list", "--porcelain", check=False)
+    out = gitcmd.git(repo, "worktree", "list", "--porcelain", check=False)
     target = workdir.resolve()
     for line in out.stdout.splitlines():
         if line.startswith("worktree ") and Path(line[len("worktree ") :]).resolve() == target:

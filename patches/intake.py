@@ -15,8 +15,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from stackbench import gitcmd
 from stackbench.errors import InputError
-from stackbench.patches import gitops
 from stackbench.patches.parser import ParsedSeries, parse_mbox
 
 REF_PREFIX = "refs/for/"
@@ -61,26 +61,26 @@ def series_from_push(repo: Path, tree: str, base: str, new_sha: str) -> ParsedSe
     carrying its commit sha; ``base_commit`` is the resolved base."""
     repo = Path(repo)
     where = f"push to {REF_PREFIX}{tree}/{base}"
-    if not gitops.is_sha(new_sha) or new_sha == gitops.ZERO_SHA:
+    if not gitcmd.is_sha(new_sha) or new_sha == gitcmd.ZERO_SHA:
         raise InputError(where, "deleting or resetting a refs/for/ ref is not supported")
-    head = gitops.rev_parse(repo, new_sha)
+    head = gitcmd.rev_parse(repo, new_sha)
     if head is None:
         raise InputError(where, f"pushed commit {new_sha[:12]} is not in the repository")
-    base_sha = gitops.rev_parse(repo, base)
+    base_sha = gitcmd.rev_parse(repo, base)
     if base_sha is None:
         raise InputError(where, f"base {base!r} is not a branch, tag or commit of this tree")
-    if not gitops.is_ancestor(repo, base_sha, head):
+    if not gitcmd.is_ancestor(repo, base_sha, head):
         raise InputError(where, f"base {base!r} is not an ancestor of {head[:12]}: rebase first")
-    commits = gitops.rev_list(repo, "--reverse", "--topo-order", f"{base_sha}..{head}")
+    commits = gitcmd.rev_list(repo, "--reverse", "--topo-order", f"{base_sha}..{head}")
     if not commits:
         raise InputError(where, f"nothing to test: {head[:12]} adds no commits to {base!r}")
     if len(commits) > MAX_PUSHED_COMMITS:
         raise InputError(where, f"{len(commits)} commits: at most {MAX_PUSHED_COMMITS}")
-    if gitops.rev_list(repo, "--merges", f"{base_sha}..{head}"):
+    if gitcmd.rev_list(repo, "--merges", f"{base_sha}..{head}"):
         raise InputError(where, "merge commits cannot be tested as a patch series")
 
     with tempfile.TemporaryDirectory(prefix="stackbench-push-") as tmp:
-        gitops.git(
+        gitcmd.git(
             repo,
             "format-patch",
             "--quiet",
@@ -120,7 +120,7 @@ def install_hook(
     if not (bare_repo / "objects").is_dir():
         raise InputError(bare_repo, "not a bare git repository")
     hooks.mkdir(exist_ok=True)
-    gitops.git(bare_repo, "config", "receive.advertisePushOptions", "true")
+    gitcmd.git(bare_repo, "config", "receive.advertisePushOptions", "true")
     written = []
     for name in HOOKS:
         path = hooks / name

@@ -24,7 +24,7 @@ FOLDERS = {
     "stackbench": "stackbench",
 }
 # the shared modules of stackbench/ that every component may use; they import no component
-CORE = {"errors", "config", "proc", "schema", "httpclient", "__version__", "__init__"}
+CORE = {"errors", "config", "proc", "schema", "httpclient", "gitcmd", "__version__", "__init__"}
 
 ALLOWED: dict[str, set[str]] = {
     "core": set(),

@@ -194,7 +194,7 @@ def test_series_from_push_without_hooks(setup):
 
 
 def test_build_tree_fetches_the_pushed_commits(eng, setup, tmp_path):
-    from stackbench.patches import gitops
+    from stackbench import gitcmd
 
     work, bare = setup
     push = git(work, "push", str(bare), "topic:refs/for/linux-6.1/main", check=False)
@@ -206,5 +206,5 @@ def test_build_tree_fetches_the_pushed_commits(eng, setup, tmp_path):
     tree = tmp_path / "tree.git"
     git(tmp_path, "clone", "-q", "--bare", "--no-local", str(bare), str(tree))
     assert git(tree, "cat-file", "-e", head, check=False).returncode != 0
-    gitops.fetch_commit(tree, bare, head, f"refs/stackbench/series/{sid}")
+    gitcmd.fetch_commit(tree, bare, head, f"refs/stackbench/series/{sid}")
     assert git(tree, "rev-parse", f"refs/stackbench/series/{sid}").stdout.strip() == head

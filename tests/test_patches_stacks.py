@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from stackbench import gitcmd
 from stackbench.errors import NotFoundError
-from stackbench.patches import gitops, stacks
+from stackbench.patches import stacks
 from stackbench.patches.apply import apply_series, remove_worktree
 from stackbench.patches.parser import parse_mbox
 
@@ -99,8 +100,8 @@ def test_stack_applies_to_linux_6_1(linux_mm, tmp_path, name):
         assert result.ok, result.error
         assert len(result.commits) == len(series.patches)
         # the worktree only checks out what the patches touch: read the result from git
-        text = gitops.git(linux_mm, "show", f"{result.commits[-1]}:mm/huge_memory.c").stdout
-        compaction = gitops.git(linux_mm, "show", f"{result.commits[-1]}:mm/compaction.c").stdout
+        text = gitcmd.git(linux_mm, "show", f"{result.commits[-1]}:mm/huge_memory.c").stdout
+        compaction = gitcmd.git(linux_mm, "show", f"{result.commits[-1]}:mm/compaction.c").stdout
         if name == "compaction-demo":
             # the regression patch: two clear_huge_page() calls in the anonymous THP fault
             fault = text[text.index("static vm_fault_t __do_huge_pmd_anonymous_page") :]

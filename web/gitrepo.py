@@ -31,7 +31,8 @@ def hook_env(database_url: str | None) -> dict[str, str]:
 
 def ensure_intake_repo(database_url: str | None = None) -> Path:
     """Create the bare repository and (re)write its hooks when missing or out of date."""
-    from stackbench.patches import gitops, intake
+    from stackbench import gitcmd
+    from stackbench.patches import intake
 
     repo = project_root() / REPO_NAME
     env = hook_env(database_url)
@@ -40,11 +41,11 @@ def ensure_intake_repo(database_url: str | None = None) -> Path:
     with _lock:
         if not (repo / "objects").is_dir():
             repo.mkdir(parents=True, exist_ok=True)
-            gitops.git(repo, "init", "--bare", "--quiet")
+            gitcmd.git(repo, "init", "--bare", "--quiet")
             # the intake only grows by pushes; the hooks keep refs/for/ empty afterwards
-            gitops.git(repo, "config", "receive.denyDeletes", "true")
-            gitops.git(repo, "config", "receive.fsckObjects", "true")
-            gitops.git(repo, "config", "http.receivepack", "true")
+            gitcmd.git(repo, "config", "receive.denyDeletes", "true")
+            gitcmd.git(repo, "config", "receive.fsckObjects", "true")
+            gitcmd.git(repo, "config", "http.receivepack", "true")
         if not marker.exists() or marker.read_text() != want or marker.stat().st_mode & 0o077:
             # (re)written also when an older stackbench left them readable by others
             intake.install_hook(repo, [sys.executable, "-m", "stackbench", "intake-push"], env=env)

@@ -85,9 +85,9 @@ def _check(repo: Path, updates: list[tuple[str, str, str]], options: dict) -> No
 
 
 def _register(repo: Path, updates: list[tuple[str, str, str]], options: dict) -> int:
-    from stackbench import config
+    from stackbench import config, gitcmd
     from stackbench.jobs import lifecycle
-    from stackbench.patches import gitops, intake
+    from stackbench.patches import intake
     from stackbench.patches.apply import ApplyResult
     from stackbench.resultsdb import db
 
@@ -118,8 +118,8 @@ def _register(repo: Path, updates: list[tuple[str, str, str]], options: dict) ->
     url = config.server_url()
     for series_id, ref, new, count, base, title in done:
         # keep the commits reachable under the series, and free refs/for/ for the next push
-        gitops.update_ref(repo, intake.SERIES_REF.format(id=series_id), new)
-        gitops.delete_ref(repo, ref)
+        gitcmd.update_ref(repo, intake.SERIES_REF.format(id=series_id), new)
+        gitcmd.delete_ref(repo, ref)
         print(f"stackbench: series {series_id}: {count} patch(es) on {base}: {title}")
         if url:
             print(f"stackbench: {url.rstrip('/')}/series/{series_id}")

@@ -1,4 +1,6 @@
-"""The few git operations stackbench needs, through :func:`stackbench.proc.run`.
+"""The git operations stackbench needs, through :func:`stackbench.proc.run`: the one git
+module of patches (``git am``, the intake), kernels (trees, build worktrees) and jobs (suite
+sources, bisect ranges).
 
 One wrapper, :func:`git`, runs ``git -C REPO ...`` with an environment that works on a
 fresh machine: a fixed committer (no ``user.email`` needed), no prompts, and the C locale so
@@ -34,19 +36,21 @@ def git_env() -> dict[str, str]:
 
 
 def git(
-    repo: Path | str,
+    repo: Path | str | None,
     *args: str | os.PathLike[str],
     env: dict[str, str] | None = None,
     input: str | bytes | None = None,
     check: bool = True,
     timeout: float | None = 600,
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``git -C repo ARGS``; output (stdout and stderr together) is in ``.stdout``."""
+    """Run ``git -C repo ARGS`` (``repo`` None: no ``-C``, for clone, init, ls-remote);
+    output (stdout and stderr together) is in ``.stdout``."""
     full_env = git_env()
     if env:
         full_env.update(env)
+    where = [] if repo is None else ["-C", os.fspath(repo)]
     return proc.run(
-        ["git", "-C", os.fspath(repo), *args],
+        ["git", *where, *args],
         env=full_env,
         input=input,
         check=check,
