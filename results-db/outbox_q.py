@@ -65,3 +65,14 @@ def mark_sent(s: Session, mail_id: int, now: datetime) -> None:
         ),
         {"now": now, "id": mail_id},
     )
+
+
+def listing(s: Session) -> list[Row]:
+    """Every queued mail, oldest first: what ``stackbench mail list`` prints."""
+    return list(
+        s.execute(
+            text(
+                "SELECT id, kind, state, attempts, subject, last_error FROM mail_outbox ORDER BY id"
+            )
+        )
+    )

@@ -206,6 +206,18 @@ def test_gives_up_after_max_attempts_and_keeps_the_mail(eng):
         assert conn.execute(text("SELECT state FROM mail_outbox")).scalar_one() == "failed"
 
 
+def test_mail_list_shows_each_mail_and_why_it_failed(eng, capsys):
+    from stackbench.cli import main
+
+    cfg = _cfg(_free_port())
+    cfg.max_attempts = 1
+    outbox.enqueue(eng, kind="t", key="k9", to=["a@example.com"], subject="weekly", body="b")
+    outbox.deliver(eng, cfg)
+    assert main(["mail", "list"]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    assert "weekly" in line and "failed" in line and "(" in line  # the last error follows
+
+
 def test_dry_run_writes_files(eng, tmp_path):
     cfg = _cfg(_free_port())
     cfg.dry_run_dir = str(tmp_path / "out")

@@ -32,7 +32,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sqlalchemy import text
 
     from stackbench.jobs import jobspecs
     from stackbench.mail import config, outbox, reports
@@ -52,16 +51,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"sent {len(rep.sent)}, deferred {len(rep.deferred)}, failed {len(rep.failed)}")
         return 0 if not rep.failed else 1
     else:
-        with eng.connect() as conn:
-            for row in conn.execute(
-                text(
-                    "SELECT id, kind, state, attempts, subject, last_error FROM mail_outbox "
-                    "ORDER BY id"
-                )
-            ):
-                err = f"  ({row.last_error})" if row.last_error else ""
-                print(
-                    f"{row.id:5d} {row.kind:10s} {row.state:8s} {row.attempts:2d} "
-                    f"{row.subject}{err}"
-                )
+        from stackbench.resultsdb import outbox_q
+
+        with db.session(eng) as s:
+            rows = outbox_q.listing(s)
+        for row in rows:
+            err = f"  ({row.last_error})" if row.last_error else ""
+            print(f"{row.id:5d} {row.kind:10s} {row.state:8s} {row.attempts:2d} {row.subject}{err}")
     return 0
