@@ -159,3 +159,16 @@ def latest_machine(s: Session, series_id: int) -> str | None:
         {"here": f"series-{series_id}-attempt-%", "buildbot": f"series-{series_id}-bb-%"},
     ).first()
     return row[0] if row else None
+
+
+def subjob_job_specs(s: Session, series_id: int) -> dict[str, str]:
+    """{sub-job: the job spec it came from} of the series' Buildbot boots' runs (a worker
+    records the spec it ran in each run's meta)."""
+    rows = s.execute(
+        text(
+            "SELECT DISTINCT r.meta->>'subjob', r.meta->>'job_spec' FROM run r "
+            "WHERE r.boot_id LIKE :tag AND r.meta ? 'job_spec'"
+        ),
+        {"tag": f"series-{series_id}-bb-%"},
+    ).all()
+    return {str(sj): str(spec) for sj, spec in rows if sj and spec}
