@@ -35,7 +35,15 @@ from stackbench.jobs import jobspecs
 from stackbench.jobs import plan as boot_plan
 from stackbench.jobs.bisect import BisectResult, Step
 from stackbench.jobs.plan import Boot
-from stackbench.resultsdb import db, kernels_store, regressions_store, trees_store
+from stackbench.resultsdb import (
+    db,
+    jobs_q,
+    kernels_q,
+    kernels_store,
+    regressions_q,
+    regressions_store,
+    trees_q,
+)
 from stackbench.resultsdb import ingest as ig
 from stackbench.resultsdb.buildruns import (
     direction,
@@ -102,7 +110,7 @@ def record_build(
     with db.session(eng) as s:
         bid = ig.kernel_id(s.connection(), spec)
     with db.session(eng) as s:
-        row = kernels_store.get(s, bid)
+        row = kernels_q.get(s, bid)
         if name and (not row.name or row.name == commit):
             fields["name"] = name
         meta = fields.pop("meta", None)
@@ -130,7 +138,7 @@ def job_ids(eng: Engine, job: str) -> list[int]:
         return [ig.job_id(s.connection(), spec) for _name, spec in job_spec_strings(job)]
 
 
-def spec_of(job: regressions_store.Job) -> str:
+def spec_of(job: jobs_q.Job) -> str:
     """The job spec that reproduces a stored job: ``suite[k=v,...]``."""
     return spec_for(job.suite, job.params or {})
 
@@ -355,7 +363,7 @@ class KernelLab:
         from stackbench.jobs import pipeline
 
         with db.session(eng) as s:
-            row = kernels_store.get(s, build_id)
+            row = kernels_q.get(s, build_id)
             if row is None or not row.artifact_path:
                 raise NotFoundError(f"kernel build {build_id} has no artifact")
             kernel = ig.KernelSpec(
@@ -445,7 +453,7 @@ def run_bisect(
             meta={"job": job, "metric": metric, "commits": commits, "policy": _policy_meta(policy)},
         ).id  # fmt: skip
         if regression_id is not None:
-            reg = regressions_store.get(s, regression_id)
+            reg = regressions_q.get(s, regression_id)
             if reg is not None:
                 regressions_store.update(reg, state="bisecting")
     m = _RecordingMeasurer(
@@ -530,7 +538,7 @@ def _finish(
         regressions_store.update(row, meta=meta)
         if regression_id is None:
             return
-        reg = regressions_store.get(s, regression_id)
+        reg = regressions_q.get(s, regression_id)
         if reg is None:
             return
         if res is not None and res.state == "found":
@@ -555,13 +563,13 @@ def bisect_regression(
 ) -> BisectRun:
     """Bisect a stored regression between its good and bad kernels."""
     with db.session(eng) as s:
-        reg = regressions_store.get(s, regression_id)
+        reg = regressions_q.get(s, regression_id)
         if reg is None:
             raise NotFoundError(f"no regression {regression_id}")
-        good = kernels_store.get(s, reg.good_build_id).commit
-        bad = kernels_store.get(s, reg.bad_build_id).commit
-        job = spec_of(regressions_store.job(s, reg.job_id))
-        metric = regressions_store.metric(s, reg.metric_id).name
+        good = kernels_q.get(s, reg.good_build_id).commit
+        bad = kernels_q.get(s, reg.bad_build_id).commit
+        job = spec_of(jobs_q.get(s, reg.job_id))
+        metric = jobs_q.metric(s, reg.metric_id).name
         tree = reg.meta.get("tree") or _tree_name(s, reg.tree_id)
     return run_bisect(
         eng, lab, tree=tree, good=good, bad=bad, job=job, metric=metric, policy=policy,
@@ -570,7 +578,7 @@ def bisect_regression(
 
 
 def _tree_name(s: Session, tree_id: int | None) -> str:
-    row = trees_store.get(s, tree_id) if tree_id else None
+    row = trees_q.get(s, tree_id) if tree_id else None
     if row is None:
         raise NotFoundError("the regression has no tree to bisect in")
     return row.name

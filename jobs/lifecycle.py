@@ -23,7 +23,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from stackbench.errors import InputError, NotFoundError, StackbenchError
-from stackbench.resultsdb import accounts_q, db, series_store, signals, trees_store
+from stackbench.resultsdb import accounts_q, db, series_store, signals, trees_q
 
 MAX_RUNS = 30
 DEFAULT_RUNS = 3
@@ -85,10 +85,10 @@ def _short(exc: Exception) -> str:
     return msg.splitlines()[0][:300] if msg else type(exc).__name__
 
 
-def known_tree(s: Session, name: str) -> trees_store.Tree | None:
+def known_tree(s: Session, name: str) -> trees_q.Tree | None:
     """The tree's row; a tree defined by YAML (kernels/trees, $STACKBENCH_TREES) but not yet
     in the database is registered here."""
-    row = trees_store.named(s, name)
+    row = trees_q.named(s, name)
     if row is not None:
         return row
     from stackbench.kernels import trees
@@ -111,7 +111,7 @@ class TreeChoice:
 def tree_choices(s: Session) -> list[TreeChoice]:
     """Trees a series may target: those in the database and those defined by YAML (a fresh
     installation has only the latter; :func:`check` registers one when it is used)."""
-    seen = {t.name: TreeChoice(t.name, t.default_base or "") for t in trees_store.trees(s)}
+    seen = {t.name: TreeChoice(t.name, t.default_base or "") for t in trees_q.trees(s)}
     try:
         from stackbench.kernels import trees
 
@@ -135,7 +135,7 @@ def check(
     errors: dict[str, str] = {}
     row = known_tree(s, tree) if tree else None
     if row is None:
-        names = ", ".join(trees_store.names(s)) or "none"
+        names = ", ".join(t.name for t in trees_q.trees(s)) or "none"
         errors["tree"] = f"{tree[:80]!r}: unknown tree (known: {names})" if tree else "pick a tree"
     base = (base or "").strip()
     if base and not _REF_RE.match(base):
@@ -175,7 +175,7 @@ def create(
     ApplyResult for series whose commits already exist (git push)."""
     from stackbench.patches.store import create_series, record_apply, resolve_base
 
-    row = trees_store.named(s, checked.tree)
+    row = trees_q.named(s, checked.tree)
     base = resolve_base(parsed, checked.base or None, row.default_base if row else None)
     if not base:
         raise SubmissionErrors(

@@ -57,7 +57,15 @@ from stackbench.jobs.tracked_branches import (
     one_line,
     sync_tracked,
 )
-from stackbench.resultsdb import db, kernels_store, regressions_store, trees_store
+from stackbench.resultsdb import (
+    db,
+    jobs_q,
+    kernels_q,
+    regressions_q,
+    regressions_store,
+    trees_q,
+    trees_store,
+)
 from stackbench.resultsdb.verdict import DEFAULT, Policy, Verdict, is_headline, judge_many
 
 log = logging.getLogger(__name__)
@@ -96,7 +104,7 @@ class JobOutcome:
         }
 
 
-def _policy_for(row: trees_store.TrackedBranch, policy: Policy | None) -> Policy:
+def _policy_for(row: trees_q.TrackedBranch, policy: Policy | None) -> Policy:
     if policy is not None:
         return policy
     meta = row.meta or {}
@@ -195,11 +203,11 @@ def _open_regression(
     tree: str,
     branch: str,
     job_id: int,
-    metric: regressions_store.Metric,
+    metric: jobs_q.Metric,
     good_id: int,
     bad_id: int,
     v: Verdict,
-) -> tuple[regressions_store.Regression, bool]:
+) -> tuple[regressions_q.Regression, bool]:
     return regressions_store.open_regression(
         s,
         tree_id=tree_id,
@@ -260,14 +268,14 @@ def run_branch(
     started = time.monotonic()
     built_before = lab.built
     with db.session(eng) as s:
-        row = trees_store.branch(s, tracked_id)
+        row = trees_q.branch(s, tracked_id)
         if row is None:
             raise NotFoundError(f"no tracked branch {tracked_id}")
-        tree = trees_store.get(s, row.tree_id)
+        tree = trees_q.get(s, row.tree_id)
         tree_name, tree_id = tree.name, tree.id
         jobs = list(row.jobs or [])
         baseline_id = row.baseline_build_id
-        baseline = kernels_store.get(s, baseline_id).commit if baseline_id else ""
+        baseline = kernels_q.get(s, baseline_id).commit if baseline_id else ""
         meta = dict(row.meta or {})
         pol = _policy_for(row, policy)
     rep = BranchReport(tree=tree_name, branch=row.branch, baseline=baseline)
@@ -363,13 +371,13 @@ def _bisect_order(eng: Engine, ids: list[int]) -> list[int]:
     with db.session(eng) as s:
         rows = []
         for rid in ids:
-            reg = regressions_store.get(s, rid)
-            metric = regressions_store.metric(s, reg.metric_id)
+            reg = regressions_q.get(s, rid)
+            metric = jobs_q.metric(s, reg.metric_id)
             rows.append((reg.job_id, _rank(metric), -abs(reg.change_pct or 0.0), rid))
     return [r[-1] for r in sorted(rows)]
 
 
-def _rank(metric: regressions_store.Metric) -> tuple[int, int]:
+def _rank(metric: jobs_q.Metric) -> tuple[int, int]:
     headline = 0 if metric.name.startswith(HEADLINES) else 1
     kind = KIND_ORDER.index(metric.kind) if metric.kind in KIND_ORDER else len(KIND_ORDER)
     return headline, kind
@@ -387,12 +395,12 @@ def _recent(at: str | None) -> bool:
 
 def _set_baseline(eng: Engine, tracked_id: int, build_id: int) -> None:
     with db.session(eng) as s:
-        trees_store.update_branch(trees_store.branch(s, tracked_id), baseline_build_id=build_id)
+        trees_store.update_branch(trees_q.branch(s, tracked_id), baseline_build_id=build_id)
 
 
 def _remember(eng: Engine, tracked_id: int, rep: BranchReport) -> None:
     with db.session(eng) as s:
-        row = trees_store.branch(s, tracked_id)
+        row = trees_q.branch(s, tracked_id)
         meta = dict(row.meta or {})
         meta["last_run"] = {
             "at": datetime.now(UTC).isoformat(),
@@ -415,8 +423,8 @@ def queue_regression_mails(eng: Engine, regression_ids: list[int]) -> list[int]:
     groups: dict[tuple[int, str], list[tuple[int, float, int]]] = {}
     with db.session(eng) as s:
         for rid in regression_ids:
-            reg = regressions_store.get(s, rid)
-            metric = regressions_store.metric(s, reg.metric_id)
+            reg = regressions_q.get(s, rid)
+            metric = jobs_q.metric(s, reg.metric_id)
             key = (reg.job_id, reg.culprit or f"bad:{reg.bad_build_id}")
             groups.setdefault(key, []).append((_rank(metric), -abs(reg.change_pct or 0.0), rid))
     out = []
@@ -425,8 +433,8 @@ def queue_regression_mails(eng: Engine, regression_ids: list[int]) -> list[int]:
         others = [m[2] for m in sorted(members)[1:]]
         with db.session(eng) as s:
             for rid in others:
-                regressions_store.merge_meta(regressions_store.get(s, rid), reported_with=lead)
-            regressions_store.merge_meta(regressions_store.get(s, lead), also=others)
+                regressions_store.merge_meta(regressions_q.get(s, rid), reported_with=lead)
+            regressions_store.merge_meta(regressions_q.get(s, lead), also=others)
         mail = reports.regression_report(eng, lead, job_spec=jobspecs.format_job_spec)
         if not mail.to:
             log.warning("regression %s: no mail recipient (set STACKBENCH_MAIL_LIST)", lead)

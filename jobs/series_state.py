@@ -18,16 +18,18 @@ from stackbench.jobs.progress import Eta, ProgressEvent, ProgressFn
 from stackbench.jobs.settings import Settings
 from stackbench.kernels import build as kbuild
 from stackbench.kernels import trees
-from stackbench.resultsdb import db, series_store, trees_store
+from stackbench.resultsdb import db, series_store, trees_q
 
 
 def event(s: Session, series_id: int | None, subject: str, state: str, message: str) -> None:
     series_store.add_event(s, series_id, subject, state, message[:4000])
 
 
-def register_tree(s: Session, tree: trees.TreeDef) -> trees_store.Tree:
+def register_tree(s: Session, tree: trees.TreeDef) -> trees_q.Tree:
     """The tree's row as its YAML definition says (created or updated)."""
-    return trees_store.save_tree(s, tree.name, url=tree.url, default_base=tree.default_base)
+    row = trees_q.save_tree(s, tree.name, url=tree.url, default_base=tree.default_base)
+    s.flush()  # callers use the row's id
+    return row
 
 
 @dataclass

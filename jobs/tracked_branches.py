@@ -14,7 +14,7 @@ from sqlalchemy import Engine
 
 from stackbench import config, schema
 from stackbench.errors import InputError, NotFoundError
-from stackbench.resultsdb import db, trees_store
+from stackbench.resultsdb import db, trees_q
 
 TRACKED_DIR = Path(__file__).resolve().parent / "tracked"
 
@@ -115,7 +115,7 @@ def sync_tracked(eng: Engine, tracked: Iterable[Tracked]) -> list[int]:
     with db.session(eng) as s:
         for t in items:
             tree = pipeline.register_tree(s, tree_defs[t.tree])
-            row = trees_store.save_branch(
+            row = trees_q.save_branch(
                 s,
                 tree.id,
                 t.branch,
@@ -128,6 +128,7 @@ def sync_tracked(eng: Engine, tracked: Iterable[Tracked]) -> list[int]:
                     "bisect": t.bisect,
                 },
             )
+            s.flush()  # the new rows' ids
             ids.append(row.id)
     return ids
 

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from stackbench.errors import InputError, NotFoundError
 from stackbench.patches.apply import ApplyResult
 from stackbench.patches.parser import ParsedSeries
-from stackbench.resultsdb import series_store, trees_store
+from stackbench.resultsdb import series_store, trees_q, trees_store
 
 _TREE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}")
 
@@ -35,7 +35,8 @@ def resolve_base(parsed: ParsedSeries, base: str | None, tree_default: str | Non
 
 
 def find_series(session: Session, parsed: ParsedSeries, *, tree: str | None, base: str | None):
-    default = trees_store.default_base(session, tree) if tree else None
+    row = trees_q.named(session, tree) if tree else None
+    default = row.default_base if row is not None else None
     key = series_key(parsed, tree, resolve_base(parsed, base, default))
     return series_store.by_key(session, key)
 
@@ -172,7 +173,7 @@ def record_apply(session: Session, series_id: int, result: ApplyResult) -> serie
     return series
 
 
-def _tree(session: Session, name: str) -> trees_store.Tree:
+def _tree(session: Session, name: str) -> trees_q.Tree:
     if not _TREE_NAME.fullmatch(name):
         raise InputError(f"tree {name[:80]!r}", "not a valid tree name (letters, digits, ._+-)")
     # trees are normally registered from kernels/trees/*.yaml; a series naming another tree

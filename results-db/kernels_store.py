@@ -51,10 +51,6 @@ def built_kernels(s: Session, series: Series) -> list[KernelBuild]:
     return out
 
 
-def get(s: Session, build_id: int) -> KernelBuild | None:
-    return s.get(KernelBuild, build_id)
-
-
 def latest_configured_build(s: Session, commit: str) -> KernelBuild | None:
     """The newest build of the commit made with a named config (imports have none)."""
     return s.scalars(

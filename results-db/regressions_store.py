@@ -1,5 +1,6 @@
-"""Regressions and their bisections as the nightly run and the bisector write them, with
-the metric and job rows they name. Every function takes the caller's session
+"""Regressions and their bisections as the nightly run and the bisector write them, and
+the metric a verdict names; reading one row by id is :mod:`regressions_q`'s and
+:mod:`jobs_q`'s. Every function takes the caller's session
 (:func:`stackbench.resultsdb.db.session`) and leaves committing to it.
 """
 
@@ -10,24 +11,12 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from stackbench.resultsdb.models import Bisect, Job, Metric, Regression
-
-
-def get(s: Session, regression_id: int) -> Regression | None:
-    return s.get(Regression, regression_id)
-
-
-def metric(s: Session, metric_id: int) -> Metric | None:
-    return s.get(Metric, metric_id)
+from stackbench.resultsdb.models import Bisect, Metric, Regression
 
 
 def metric_named(s: Session, name: str) -> Metric:
     """The metric NAME (it must be stored)."""
     return s.scalars(select(Metric).where(Metric.name == name)).one()
-
-
-def job(s: Session, job_id: int) -> Job | None:
-    return s.get(Job, job_id)
 
 
 def open_regression(
