@@ -20,11 +20,10 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine
 
 from stackbench.jobs import plan as boot_plan
-from stackbench.resultsdb import query, verdict
-from stackbench.resultsdb.models import Series
+from stackbench.resultsdb import db, query, series_store, verdict
 
 # Boots per kernel a series may reach without asking: the verdict's second look. A rank-tested
 # latency cannot decide before 10 boots per side, and under TCG a boot of the three default
@@ -102,21 +101,21 @@ def more_rounds(
     metric of every job is decided, or the undecided ones are at the cap). ``after`` is the
     previous answer: rounds that added no boot (every boot crashed) end the loop."""
     from stackbench.jobs.pipeline import series_kernels
-    from stackbench.jobs.series_state import tx
     from stackbench.resultsdb.tables.verdict import compare
 
     policy = policy or verdict.DEFAULT
-    with tx(eng) as s:
-        row = s.get(Series, series_id)
+    with db.session(eng) as s:
+        row = series_store.get(s, series_id)
         meta = dict(row.meta) if row is not None else {}
     cap = cap if cap is not None else cap_of(meta)
     builds = series_kernels(eng, series_id)
     if len(builds) < 2 or cap < 1:
         return None
     kernels = [query.Kernel(b.id, b.commit, b.name, b.config_name, b.compiler) for b in builds]
-    with eng.connect() as conn:
-        machine = _machine_of(conn, series_id)
-        ds = query.load(conn, kernels, machine=machine)
+    with db.session(eng) as s:
+        # verdicts never pool machines: the one of the series' latest boot
+        machine = series_store.latest_machine(s, series_id)
+        ds = query.load(s.connection(), kernels, machine=machine)
     if not ds.runs:
         return None
     subjob_of = {r.job_id: str((r.meta or {}).get("subjob") or "") for r in ds.runs.values()}
@@ -160,22 +159,8 @@ def more_rounds(
 def record(eng: Engine, series_id: int, more: MoreRounds) -> None:
     """The series is running more rounds, and why: its state message (an event) and
     ``series.meta["more_rounds"]``, which the series page shows while it runs."""
-    from stackbench.jobs.series_state import set_state, tx
+    from stackbench.jobs.series_state import set_state
 
-    with tx(eng) as s:
-        row = s.get(Series, series_id)
-        row.meta = {**row.meta, "more_rounds": more.reason()}
+    with db.session(eng) as s:
+        series_store.merge_meta(series_store.get(s, series_id), more_rounds=more.reason())
     set_state(eng, series_id, "running", more.reason())
-
-
-def _machine_of(conn: Any, series_id: int) -> str | None:
-    """The machine this series' latest boot ran on: its verdicts never pool machines."""
-    row = conn.execute(
-        text(
-            "SELECT m.name FROM run r JOIN machine m ON m.id = r.machine_id "
-            "WHERE r.boot_id LIKE :here OR r.boot_id LIKE :buildbot ORDER BY r.id DESC LIMIT 1"
-        ),
-        # boots of the in-process pipeline, and of Buildbot steps (stackbench worker bench)
-        {"here": f"series-{series_id}-attempt-%", "buildbot": f"series-{series_id}-bb-%"},
-    ).first()
-    return row[0] if row else None

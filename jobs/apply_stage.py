@@ -15,11 +15,11 @@ from sqlalchemy.orm import Session
 
 from stackbench.errors import NotFoundError, StackbenchError
 from stackbench.jobs.progress import ProgressFn
-from stackbench.jobs.series_state import KernelTask, SeriesRun, event, tx
+from stackbench.jobs.series_state import KernelTask, SeriesRun, event
 from stackbench.jobs.settings import Settings
 from stackbench.kernels import paths as kpaths
 from stackbench.kernels import trees
-from stackbench.resultsdb.models import Patch, Series
+from stackbench.resultsdb import db, kernels_store, series_store
 
 
 def apply_only(
@@ -28,8 +28,8 @@ def apply_only(
     """Apply a stored series (``git am``) without building anything: (commit, kernel name)
     of the base and each patch, for a runner elsewhere (Buildbot); None when it does not
     apply."""
-    with tx(eng) as s:
-        series = s.get(Series, series_id)
+    with db.session(eng) as s:
+        series = series_store.get(s, series_id)
         if series is None:
             raise NotFoundError(f"no series {series_id}")
         tree_name = series.tree.name if series.tree else "linux-6.1"
@@ -55,7 +55,7 @@ def apply_stage(
     return tasks
 
 
-def _series_mails(s: Session, series: Series) -> list[Any]:
+def _series_mails(s: Session, series: series_store.Series) -> list[Any]:
     """The patches to ``git am``: the submitted mails when kept, else mails rebuilt from the
     stored patch rows (series created by other front ends)."""
     from stackbench.patches.parser import parse_mbox
@@ -77,7 +77,7 @@ class _RebuiltPatch:
     raw: bytes
 
 
-def mail_from_patch(p: Patch) -> bytes:
+def mail_from_patch(p: series_store.Patch) -> bytes:
     """A git-am-able mail from a stored patch row."""
     author = f"{p.author} <{p.author_email}>" if p.author_email else p.author or "unknown"
     headers = [
@@ -107,8 +107,8 @@ def fetch_pushed(eng: Engine, series_id: int, repo: Path) -> None:
     the intake repository into the tree's repository (no git am)."""
     from stackbench import gitcmd
 
-    with tx(eng) as s:
-        push = (s.get(Series, series_id).meta or {}).get("push") or {}
+    with db.session(eng) as s:
+        push = (series_store.get(s, series_id).meta or {}).get("push") or {}
     head, source = push.get("head"), push.get("repo")
     if not head or not source or trees.has_commit(repo, head):
         return
@@ -125,16 +125,16 @@ def _apply(
 
     sid = sr.series_id
     fetch_pushed(eng, sid, repo)
-    with tx(eng) as s:
-        series = s.get(Series, sid)
-        patches = sorted(series.patches, key=lambda p: p.idx)
+    with db.session(eng) as s:
+        series = series_store.get(s, sid)
+        patches = kernels_store.stack(series)[1:]
         applied = bool(patches) and all(
-            p.commit_sha and trees.has_commit(repo, p.commit_sha) for p in patches
+            k.commit and trees.has_commit(repo, k.commit) for k in patches
         )
         if applied and series.base_commit:
             base_sha = series.base_commit
         else:
-            series.state = "applying"
+            series_store.save(series, state="applying")
             event(s, sid, f"series:{sid}", "applying", f"git am onto {base}")
             mails = _series_mails(s, series)
             applied = False
@@ -145,22 +145,22 @@ def _apply(
             result = apply_series(repo, base, mails, workdir, ref=f"refs/stackbench/series/{sid}")
         finally:
             remove_worktree(repo, workdir)
-        with tx(eng) as s:
+        with db.session(eng) as s:
             record_apply(s, sid, result)
         if not result.ok:
             return None
         base_sha = result.base_sha
-    with tx(eng) as s:
-        series = s.get(Series, sid)
-        patches = sorted(series.patches, key=lambda p: p.idx)
+    with db.session(eng) as s:
+        series = series_store.get(s, sid)
         base_label = base if base != base_sha else base_sha[:12]
         tasks = [KernelTask(label="base", name=base_label, commit=base_sha)]
-        for p in patches:
+        for k in kernels_store.stack(series)[1:]:
+            p = k.patch
             tasks.append(
                 KernelTask(
-                    label=f"{p.idx}/{p.total}",
-                    name=kernel_name(p.idx, p.total, p.commit_sha or ""),
-                    commit=p.commit_sha or "",
+                    label=k.label,
+                    name=kernel_name(p.idx, p.total, k.commit),
+                    commit=k.commit,
                     patch_id=p.id,
                 )
             )

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from stackbench import config as sbconfig
@@ -35,6 +35,15 @@ from stackbench.jobs import jobspecs
 from stackbench.jobs import plan as boot_plan
 from stackbench.jobs.bisect import BisectResult, Step
 from stackbench.jobs.plan import Boot
+from stackbench.resultsdb import (
+    db,
+    jobs_q,
+    kernels_q,
+    kernels_store,
+    regressions_q,
+    regressions_store,
+    trees_q,
+)
 from stackbench.resultsdb import ingest as ig
 from stackbench.resultsdb.buildruns import (
     direction,
@@ -45,7 +54,6 @@ from stackbench.resultsdb.buildruns import (
 
 # nightly reads these through this module; kept as names of it while nightly is reworked
 from stackbench.resultsdb.buildruns import metrics_of as metrics_of
-from stackbench.resultsdb.models import Bisect, Job, KernelBuild, Metric, Regression
 from stackbench.resultsdb.verdict import DEFAULT, Policy
 
 log = logging.getLogger(__name__)
@@ -99,33 +107,21 @@ def record_build(
         tree=tree,
         status=status,
     )
-    with eng.begin() as conn:
-        bid = ig.kernel_id(conn, spec)
-    with Session(eng) as s, s.begin():
-        row = s.get(KernelBuild, bid)
-        row.status = status
+    with db.session(eng) as s:
+        bid = ig.kernel_id(s.connection(), spec)
+    with db.session(eng) as s:
+        row = kernels_q.get(s, bid)
         if name and (not row.name or row.name == commit):
-            row.name = name
+            fields["name"] = name
         meta = fields.pop("meta", None)
-        if meta:
-            row.meta = {**(row.meta or {}), **meta}
-        for k, v in fields.items():
-            setattr(row, k, v)
+        kernels_store.update_build(row, status=status, meta=meta or None, **fields)
     return bid
 
 
-def failed_build(eng: Engine, commit: str, config: str) -> KernelBuild | None:
+def failed_build(eng: Engine, commit: str, config: str) -> kernels_store.KernelBuild | None:
     """A stored build failure of ``commit`` with ``config`` (so it is not built again)."""
-    with Session(eng, expire_on_commit=False) as s:
-        return s.scalars(
-            select(KernelBuild)
-            .where(
-                KernelBuild.commit == commit,
-                KernelBuild.config_name == config,
-                KernelBuild.status == "build-failed",
-            )
-            .order_by(KernelBuild.id.desc())
-        ).first()
+    with db.session(eng) as s:
+        return kernels_store.failed_build(s, commit, config)
 
 
 def job_spec_strings(job: str) -> list[tuple[str, ig.JobSpec]]:
@@ -138,11 +134,11 @@ def job_spec_strings(job: str) -> list[tuple[str, ig.JobSpec]]:
 
 def job_ids(eng: Engine, job: str) -> list[int]:
     """The job rows of a job spec's sub-jobs (created when missing: no run stored yet)."""
-    with eng.begin() as conn:
-        return [ig.job_id(conn, spec) for _name, spec in job_spec_strings(job)]
+    with db.session(eng) as s:
+        return [ig.job_id(s.connection(), spec) for _name, spec in job_spec_strings(job)]
 
 
-def spec_of(job: Job) -> str:
+def spec_of(job: jobs_q.Job) -> str:
     """The job spec that reproduces a stored job: ``suite[k=v,...]``."""
     return spec_for(job.suite, job.params or {})
 
@@ -366,8 +362,8 @@ class KernelLab:
     ) -> None:
         from stackbench.jobs import pipeline
 
-        with Session(eng) as s:
-            row = s.get(KernelBuild, build_id)
+        with db.session(eng) as s:
+            row = kernels_q.get(s, build_id)
             if row is None or not row.artifact_path:
                 raise NotFoundError(f"kernel build {build_id} has no artifact")
             kernel = ig.KernelSpec(
@@ -450,19 +446,16 @@ def run_bisect(
     (jid,) = job_ids(eng, job)
     met = metric_row(eng, metric)
     tree_id = _tree_id(eng, tree)
-    with Session(eng) as s, s.begin():
-        row = Bisect(
-            regression_id=regression_id, tree_id=tree_id, good=good, bad=bad, job_id=jid,
+    with db.session(eng) as s:
+        bid = regressions_store.add_bisect(
+            s, regression_id=regression_id, tree_id=tree_id, good=good, bad=bad, job_id=jid,
             metric_id=met.id, state="running", steps=[],
             meta={"job": job, "metric": metric, "commits": commits, "policy": _policy_meta(policy)},
-        )  # fmt: skip
-        s.add(row)
-        s.flush()
-        bid = row.id
+        ).id  # fmt: skip
         if regression_id is not None:
-            reg = s.get(Regression, regression_id)
+            reg = regressions_q.get(s, regression_id)
             if reg is not None:
-                reg.state = "bisecting"
+                regressions_store.update(reg, state="bisecting")
     m = _RecordingMeasurer(
         eng, lab, bid, tree=tree, job=job, job_id=jid, metric_id=met.id, progress=progress
     )
@@ -487,10 +480,13 @@ class _RecordingMeasurer(StoredMeasurer):
         self.bisect_id = bisect_id
 
     def on_step(self, step: Step) -> None:
-        with Session(self.eng) as s, s.begin():
-            row = s.get(Bisect, self.bisect_id)
-            row.steps = [*(row.steps or []), _step_dict(self.eng, step, self.builds)]
-            row.kernels_built = self.built()
+        with db.session(self.eng) as s:
+            row = regressions_store.bisect(s, self.bisect_id)
+            regressions_store.update(
+                row,
+                steps=[*(row.steps or []), _step_dict(self.eng, step, self.builds)],
+                kernels_built=self.built(),
+            )
         if self.progress:
             pct = f" {step.change_pct:+.1f}%" if step.change_pct is not None else ""
             why = f" ({step.reason})" if step.reason else ""
@@ -508,8 +504,8 @@ def _policy_meta(p: Policy) -> dict[str, Any]:
 
 
 def _tree_id(eng: Engine, tree: str) -> int | None:
-    with eng.begin() as conn:
-        return ig.tree_id(conn, tree)
+    with db.session(eng) as s:
+        return ig.tree_id(s.connection(), tree)
 
 
 def _finish(
@@ -521,41 +517,40 @@ def _finish(
     seconds: float,
     m: StoredMeasurer | None = None,
 ) -> None:
-    with Session(eng) as s, s.begin():
-        row = s.get(Bisect, bisect_id)
-        row.finished_at = datetime.now(UTC)
+    with db.session(eng) as s:
+        row = regressions_store.bisect(s, bisect_id)
         meta = {**(row.meta or {}), "message": message, "seconds": round(seconds, 1)}
         if res is None:
-            row.state = "failed"
+            regressions_store.update(row, finished_at=datetime.now(UTC), state="failed")
         else:
-            row.state = res.state
-            row.culprit = res.culprit
-            row.confidence = res.confidence
-            row.kernels_built = res.kernels_built
-            row.steps = [_step_dict(eng, st, m.builds if m else {}) for st in res.steps]
             meta.update(parent=res.parent, candidates=res.candidates)
             if m is not None:
                 meta["boots"] = m.boots
-        row.meta = meta
+            regressions_store.update(
+                row,
+                finished_at=datetime.now(UTC),
+                state=res.state,
+                culprit=res.culprit,
+                confidence=res.confidence,
+                kernels_built=res.kernels_built,
+                steps=[_step_dict(eng, st, m.builds if m else {}) for st in res.steps],
+            )
+        regressions_store.update(row, meta=meta)
         if regression_id is None:
             return
-        reg = s.get(Regression, regression_id)
+        reg = regressions_q.get(s, regression_id)
         if reg is None:
             return
         if res is not None and res.state == "found":
-            reg.state, reg.culprit = "bisected", res.culprit
-            reg.meta = {
-                **(reg.meta or {}),
-                "bisect_id": bisect_id,
-                "culprit_confidence": res.confidence,
-            }
+            regressions_store.update(reg, state="bisected", culprit=res.culprit)
+            regressions_store.merge_meta(
+                reg, bisect_id=bisect_id, culprit_confidence=res.confidence
+            )
         else:
-            reg.state = "inconclusive"
-            reg.meta = {
-                **(reg.meta or {}),
-                "bisect_id": bisect_id,
-                "candidates": res.candidates if res else [],
-            }
+            regressions_store.update(reg, state="inconclusive")
+            regressions_store.merge_meta(
+                reg, bisect_id=bisect_id, candidates=res.candidates if res else []
+            )
 
 
 def bisect_regression(
@@ -567,14 +562,14 @@ def bisect_regression(
     progress: Progress | None = None,
 ) -> BisectRun:
     """Bisect a stored regression between its good and bad kernels."""
-    with Session(eng) as s:
-        reg = s.get(Regression, regression_id)
+    with db.session(eng) as s:
+        reg = regressions_q.get(s, regression_id)
         if reg is None:
             raise NotFoundError(f"no regression {regression_id}")
-        good = s.get(KernelBuild, reg.good_build_id).commit
-        bad = s.get(KernelBuild, reg.bad_build_id).commit
-        job = spec_of(s.get(Job, reg.job_id))
-        metric = s.get(Metric, reg.metric_id).name
+        good = kernels_q.get(s, reg.good_build_id).commit
+        bad = kernels_q.get(s, reg.bad_build_id).commit
+        job = spec_of(jobs_q.get(s, reg.job_id))
+        metric = jobs_q.metric(s, reg.metric_id).name
         tree = reg.meta.get("tree") or _tree_name(s, reg.tree_id)
     return run_bisect(
         eng, lab, tree=tree, good=good, bad=bad, job=job, metric=metric, policy=policy,
@@ -583,9 +578,7 @@ def bisect_regression(
 
 
 def _tree_name(s: Session, tree_id: int | None) -> str:
-    from stackbench.resultsdb.models import Tree
-
-    row = s.get(Tree, tree_id) if tree_id else None
+    row = trees_q.get(s, tree_id) if tree_id else None
     if row is None:
         raise NotFoundError("the regression has no tree to bisect in")
     return row.name

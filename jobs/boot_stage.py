@@ -23,9 +23,10 @@ from stackbench.errors import InputError, StackbenchError
 from stackbench.jobs.definitions import SubJob
 from stackbench.jobs.jobspecs import plan_for, resolve_jobs
 from stackbench.jobs.plan import Boot, stamp
-from stackbench.jobs.series_state import KernelTask, SeriesRun, event, tx
+from stackbench.jobs.series_state import KernelTask, SeriesRun, event
 from stackbench.jobs.settings import Settings
 from stackbench.kernels import qemu
+from stackbench.resultsdb import db
 from stackbench.resultsdb.ingest import KernelSpec, MachineSpec, RunData
 
 # what the guest prints once /init runs (jobs/guest/init.sh): the boot did not hang
@@ -271,7 +272,7 @@ def boot_one(
         outcome = "runs-failed"
     if t.outcome in ("", "built", "ok"):  # a kernel's outcome is its first failed boot's
         t.outcome, t.error = outcome, error
-    with tx(eng) as s:
+    with db.session(eng) as s:
         event(
             s,
             sr.series_id,

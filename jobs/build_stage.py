@@ -7,16 +7,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from stackbench.errors import StackbenchError
 from stackbench.jobs.highalloc import build_module
-from stackbench.jobs.series_state import KernelTask, SeriesRun, event, tx
+from stackbench.jobs.series_state import KernelTask, SeriesRun, event
 from stackbench.jobs.settings import Settings
 from stackbench.kernels import build as kbuild
 from stackbench.kernels import trees
-from stackbench.resultsdb.models import KernelBuild, Series
+from stackbench.resultsdb import db, kernels_store, series_store
 
 
 def build_estimate(
@@ -37,49 +37,31 @@ def kernel_row(
     chash: str,
     compiler: str,
     cfg: str,
-) -> KernelBuild:
-    row = s.scalars(
-        select(KernelBuild).where(
-            KernelBuild.commit == t.commit,
-            KernelBuild.config_hash == chash,
-            KernelBuild.compiler == compiler,
-        )
-    ).one_or_none()
-    if row is None:
-        row = KernelBuild(
-            commit=t.commit,
-            config_hash=chash,
-            compiler=compiler,
-            config_name=cfg,
-            tree_id=tree_id,
-            name=t.name,
-            series_id=sid,
-            patch_id=t.patch_id,
-            meta={},
-        )
-        s.add(row)
-    elif row.series_id is None or row.series_id == sid or not row.name:
-        row.name = t.name
-        row.series_id = row.series_id or sid
-        row.patch_id = row.patch_id or t.patch_id
-    s.flush()
-    return row
+) -> kernels_store.KernelBuild:
+    """The task's kernel_build row (created, or claimed for the series): see
+    :func:`kernels_store.save_build`."""
+    return kernels_store.save_build(
+        s,
+        t.commit,
+        chash,
+        compiler,
+        config_name=cfg,
+        tree_id=tree_id,
+        name=t.name,
+        series_id=sid,
+        patch_id=t.patch_id,
+    )
 
 
 def update_build(
     eng: Engine, sr: SeriesRun, t: KernelTask, chash: str, status: str, **fields: Any
 ) -> None:
     compiler = kbuild.compiler_id()
-    with tx(eng) as s:
-        tree_id = s.scalars(select(Series.tree_id).where(Series.id == sr.series_id)).one_or_none()
+    with db.session(eng) as s:
+        tree_id = series_store.tree_id(s, sr.series_id)
         row = kernel_row(s, sr.series_id, t, tree_id, chash, compiler, t.config(sr.settings.config))
         previous = row.status
-        row.status = status
-        for k, v in fields.items():
-            if k == "meta":
-                row.meta = {**row.meta, **v}
-            else:
-                setattr(row, k, v)
+        kernels_store.update_build(row, status=status, **fields)
         t.build_id = row.id
         if previous != status:
             msg = f"{t.name}: {status}"
@@ -160,21 +142,9 @@ def record_build_failure(
     """A build that failed outside the in-process executor (a Buildbot worker's step): its
     ``kernel_build`` row says ``build-failed`` with the reason and the log's tail, and the
     series gets an event. Returns the row's id."""
-    from stackbench.resultsdb.models import Patch
-
-    with tx(eng) as s:
-        tree_id = (
-            s.scalars(select(Series.tree_id).where(Series.id == series_id)).one_or_none()
-            if series_id
-            else None
-        )
-        patch = (
-            s.scalars(
-                select(Patch).where(Patch.series_id == series_id, Patch.commit_sha == commit)
-            ).first()
-            if series_id
-            else None
-        )
+    with db.session(eng) as s:
+        tree_id = series_store.tree_id(s, series_id) if series_id else None
+        patch = series_store.patch_for_commit(s, series_id, commit) if series_id else None
         task = KernelTask(
             label="", name=name or commit[:12], commit=commit, patch_id=patch.id if patch else None
         )
@@ -182,10 +152,13 @@ def record_build_failure(
             s, series_id, task, tree_id, config_hash, compiler or kbuild.compiler_id(), config
         )
         previous = row.status
-        row.status = "build-failed"
-        row.log = f"{reason}\n{log}"[-8000:]
-        row.duration_s = duration_s
-        row.meta = {**row.meta, "error": reason[:300], "tree": tree}
+        kernels_store.update_build(
+            row,
+            status="build-failed",
+            log=f"{reason}\n{log}"[-8000:],
+            duration_s=duration_s,
+            meta={"error": reason[:300], "tree": tree},
+        )
         if previous != "build-failed" and series_id:
             event(s, series_id, f"build:{row.id}", "build-failed", f"{task.name}: {reason}")
         return row.id

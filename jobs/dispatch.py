@@ -27,14 +27,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import Engine, select, text
-from sqlalchemy.orm import Session
+from sqlalchemy import Engine
 
 from stackbench import config
 from stackbench.errors import StackbenchError
 from stackbench.jobs import lifecycle, rounds
 from stackbench.jobs import plan as boot_plan
-from stackbench.resultsdb.models import KernelBuild, Series
+from stackbench.resultsdb import db, kernels_store, series_store, signals
 
 log = logging.getLogger(__name__)
 
@@ -183,10 +182,8 @@ class Dispatcher:
 
     def run(self, poll: float = 2.0) -> None:
         """Work until stopped: a tick at every notification, and every ``poll`` seconds."""
-        from stackbench.resultsdb import db
-
         self._thread.start()
-        conn = _listen_connection(db.resolve_url(start=False))
+        conn = signals.listen(db.resolve_url(start=False), lifecycle.CHANNEL)
         try:
             while not self.stop.is_set():
                 try:
@@ -219,25 +216,12 @@ class Dispatcher:
     def _active(self) -> list[tuple[int, str, dict[str, Any]]]:
         # only series a front door handed over (lifecycle.create marks them): a foreground
         # `stackbench demo` or `submit` runs its own
-        with Session(self.eng) as s:
-            rows = s.execute(
-                select(Series.id, Series.state, Series.meta)
-                .where(Series.state.in_(lifecycle.PENDING))
-                .where(Series.meta["submitted"].isnot(None))
-                .order_by(Series.id)
-            ).all()
-        return [(r.id, r.state, r.meta or {}) for r in rows]
+        with db.session(self.eng) as s:
+            return series_store.handed_over(s, lifecycle.PENDING)
 
     def _unreported(self) -> list[int]:
-        with Session(self.eng) as s:
-            return list(
-                s.scalars(
-                    select(Series.id)
-                    .where(Series.state.in_(("done", "failed")))
-                    .where(Series.meta["submitted"].isnot(None))
-                    .where(Series.meta["report_mail"].is_(None))
-                )
-            )
+        with db.session(self.eng) as s:
+            return series_store.unreported(s)
 
     # -- local work: apply, and the in-process executor
 
@@ -278,8 +262,8 @@ class Dispatcher:
         from stackbench.jobs import apply_stage
         from stackbench.kernels import trees
 
-        with Session(self.eng) as s:
-            series = s.get(Series, sid)
+        with db.session(self.eng) as s:
+            series = series_store.get(s, sid)
             name = series.tree.name if series is not None and series.tree else ""
         try:
             tree = trees.load_tree(name)
@@ -418,18 +402,18 @@ class Dispatcher:
     def _record_failed_builds(self, sid: int, failed: list[dict], reasons: list[str]) -> None:
         """A kernel whose build failed at Buildbot gets its ``build-failed`` row (with the log
         tail) when the worker did not write one, so the series page's matrix says why."""
-        with Session(self.eng) as s, s.begin():
+        with db.session(self.eng) as s:
             for b, reason in zip(failed, reasons, strict=False):
                 p = _props(b)
                 commit = str(p.get("commit") or "")
-                if not commit or p.get("job"):
+                if not commit or p.get("job") or kernels_store.has_build(s, commit):
                     continue
-                if s.scalars(select(KernelBuild.id).where(KernelBuild.commit == commit)).first():
-                    continue
-                s.add(KernelBuild(commit=commit, config_hash="", compiler="", series_id=sid,
-                                  name=str(p.get("kernel_name") or commit[:12]),
-                                  status="build-failed", log=reason,
-                                  meta={"buildbot_build": b["buildid"]}))  # fmt: skip
+                row = kernels_store.save_build(
+                    s, commit, "", "", series_id=sid, name=str(p.get("kernel_name") or commit[:12])
+                )
+                kernels_store.update_build(
+                    row, status="build-failed", log=reason, meta={"buildbot_build": b["buildid"]}
+                )
 
 
 def series_kernels(eng: Engine, sid: int) -> list[tuple[str, str]]:
@@ -437,53 +421,34 @@ def series_kernels(eng: Engine, sid: int) -> list[tuple[str, str]]:
     them (``v6.1-debian``, ``1/3-abcdef12``)."""
     from stackbench.jobs.pipeline import kernel_name
 
-    with Session(eng) as s:
-        series = s.get(Series, sid)
+    with db.session(eng) as s:
+        series = series_store.get(s, sid)
         if series is None or not series.base_commit:
             raise StackbenchError(f"series {sid} is not applied: no base commit")
         base = series.base_ref or series.base_commit
         out = [(series.base_commit, base if base != series.base_commit else base[:12])]
-        for p in sorted(series.patches, key=lambda p: p.idx):
-            if not p.commit_sha:
+        for k in kernels_store.stack(series)[1:]:
+            p = k.patch
+            if not k.commit:
                 raise StackbenchError(f"series {sid}: patch {p.idx} has no commit")
-            out.append((p.commit_sha, kernel_name(p.idx, p.total, p.commit_sha)))
+            out.append((k.commit, kernel_name(p.idx, p.total, k.commit)))
         return out
 
 
 def attach_builds(eng: Engine, sid: int) -> None:
     """Tie the kernels the workers stored to the series' patches, so its page's matrix
     shows them (an upload knows the commit, not the patch row)."""
-    with eng.begin() as conn:
-        conn.execute(
-            text(
-                "UPDATE kernel_build k SET series_id = :s, patch_id = p.id FROM patch p "
-                "WHERE p.series_id = :s AND k.commit = p.commit_sha AND k.series_id IS NULL"
-            ),
-            {"s": sid},
-        )
+    with db.session(eng) as s:
+        kernels_store.attach_to_series(s, sid)
 
 
 def stored_failures(eng: Engine, sid: int, first_run: int) -> list[str]:
     """What the workers stored that failed: kernels recorded ``build-failed`` and runs since
     the hand-over that did not finish (a kernel that panicked or hung)."""
     commits = [c for c, _ in series_kernels(eng, sid)]
-    with eng.connect() as conn:
-        builds = conn.execute(
-            text(
-                "SELECT name, commit, log FROM kernel_build WHERE commit = ANY(:c) "
-                "AND status = 'build-failed' ORDER BY id"
-            ),
-            {"c": commits},
-        ).all()
-        runs = conn.execute(
-            text(
-                "SELECT k.name, r.status, count(*), min(r.error) FROM run r "
-                "JOIN kernel_build k ON k.id = r.build_id WHERE r.id >= :first "
-                "AND k.commit = ANY(:c) AND r.status NOT IN ('done', 'lost') "
-                "GROUP BY k.name, r.status ORDER BY k.name"
-            ),
-            {"first": first_run, "c": commits},
-        ).all()
+    with db.session(eng) as s:
+        builds = kernels_store.failed_builds(s, commits)
+        runs = kernels_store.unfinished_runs(s, commits, first_run)
     out = []
     for name, commit, blog in builds:
         tail = "\n".join((blog or "").splitlines()[-LOG_TAIL_LINES:])
@@ -513,17 +478,8 @@ def first_error(tail: str) -> str:
 
 
 def _last_run_id(eng: Engine) -> int:
-    with eng.connect() as conn:
-        return int(conn.execute(text("SELECT coalesce(max(id), 0) FROM run")).scalar_one())
-
-
-def _listen_connection(url: str) -> Any:
-    import psycopg
-
-    raw = url.replace("postgresql+psycopg://", "postgresql://", 1)
-    conn = psycopg.connect(raw, autocommit=True)
-    conn.execute(f"LISTEN {lifecycle.CHANNEL}")
-    return conn
+    with db.session(eng) as s:
+        return kernels_store.last_run_id(s)
 
 
 def configured_master() -> Any | None:
@@ -541,9 +497,7 @@ def hold_lock(eng: Engine, wait: Callable[[], bool]) -> Any:
     with it); waits while ``wait()`` says so. None when told to stop first."""
     conn = eng.connect()
     while True:
-        got = conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": LOCK_KEY}).scalar()
-        conn.commit()
-        if got:
+        if signals.try_lock(conn, LOCK_KEY):
             return conn
         if not wait():
             conn.close()

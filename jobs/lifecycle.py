@@ -19,11 +19,11 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, select, text
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from stackbench.errors import InputError, NotFoundError, StackbenchError
-from stackbench.resultsdb.models import AppUser, Event, Series, Tree
+from stackbench.resultsdb import accounts_q, db, series_store, signals, trees_q
 
 MAX_RUNS = 30
 DEFAULT_RUNS = 3
@@ -85,10 +85,10 @@ def _short(exc: Exception) -> str:
     return msg.splitlines()[0][:300] if msg else type(exc).__name__
 
 
-def known_tree(s: Session, name: str) -> Tree | None:
+def known_tree(s: Session, name: str) -> trees_q.Tree | None:
     """The tree's row; a tree defined by YAML (kernels/trees, $STACKBENCH_TREES) but not yet
     in the database is registered here."""
-    row = s.scalars(select(Tree).where(Tree.name == name)).one_or_none()
+    row = trees_q.named(s, name)
     if row is not None:
         return row
     from stackbench.kernels import trees
@@ -111,7 +111,7 @@ class TreeChoice:
 def tree_choices(s: Session) -> list[TreeChoice]:
     """Trees a series may target: those in the database and those defined by YAML (a fresh
     installation has only the latter; :func:`check` registers one when it is used)."""
-    seen = {t.name: TreeChoice(t.name, t.default_base or "") for t in s.scalars(select(Tree))}
+    seen = {t.name: TreeChoice(t.name, t.default_base or "") for t in trees_q.trees(s)}
     try:
         from stackbench.kernels import trees
 
@@ -135,7 +135,7 @@ def check(
     errors: dict[str, str] = {}
     row = known_tree(s, tree) if tree else None
     if row is None:
-        names = ", ".join(s.scalars(select(Tree.name).order_by(Tree.name))) or "none"
+        names = ", ".join(t.name for t in trees_q.trees(s)) or "none"
         errors["tree"] = f"{tree[:80]!r}: unknown tree (known: {names})" if tree else "pick a tree"
     base = (base or "").strip()
     if base and not _REF_RE.match(base):
@@ -169,13 +169,13 @@ def create(
     mbox: bytes | None = None,
     meta: dict[str, Any] | None = None,
     applied: Any = None,
-) -> Series:
+) -> series_store.Series:
     """Store a checked submission and hand it to the dispatcher (idempotent: the same
     series on the same tree and base gives the stored one back). ``applied`` is an
     ApplyResult for series whose commits already exist (git push)."""
     from stackbench.patches.store import create_series, record_apply, resolve_base
 
-    row = s.scalars(select(Tree).where(Tree.name == checked.tree)).one_or_none()
+    row = trees_q.named(s, checked.tree)
     base = resolve_base(parsed, checked.base or None, row.default_base if row else None)
     if not base:
         raise SubmissionErrors(
@@ -199,17 +199,16 @@ def create(
     s.flush()
     if series.state != "new" or series.meta.get("submitted"):
         return series  # the same submission again: already handed over
-    who = s.get(AppUser, owner_id).name if owner_id else "an anonymous submitter"
-    series.meta = {**series.meta, "submitted": source}
+    who = accounts_q.user(s, owner_id).name if owner_id else "an anonymous submitter"
+    series_store.merge_meta(series, submitted=source)
     if applied is not None:
         record_apply(s, series.id, applied)
-    s.add(
-        Event(
-            series_id=series.id,
-            subject=f"series:{series.id}",
-            state=series.state,
-            message=f"submitted by {who} via {source}; waiting for the dispatcher",
-        )
+    series_store.add_event(
+        s,
+        series.id,
+        f"series:{series.id}",
+        series.state,
+        f"submitted by {who} via {source}; waiting for the dispatcher",
     )
     s.flush()
     notify(s)
@@ -224,8 +223,8 @@ def hand_over(eng: Engine, series_id: int, *, source: str, fresh: bool = False) 
     or ``handed-over``. A failed series, a ``fresh`` one (a rerun or a new plan) and one a
     foreground client ran are handed over again under a new attempt, so the dispatcher's
     submission key is new and the master gets one new buildset."""
-    with Session(eng) as s, s.begin():
-        row = s.get(Series, series_id, with_for_update=True)
+    with db.session(eng) as s:
+        row = series_store.get(s, series_id, lock=True)
         if row is None:
             raise NotFoundError(f"no series {series_id}")
         meta = dict(row.meta)
@@ -242,16 +241,13 @@ def hand_over(eng: Engine, series_id: int, *, source: str, fresh: bool = False) 
             meta.pop(key, None)
         meta["submitted"] = meta.get("submitted") or source
         meta["attempts"] = int(meta.get("attempts", 0)) + 1
-        row.meta = meta
-        row.state = "applied" if applied else "new"
-        row.error = ""
-        s.add(
-            Event(
-                series_id=series_id,
-                subject=f"series:{series_id}",
-                state=row.state,
-                message=f"handed to the dispatcher via {source} (attempt {meta['attempts']})",
-            )
+        series_store.save(row, state="applied" if applied else "new", error="", meta=meta)
+        series_store.add_event(
+            s,
+            series_id,
+            f"series:{series_id}",
+            row.state,
+            f"handed to the dispatcher via {source} (attempt {meta['attempts']})",
         )
         notify(s)
     return "handed-over"
@@ -259,7 +255,7 @@ def hand_over(eng: Engine, series_id: int, *, source: str, fresh: bool = False) 
 
 def notify(s: Session) -> None:
     """Wake the dispatcher (delivered when the transaction commits)."""
-    s.execute(text(f"NOTIFY {CHANNEL}"))
+    signals.notify(s, CHANNEL)
 
 
 # ---- state ----------------------------------------------------------------------------------
@@ -276,43 +272,34 @@ def set_state(
     meta: dict[str, Any] | None = None,
 ) -> None:
     """Move a series to ``state`` with an event; ``progress`` is the ``k/N`` part."""
-    with Session(eng) as s, s.begin():
-        row = s.get(Series, series_id, with_for_update=True)
+    with db.session(eng) as s:
+        row = series_store.get(s, series_id, lock=True)
         if row is None:
             raise NotFoundError(f"no series {series_id}")
         changed = row.state != state or (progress or "") != row.meta.get("progress", "")
-        row.state = state
-        if error is not None:
-            row.error = error[:4000]
         new_meta = {**row.meta, **(meta or {})}
         if progress is not None:
             new_meta["progress"] = progress
         elif state in FINAL:
             new_meta.pop("progress", None)
-        row.meta = new_meta
+        series_store.save(
+            row, state=state, error=None if error is None else error[:4000], meta=new_meta
+        )
         if changed:
-            s.add(
-                Event(
-                    series_id=series_id,
-                    subject=f"series:{series_id}",
-                    state=state,
-                    message=message[:4000],
-                )
-            )
+            series_store.add_event(s, series_id, f"series:{series_id}", state, message[:4000])
 
 
 def update_meta(eng: Engine, series_id: int, **values: Any) -> dict[str, Any]:
-    with Session(eng) as s, s.begin():
-        row = s.get(Series, series_id, with_for_update=True)
+    with db.session(eng) as s:
+        row = series_store.get(s, series_id, lock=True)
         if row is None:
             raise NotFoundError(f"no series {series_id}")
-        row.meta = {**row.meta, **values}
-        return dict(row.meta)
+        return series_store.merge_meta(row, **values)
 
 
 def event(eng: Engine, series_id: int, subject: str, state: str, message: str) -> None:
-    with Session(eng) as s, s.begin():
-        s.add(Event(series_id=series_id, subject=subject, state=state, message=message[:4000]))
+    with db.session(eng) as s:
+        series_store.add_event(s, series_id, subject, state, message[:4000])
 
 
 # ---- the report mail ------------------------------------------------------------------------
@@ -320,11 +307,11 @@ def event(eng: Engine, series_id: int, subject: str, state: str, message: str) -
 
 def recipients(eng: Engine, series_id: int, list_addr: str) -> list[str]:
     """The submitter's account address (else the address on the mails), and the list."""
-    with Session(eng) as s:
-        series = s.get(Series, series_id)
+    with db.session(eng) as s:
+        series = series_store.get(s, series_id)
         if series is None:
             raise NotFoundError(f"no series {series_id}")
-        owner = s.get(AppUser, series.owner_id) if series.owner_id else None
+        owner = accounts_q.user(s, series.owner_id) if series.owner_id else None
         first = (owner.email if owner is not None else "") or series.submitter_email
     out = [a for a in (first, list_addr) if a]
     return list(dict.fromkeys(out))

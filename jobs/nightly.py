@@ -45,7 +45,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from stackbench.errors import NotFoundError, StackbenchError
@@ -57,7 +57,15 @@ from stackbench.jobs.tracked_branches import (
     one_line,
     sync_tracked,
 )
-from stackbench.resultsdb.models import KernelBuild, Metric, Regression, TrackedBranch, Tree
+from stackbench.resultsdb import (
+    db,
+    jobs_q,
+    kernels_q,
+    regressions_q,
+    regressions_store,
+    trees_q,
+    trees_store,
+)
 from stackbench.resultsdb.verdict import DEFAULT, Policy, Verdict, is_headline, judge_many
 
 log = logging.getLogger(__name__)
@@ -96,7 +104,7 @@ class JobOutcome:
         }
 
 
-def _policy_for(row: TrackedBranch, policy: Policy | None) -> Policy:
+def _policy_for(row: trees_q.TrackedBranch, policy: Policy | None) -> Policy:
     if policy is not None:
         return policy
     meta = row.meta or {}
@@ -195,47 +203,19 @@ def _open_regression(
     tree: str,
     branch: str,
     job_id: int,
-    metric: Metric,
+    metric: jobs_q.Metric,
     good_id: int,
     bad_id: int,
     v: Verdict,
-) -> tuple[Regression, bool]:
-    row = s.scalars(
-        select(Regression).where(
-            Regression.job_id == job_id,
-            Regression.metric_id == metric.id,
-            Regression.good_build_id == good_id,
-            Regression.bad_build_id == bad_id,
-        )
-    ).one_or_none()
-    if row is not None:
-        return row, False
-    # the same metric still worse than the same baseline at a later head: the regression
-    # that is already open (and bisected) covers it; it is not reported again every night
-    row = s.scalars(
-        select(Regression)
-        .where(
-            Regression.job_id == job_id,
-            Regression.metric_id == metric.id,
-            Regression.good_build_id == good_id,
-            Regression.tree_id == tree_id,
-            Regression.branch == branch,
-            Regression.state != "closed",
-        )
-        .order_by(Regression.id)
-    ).first()
-    if row is not None:
-        seen = list((row.meta or {}).get("still_worse_at", []))
-        if bad_id not in seen:
-            row.meta = {**(row.meta or {}), "still_worse_at": [*seen, bad_id]}
-        return row, False
-    row = Regression(
+) -> tuple[regressions_q.Regression, bool]:
+    return regressions_store.open_regression(
+        s,
         tree_id=tree_id,
         branch=branch,
         job_id=job_id,
         metric_id=metric.id,
-        good_build_id=good_id,
-        bad_build_id=bad_id,
+        good_id=good_id,
+        bad_id=bad_id,
         change_pct=v.change_pct,
         ci_low=v.ci_low_pct,
         ci_high=v.ci_high_pct,
@@ -254,9 +234,6 @@ def _open_regression(
             "source": "nightly",
         },
     )
-    s.add(row)
-    s.flush()
-    return row, True
 
 
 @dataclass
@@ -290,15 +267,15 @@ def run_branch(
 ) -> BranchReport:
     started = time.monotonic()
     built_before = lab.built
-    with Session(eng, expire_on_commit=False) as s:
-        row = s.get(TrackedBranch, tracked_id)
+    with db.session(eng) as s:
+        row = trees_q.branch(s, tracked_id)
         if row is None:
             raise NotFoundError(f"no tracked branch {tracked_id}")
-        tree = s.get(Tree, row.tree_id)
+        tree = trees_q.get(s, row.tree_id)
         tree_name, tree_id = tree.name, tree.id
         jobs = list(row.jobs or [])
         baseline_id = row.baseline_build_id
-        baseline = s.get(KernelBuild, baseline_id).commit if baseline_id else ""
+        baseline = kernels_q.get(s, baseline_id).commit if baseline_id else ""
         meta = dict(row.meta or {})
         pol = _policy_for(row, policy)
     rep = BranchReport(tree=tree_name, branch=row.branch, baseline=baseline)
@@ -341,9 +318,9 @@ def run_branch(
     for job in specs:
         out = judge_job(eng, lab, tree_name, baseline_id, head_id, job, pol, say)
         rep.jobs.append(out.as_dict())
-        with Session(eng) as s, s.begin():
+        with db.session(eng) as s:
             for name in out.worse:
-                metric = s.scalars(select(Metric).where(Metric.name == name)).one()
+                metric = regressions_store.metric_named(s, name)
                 reg, is_new = _open_regression(
                     s, tree_id=tree_id, tree=tree_name, branch=row.branch, job_id=out.job_id,
                     metric=metric, good_id=baseline_id, bad_id=head_id, v=out.verdicts[name],
@@ -384,36 +361,23 @@ def run_branch(
 
 def _close_fixed(eng: Engine, tree_id: int, branch: str, good_id: int, head_id: int) -> list[int]:
     """The regressions measured against the old baseline are gone at this head: close them."""
-    with Session(eng) as s, s.begin():
-        rows = list(
-            s.scalars(
-                select(Regression).where(
-                    Regression.tree_id == tree_id,
-                    Regression.branch == branch,
-                    Regression.good_build_id == good_id,
-                    Regression.state != "closed",
-                )
-            )
-        )
-        for reg in rows:
-            reg.meta = {**(reg.meta or {}), "fixed_at": head_id, "closed_as": reg.state}
-            reg.state = "closed"
-        return [r.id for r in rows]
+    with db.session(eng) as s:
+        return regressions_store.close_fixed(s, tree_id, branch, good_id, head_id)
 
 
 def _bisect_order(eng: Engine, ids: list[int]) -> list[int]:
     """The most telling metric first, so later bisects of the same job reuse its kernels
     and runs."""
-    with Session(eng) as s:
+    with db.session(eng) as s:
         rows = []
         for rid in ids:
-            reg = s.get(Regression, rid)
-            metric = s.get(Metric, reg.metric_id)
+            reg = regressions_q.get(s, rid)
+            metric = jobs_q.metric(s, reg.metric_id)
             rows.append((reg.job_id, _rank(metric), -abs(reg.change_pct or 0.0), rid))
     return [r[-1] for r in sorted(rows)]
 
 
-def _rank(metric: Metric) -> tuple[int, int]:
+def _rank(metric: jobs_q.Metric) -> tuple[int, int]:
     headline = 0 if metric.name.startswith(HEADLINES) else 1
     kind = KIND_ORDER.index(metric.kind) if metric.kind in KIND_ORDER else len(KIND_ORDER)
     return headline, kind
@@ -430,14 +394,13 @@ def _recent(at: str | None) -> bool:
 
 
 def _set_baseline(eng: Engine, tracked_id: int, build_id: int) -> None:
-    with Session(eng) as s, s.begin():
-        row = s.get(TrackedBranch, tracked_id)
-        row.baseline_build_id = build_id
+    with db.session(eng) as s:
+        trees_store.update_branch(trees_q.branch(s, tracked_id), baseline_build_id=build_id)
 
 
 def _remember(eng: Engine, tracked_id: int, rep: BranchReport) -> None:
-    with Session(eng) as s, s.begin():
-        row = s.get(TrackedBranch, tracked_id)
+    with db.session(eng) as s:
+        row = trees_q.branch(s, tracked_id)
         meta = dict(row.meta or {})
         meta["last_run"] = {
             "at": datetime.now(UTC).isoformat(),
@@ -446,7 +409,7 @@ def _remember(eng: Engine, tracked_id: int, rep: BranchReport) -> None:
             "message": rep.message,
             "regressions": rep.regressions + rep.known,
         }
-        row.meta = meta
+        trees_store.update_branch(row, meta=meta)
 
 
 # ---- mails ----------------------------------------------------------------------------------
@@ -458,22 +421,20 @@ def queue_regression_mails(eng: Engine, regression_ids: list[int]) -> list[int]:
     from stackbench.mail import reports
 
     groups: dict[tuple[int, str], list[tuple[int, float, int]]] = {}
-    with Session(eng) as s:
+    with db.session(eng) as s:
         for rid in regression_ids:
-            reg = s.get(Regression, rid)
-            metric = s.get(Metric, reg.metric_id)
+            reg = regressions_q.get(s, rid)
+            metric = jobs_q.metric(s, reg.metric_id)
             key = (reg.job_id, reg.culprit or f"bad:{reg.bad_build_id}")
             groups.setdefault(key, []).append((_rank(metric), -abs(reg.change_pct or 0.0), rid))
     out = []
     for members in groups.values():
         lead = sorted(members)[0][2]
         others = [m[2] for m in sorted(members)[1:]]
-        with Session(eng) as s, s.begin():
+        with db.session(eng) as s:
             for rid in others:
-                reg = s.get(Regression, rid)
-                reg.meta = {**(reg.meta or {}), "reported_with": lead}
-            reg = s.get(Regression, lead)
-            reg.meta = {**(reg.meta or {}), "also": others}
+                regressions_store.merge_meta(regressions_q.get(s, rid), reported_with=lead)
+            regressions_store.merge_meta(regressions_q.get(s, lead), also=others)
         mail = reports.regression_report(eng, lead, job_spec=jobspecs.format_job_spec)
         if not mail.to:
             log.warning("regression %s: no mail recipient (set STACKBENCH_MAIL_LIST)", lead)
@@ -504,12 +465,8 @@ def run_nightly(
     started = time.monotonic()
     sync_tracked(eng, load_tracked() if tracked is None else tracked)
     lab = lab or br.KernelLab()
-    with Session(eng) as s:
-        rows = s.execute(
-            select(TrackedBranch.id, Tree.name, TrackedBranch.branch, TrackedBranch.enabled)
-            .join(Tree, Tree.id == TrackedBranch.tree_id)
-            .order_by(Tree.name, TrackedBranch.branch)
-        ).all()
+    with db.session(eng) as s:
+        rows = trees_store.branch_list(s)
     wanted = set(branches or [])
     known = {f"{t}:{b}" for _id, t, b, _en in rows}
     missing = sorted(wanted - known)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine
 
 from stackbench.errors import NotFoundError
 from stackbench.jobs import adaptive
@@ -68,12 +68,11 @@ from stackbench.jobs.series_state import (  # noqa: F401
     event,
     register_tree,
     set_state,
-    tx,
 )
 from stackbench.jobs.settings import DEFAULT_JOBS, DEFAULT_RUNS, Settings  # noqa: F401
 from stackbench.kernels import trees
+from stackbench.resultsdb import db, kernels_store, series_store
 from stackbench.resultsdb.ingest import RunData, ingest
-from stackbench.resultsdb.models import KernelBuild, Series
 
 
 def submit(
@@ -96,7 +95,7 @@ def submit(
     tree_def = trees.load_tree(tree)
     resolve_jobs(jobs, runs)  # bad job names or overrides fail here, before storing
     parsed = parse_mbox(mbox, source=filename)
-    with tx(eng) as s:
+    with db.session(eng) as s:
         register_tree(s, tree_def)
         series = create_series(
             s,
@@ -129,8 +128,8 @@ def run_series(
     are always reused from the artifact store when present. ``boots`` (boots per kernel)
     and ``seed`` (the shuffles) override the plan's defaults."""
     settings = settings or Settings()
-    with tx(eng) as s:
-        series = s.get(Series, series_id)
+    with db.session(eng) as s:
+        series = series_store.get(s, series_id)
         if series is None:
             raise NotFoundError(f"no series {series_id}")
         state = series.state
@@ -172,9 +171,8 @@ def _run(
         return "apply-failed"
     tasks = with_fragments(tasks, subjobs)
     attempt = int(meta.get("attempts", 0)) + 1
-    with tx(eng) as s:
-        row = s.get(Series, sid)
-        row.meta = {**row.meta, "attempts": attempt}
+    with db.session(eng) as s:
+        series_store.merge_meta(series_store.get(s, sid), attempts=attempt)
 
     most_runs = max(sj.runs for sj in subjobs)
     n_boots = boot_plan.boots_for(most_runs, boots)
@@ -224,9 +222,8 @@ def _run(
             _boot_rounds(eng, sr, again, more.plan(subjobs), attempt, more.boots, seed)
 
     sr.timings["total_s"] = sr.eta.elapsed()
-    with tx(eng) as s:
-        row = s.get(Series, sid)
-        row.meta = {**row.meta, "timings": _rounded(sr.timings)}
+    with db.session(eng) as s:
+        series_store.merge_meta(series_store.get(s, sid), timings=_rounded(sr.timings))
 
     # -- verdict
     bad = [t for t in tasks if t.outcome not in ("ok",)]
@@ -252,8 +249,8 @@ def _boot_rounds(
     seed: int | None,
 ) -> None:
     sid = sr.series_id
-    with tx(eng) as s:
-        earlier = s.get(Series, sid).meta.get("plans") or []
+    with db.session(eng) as s:
+        earlier = series_store.get(s, sid).meta.get("plans") or []
     first_round = 1 + sum(int(p.get("boots_per_kernel", 0)) for p in earlier)
     plan = boot_plan.make_plan(
         [t.key for t in built],
@@ -263,10 +260,10 @@ def _boot_rounds(
         tag=f"series-{sid}-attempt-{attempt}",
         first_round=first_round,
     )
-    with tx(eng) as s:
-        row = s.get(Series, sid)
+    with db.session(eng) as s:
+        row = series_store.get(s, sid)
         record = {**plan.describe(), "attempt": attempt, "first_round": first_round}
-        row.meta = {**row.meta, "plans": [*(row.meta.get("plans") or []), record]}
+        series_store.merge_meta(row, plans=[*(row.meta.get("plans") or []), record])
     by_key = {t.key: t for t in built}
     order = plan.boots_in_order()
     for boot in order:  # rounds added after the first plan were not in the ETA yet
@@ -294,7 +291,7 @@ def _boot_rounds(
         t0 = time.monotonic()
         res = ingest(eng, runs)
         sr.timings["ingest_s"] += time.monotonic() - t0
-        with tx(eng) as s:
+        with db.session(eng) as s:
             event(
                 s,
                 sid,
@@ -340,24 +337,10 @@ def _run_summary(runs: list[RunData]) -> str:
 # ---- what a series produced -----------------------------------------------------------------
 
 
-def series_kernels(eng: Engine, series_id: int) -> list[KernelBuild]:
+def series_kernels(eng: Engine, series_id: int) -> list[kernels_store.KernelBuild]:
     """The series' kernels in stack order (base first): every built one with runs."""
-    with tx(eng) as s:
-        series = s.get(Series, series_id)
+    with db.session(eng) as s:
+        series = series_store.get(s, series_id)
         if series is None:
             raise NotFoundError(f"no series {series_id}")
-        commits = [series.base_commit] + [
-            p.commit_sha for p in sorted(series.patches, key=lambda p: p.idx)
-        ]
-        out = []
-        for c in commits:
-            if not c:
-                continue
-            row = s.scalars(
-                select(KernelBuild)
-                .where(KernelBuild.commit == c, KernelBuild.config_name != "")
-                .order_by(KernelBuild.id.desc())
-            ).first()
-            if row is not None:
-                out.append(row)
-        return out
+        return kernels_store.built_kernels(s, series)

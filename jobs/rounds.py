@@ -21,9 +21,10 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine
 
 from stackbench.jobs import plan as boot_plan
+from stackbench.resultsdb import db, series_store
 
 KIND = "qemu"
 
@@ -156,15 +157,8 @@ def more_boots(
 def subjob_jobs(eng: Engine, series_id: int) -> dict[str, str]:
     """Which job spec each sub-job of the series' Buildbot boots came from (the worker
     records the spec it ran in every run's meta)."""
-    with eng.connect() as conn:
-        rows = conn.execute(
-            text(
-                "SELECT DISTINCT r.meta->>'subjob', r.meta->>'job_spec' FROM run r "
-                "WHERE r.boot_id LIKE :tag AND r.meta ? 'job_spec'"
-            ),
-            {"tag": f"series-{series_id}-bb-%"},
-        ).all()
-    return {str(sj): str(spec) for sj, spec in rows if sj and spec}
+    with db.session(eng) as s:
+        return series_store.subjob_job_specs(s, series_id)
 
 
 def next_offsets(offset: dict[str, int], boots: list[dict[str, Any]]) -> dict[str, int]:

@@ -7,12 +7,10 @@ is built), or failed (a kernel failed to build, crashed or hung; or the pipeline
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from stackbench.errors import NotFoundError
@@ -20,27 +18,17 @@ from stackbench.jobs.progress import Eta, ProgressEvent, ProgressFn
 from stackbench.jobs.settings import Settings
 from stackbench.kernels import build as kbuild
 from stackbench.kernels import trees
-from stackbench.resultsdb.models import Event, Series, Tree
-
-
-@contextmanager
-def tx(eng: Engine) -> Iterator[Session]:
-    with Session(eng, expire_on_commit=False) as s, s.begin():
-        yield s
+from stackbench.resultsdb import db, series_store, trees_q
 
 
 def event(s: Session, series_id: int | None, subject: str, state: str, message: str) -> None:
-    s.add(Event(series_id=series_id, subject=subject, state=state, message=message[:4000]))
+    series_store.add_event(s, series_id, subject, state, message[:4000])
 
 
-def register_tree(s: Session, tree: trees.TreeDef) -> Tree:
-    row = s.scalars(select(Tree).where(Tree.name == tree.name)).one_or_none()
-    if row is None:
-        row = Tree(name=tree.name)
-        s.add(row)
-    row.url = tree.url
-    row.default_base = tree.default_base
-    s.flush()
+def register_tree(s: Session, tree: trees.TreeDef) -> trees_q.Tree:
+    """The tree's row as its YAML definition says (created or updated)."""
+    row = trees_q.save_tree(s, tree.name, url=tree.url, default_base=tree.default_base)
+    s.flush()  # callers use the row's id
     return row
 
 
@@ -109,11 +97,9 @@ class SeriesRun:
 
 
 def set_state(eng: Engine, series_id: int, state: str, message: str, error: str | None = None):
-    with tx(eng) as s:
-        row = s.get(Series, series_id)
+    with db.session(eng) as s:
+        row = series_store.get(s, series_id)
         if row is None:
             raise NotFoundError(f"no series {series_id}")
-        row.state = state
-        if error is not None:
-            row.error = error[:4000]
+        series_store.save(row, state=state, error=None if error is None else error[:4000])
         event(s, series_id, f"series:{series_id}", state, message)

@@ -10,12 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, select
-from sqlalchemy.orm import Session
+from sqlalchemy import Engine
 
 from stackbench import config, schema
 from stackbench.errors import InputError, NotFoundError
-from stackbench.resultsdb.models import TrackedBranch
+from stackbench.resultsdb import db, trees_q
 
 TRACKED_DIR = Path(__file__).resolve().parent / "tracked"
 
@@ -113,28 +112,23 @@ def sync_tracked(eng: Engine, tracked: Iterable[Tracked]) -> list[int]:
     ids = []
     items = list(tracked)
     tree_defs = {t.tree: trees.load_tree(t.tree) for t in items}  # unknown trees fail first
-    with Session(eng) as s, s.begin():
+    with db.session(eng) as s:
         for t in items:
             tree = pipeline.register_tree(s, tree_defs[t.tree])
-            row = s.scalars(
-                select(TrackedBranch).where(
-                    TrackedBranch.tree_id == tree.id, TrackedBranch.branch == t.branch
-                )
-            ).one_or_none()
-            if row is None:
-                row = TrackedBranch(tree_id=tree.id, branch=t.branch, meta={})
-                s.add(row)
-            row.jobs = list(t.jobs)
-            row.enabled = t.enabled
-            meta = dict(row.meta or {})
-            meta.update(
-                source=str(t.path) if t.path else "api",
-                runs=t.runs,
-                max_runs=t.max_runs,
-                bisect=t.bisect,
+            row = trees_q.save_branch(
+                s,
+                tree.id,
+                t.branch,
+                jobs=t.jobs,
+                enabled=t.enabled,
+                meta={
+                    "source": str(t.path) if t.path else "api",
+                    "runs": t.runs,
+                    "max_runs": t.max_runs,
+                    "bisect": t.bisect,
+                },
             )
-            row.meta = meta
-            s.flush()
+            s.flush()  # the new rows' ids
             ids.append(row.id)
     return ids
 

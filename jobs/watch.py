@@ -14,14 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.orm import Session
 
 from stackbench.errors import StackbenchError
 from stackbench.jobs.lifecycle import FINAL
 from stackbench.jobs.progress import fmt_duration
-from stackbench.resultsdb.models import Event, Series
+from stackbench.resultsdb import db, series_store
 
 RETRY_BUDGET_S = 300.0  # how long an unreachable database is waited for
 HEARTBEAT_S = 60.0
@@ -37,25 +36,18 @@ class Seen:
 
 
 def look(eng: Engine, sid: int, after_event: int) -> Seen:
-    with Session(eng) as s:
-        row = s.get(Series, sid)
+    with db.session(eng) as s:
+        row = series_store.get(s, sid)
         if row is None:
             raise StackbenchError(f"series {sid} is gone from the database")
-        events = s.execute(
-            select(Event.id, Event.message)
-            .where(Event.series_id == sid, Event.id > after_event)
-            .order_by(Event.id)
-        ).all()
+        events = series_store.events_after(s, sid, after_event)
         meta = dict(row.meta or {})
-        return Seen(row.state, str(meta.get("progress") or ""), meta, row.error or "",
-                    [(e.id, e.message) for e in events])  # fmt: skip
+        return Seen(row.state, str(meta.get("progress") or ""), meta, row.error or "", events)
 
 
 def last_event(eng: Engine, sid: int) -> int:
-    with Session(eng) as s:
-        return int(
-            s.scalar(select(Event.id).where(Event.series_id == sid).order_by(Event.id.desc())) or 0
-        )
+    with db.session(eng) as s:
+        return series_store.last_event_id(s, sid)
 
 
 @dataclass

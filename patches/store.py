@@ -6,14 +6,12 @@ import hashlib
 import re
 from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from stackbench.errors import InputError, NotFoundError
 from stackbench.patches.apply import ApplyResult
 from stackbench.patches.parser import ParsedSeries
-from stackbench.resultsdb.models import Event, Patch, Series, Tree
+from stackbench.resultsdb import series_store, trees_q, trees_store
 
 _TREE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}")
 
@@ -37,9 +35,10 @@ def resolve_base(parsed: ParsedSeries, base: str | None, tree_default: str | Non
 
 
 def find_series(session: Session, parsed: ParsedSeries, *, tree: str | None, base: str | None):
-    default = session.scalar(select(Tree.default_base).where(Tree.name == tree)) if tree else None
+    row = trees_q.named(session, tree) if tree else None
+    default = row.default_base if row is not None else None
     key = series_key(parsed, tree, resolve_base(parsed, base, default))
-    return session.scalars(select(Series).where(Series.idempotency_key == key)).one_or_none()
+    return series_store.by_key(session, key)
 
 
 def create_series(
@@ -54,7 +53,7 @@ def create_series(
     runs: int | None = None,
     meta: dict[str, Any] | None = None,
     mbox: bytes | None = None,
-) -> Series:
+) -> series_store.Series:
     """Store a parsed series and its patches (state ``new`` / ``pending``).
 
     Submitting the same series again (same Message-ID, patches, tree and base) returns the
@@ -69,7 +68,7 @@ def create_series(
     tree_row = _tree(session, tree) if tree else None
     base_ref = resolve_base(parsed, base, tree_row.default_base if tree_row else None)
     key = series_key(parsed, tree, base_ref)
-    existing = session.scalars(select(Series).where(Series.idempotency_key == key)).one_or_none()
+    existing = series_store.by_key(session, key)
     if existing is not None:
         return existing
 
@@ -83,7 +82,26 @@ def create_series(
     if parsed.ignored:
         series_meta["ignored_mails"] = parsed.ignored[:50]
 
-    series = Series(
+    patches = [
+        dict(
+            idx=p.idx,
+            total=p.total,
+            subject=p.subject,
+            author=p.author,
+            author_email=p.author_email,
+            date=p.date,
+            message_id=p.message_id,
+            in_reply_to=p.in_reply_to,
+            body=p.body,
+            diff=p.diff,
+            state="pending",
+            meta={"pushed_sha": p.commit_sha} if p.commit_sha else {},
+        )
+        for p in parsed.patches
+    ]
+    series, created = series_store.add_series(
+        session,
+        patches=patches,
         tree=tree_row,
         title=parsed.title,
         version=parsed.version,
@@ -101,50 +119,23 @@ def create_series(
         meta=series_meta,
         mbox=mbox,
     )
-    for p in parsed.patches:
-        series.patches.append(
-            Patch(
-                idx=p.idx,
-                total=p.total,
-                subject=p.subject,
-                author=p.author,
-                author_email=p.author_email,
-                date=p.date,
-                message_id=p.message_id,
-                in_reply_to=p.in_reply_to,
-                body=p.body,
-                diff=p.diff,
-                state="pending",
-                meta={"pushed_sha": p.commit_sha} if p.commit_sha else {},
-            )
-        )
-    try:
-        # a savepoint, so losing a race to an identical submission leaves the caller's
-        # transaction usable
-        with session.begin_nested():
-            session.add(series)
-            session.flush()
-    except IntegrityError:
-        winner = session.scalars(select(Series).where(Series.idempotency_key == key)).one_or_none()
-        if winner is None:
-            raise
-        return winner
-    session.add(
-        Event(
-            series_id=series.id,
-            subject=f"series:{series.id}",
-            state="new",
-            message=f"{len(parsed.patches)} patches from {source}",
-        )
+    if not created:
+        return series
+    series_store.add_event(
+        session,
+        series.id,
+        f"series:{series.id}",
+        "new",
+        f"{len(parsed.patches)} patches from {source}",
     )
     return series
 
 
-def record_apply(session: Session, series_id: int, result: ApplyResult) -> Series:
+def record_apply(session: Session, series_id: int, result: ApplyResult) -> series_store.Series:
     """Record an :func:`apply_series` outcome: commits of the applied patches, the failing
     patch with git's message, the rest ``skipped``; the series ``applied`` or
     ``apply-failed``."""
-    series = session.get(Series, series_id)
+    series = series_store.get(session, series_id)
     if series is None:
         raise NotFoundError(f"no series {series_id}")
     patches = sorted(series.patches, key=lambda p: p.idx)
@@ -154,56 +145,37 @@ def record_apply(session: Session, series_id: int, result: ApplyResult) -> Serie
             f"apply result has {len(result.commits)} commits for {len(patches)} patches",
         )
     if result.base_sha:
-        series.base_commit = result.base_sha
+        series_store.save(series, base_commit=result.base_sha)
     for pos, patch in enumerate(patches):
         if pos < len(result.commits):
-            patch.commit_sha = result.commits[pos]
-            patch.state = "applied"
-            patch.error = ""
+            series_store.save_patch(
+                patch, commit_sha=result.commits[pos], state="applied", error=""
+            )
         elif not result.ok and result.failed_index == pos:
-            patch.commit_sha = None
-            patch.state = "apply-failed"
-            patch.error = result.error
-        else:
-            patch.commit_sha = None
-            patch.state = "skipped"
-            patch.error = ""
-    if result.ok:
-        series.state = "applied"
-        series.error = ""
-        message = f"applied {len(patches)} patches on {result.base_sha[:12]}"
-    else:
-        series.state = "apply-failed"
-        if result.failed_index is not None and result.failed_index < len(patches):
-            bad = patches[result.failed_index]
-            series.error = (
-                f"patch {bad.idx}/{bad.total} '{bad.subject}' does not apply: {result.error}"
+            series_store.save_patch(
+                patch, commit_sha=None, state="apply-failed", error=result.error
             )
         else:
-            series.error = result.error or "the series could not be applied"
-        message = series.error
-    session.add(
-        Event(
-            series_id=series.id, subject=f"series:{series.id}", state=series.state, message=message
-        )
-    )
+            series_store.save_patch(patch, commit_sha=None, state="skipped", error="")
+    if result.ok:
+        series_store.save(series, state="applied", error="")
+        message = f"applied {len(patches)} patches on {result.base_sha[:12]}"
+    else:
+        if result.failed_index is not None and result.failed_index < len(patches):
+            bad = patches[result.failed_index]
+            error = f"patch {bad.idx}/{bad.total} '{bad.subject}' does not apply: {result.error}"
+        else:
+            error = result.error or "the series could not be applied"
+        series_store.save(series, state="apply-failed", error=error)
+        message = error
+    series_store.add_event(session, series.id, f"series:{series.id}", series.state, message)
     session.flush()
     return series
 
 
-def _tree(session: Session, name: str) -> Tree:
+def _tree(session: Session, name: str) -> trees_q.Tree:
     if not _TREE_NAME.fullmatch(name):
         raise InputError(f"tree {name[:80]!r}", "not a valid tree name (letters, digits, ._+-)")
-    row = session.scalars(select(Tree).where(Tree.name == name)).one_or_none()
-    if row is not None:
-        return row
     # trees are normally registered from kernels/trees/*.yaml; a series naming another tree
     # still gets a row so it can be shown, and the build step reports the unknown tree
-    try:
-        with session.begin_nested():
-            row = Tree(name=name)
-            session.add(row)
-            session.flush()
-    except IntegrityError:
-        row = session.scalars(select(Tree).where(Tree.name == name)).one()
-    return row
+    return trees_store.ensure_tree(session, name)

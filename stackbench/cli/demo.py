@@ -105,13 +105,12 @@ def store(eng, mbox: bytes, stack: str, *, tree: str, base: str | None, jobs: li
           runs: int) -> int:  # fmt: skip
     """The demo's series through the one validation and creation of every front door
     (idempotent: the same stack gives the stored series back)."""
-    from sqlalchemy.orm import Session
-
     from stackbench.jobs import lifecycle
     from stackbench.patches.parser import parse_mbox
+    from stackbench.resultsdb import db
 
     parsed = parse_mbox(mbox, source=f"stack {stack}")
-    with Session(eng) as s, s.begin():
+    with db.session(eng) as s:
         checked = lifecycle.check(s, tree=tree, base=base, jobs=jobs, runs=runs)
         # the dispatcher takes it only when lifecycle.hand_over says so
         meta = {"dispatch": {"executor": "foreground"}}
@@ -187,23 +186,21 @@ def run_here(eng, sid: int, args: argparse.Namespace, *, rerun: bool) -> str:
 
 
 def _state(eng, sid: int) -> str:
-    from stackbench.resultsdb.models import Series
+    from stackbench.resultsdb import db, series_store
 
-    with eng.connect() as conn:
-        return conn.execute(Series.__table__.select().where(Series.id == sid)).one().state
+    with db.session(eng) as s:
+        return series_store.state_of(s, sid)
 
 
 def _plan_changed(eng, sid: int, jobs: list[str], runs: int) -> bool:
     """A stored demo series with another plan is re-run with the requested one."""
-    from sqlalchemy.orm import Session
+    from stackbench.resultsdb import db, series_store
 
-    from stackbench.resultsdb.models import Series
-
-    with Session(eng) as s, s.begin():
-        series = s.get(Series, sid)
+    with db.session(eng) as s:
+        series = series_store.get(s, sid)
         if series.meta.get("jobs") == jobs and series.meta.get("runs") == runs:
             return False
-        series.meta = {**series.meta, "jobs": jobs, "runs": runs}
+        series_store.merge_meta(series, jobs=jobs, runs=runs)
         return series.state == "done"
 
 
@@ -218,31 +215,22 @@ TABLES = [
 
 def print_tables(eng, sid: int, *, all_rows: bool = False, out=None) -> None:
     out = out or sys.stdout  # looked up per call: tests and callers replace sys.stdout
-    from sqlalchemy import func, select
-    from sqlalchemy.orm import Session
-
     from stackbench.jobs import pipeline
-    from stackbench.resultsdb.models import Patch, Run
+    from stackbench.resultsdb import db, kernels_store, series_store
     from stackbench.resultsdb.tables import render
     from stackbench.resultsdb.tables.mmtests import MixedSourcesError
 
     kernels = pipeline.series_kernels(eng, sid)
-    with Session(eng) as s:
-        measured = [
-            k
-            for k in kernels
-            if s.scalar(select(func.count()).where(Run.build_id == k.id, Run.status == "done"))
-        ]
+    with db.session(eng) as s:
+        measured = [k for k in kernels if kernels_store.done_run_count(s, k.id)]
     skipped = [k for k in kernels if k not in measured]
     for k in skipped:
         print(f"(no results for {k.commit[:12]} {k.name}: {k.status})", file=out)
     if not measured:
         print("no kernel of this series has results to compare", file=out)
         return
-    with Session(eng) as s:
-        subjects = {
-            p.commit_sha: p.subject for p in s.scalars(select(Patch).where(Patch.series_id == sid))
-        }
+    with db.session(eng) as s:
+        subjects = series_store.patch_subjects(s, sid)
     print("kernels:", file=out)
     for k in measured:
         print(f"  {k.name:<14} {k.commit[:12]}  {subjects.get(k.commit, 'base')}", file=out)

@@ -136,8 +136,7 @@ def _checked(session, tree: str, options: dict):
 def _owner(session, user: str | None) -> int | None:
     if not user:
         return None
-    from sqlalchemy import select
+    from stackbench.resultsdb import accounts_q
 
-    from stackbench.resultsdb.models import AppUser
-
-    return session.scalars(select(AppUser.id).where(AppUser.name == user)).one_or_none()
+    row = accounts_q.user_named(session, user)
+    return row.id if row is not None else None

@@ -83,31 +83,21 @@ def read_mbox(name: str) -> bytes:
 
 def print_summary(eng, series_id: int, out=None) -> None:
     out = out or sys.stdout  # looked up per call: tests and callers replace sys.stdout
-    from sqlalchemy import select
-    from sqlalchemy.orm import Session
+    from stackbench.resultsdb import db, kernels_store, series_store
 
-    from stackbench.resultsdb.models import KernelBuild, Run, Series
-
-    with Session(eng) as s:
-        series = s.get(Series, series_id)
+    with db.session(eng) as s:
+        series = series_store.get(s, series_id)
         print(f"series {series.id}: {series.title} [{series.state}]", file=out)
         if series.error:
             print(f"  {series.error.splitlines()[0]}", file=out)
-        commits = [("base", series.base_commit)] + [
-            (f"{p.idx}/{p.total}", p.commit_sha)
-            for p in sorted(series.patches, key=lambda p: p.idx)
-        ]
-        for label, commit in commits:
+        for k in kernels_store.stack(series):
+            label, commit = k.label, k.commit
             if not commit:
                 print(f"  {label:>5}  (not applied)", file=out)
                 continue
-            row = s.scalars(
-                select(KernelBuild).where(KernelBuild.commit == commit).order_by(KernelBuild.id)
-            ).first()
+            row = kernels_store.first_build(s, commit)
             status = row.status if row else "not built"
-            runs = []
-            if row is not None:
-                runs = list(s.scalars(select(Run.status).where(Run.build_id == row.id)))
+            runs = kernels_store.run_statuses(s, row.id) if row is not None else []
             counts = ", ".join(f"{runs.count(st)} {st}" for st in sorted(set(runs)))
             print(f"  {label:>5}  {commit[:12]}  {status:<12} {counts}", file=out)
 
@@ -129,15 +119,14 @@ def _through_dispatcher(args: argparse.Namespace) -> bool:
 def store(eng, data: bytes, args: argparse.Namespace, *, here: bool) -> int:
     """The series through the one validation and creation of every front door; ``here``:
     this process runs it, so the dispatcher leaves it alone."""
-    from sqlalchemy.orm import Session
-
     from stackbench.jobs import lifecycle, pipeline
     from stackbench.patches.parser import parse_mbox
+    from stackbench.resultsdb import db
 
     jobs = pipeline.split_job_specs(args.jobs) if args.jobs else None
     parsed = parse_mbox(data, source=args.mbox)
     meta = {"dispatch": {"executor": "foreground"}} if here else None
-    with Session(eng) as s, s.begin():
+    with db.session(eng) as s:
         checked = lifecycle.check(s, tree=args.tree, base=args.base, jobs=jobs, runs=args.runs)
         series = lifecycle.create(s, parsed, checked, source="mbox", mbox=data, meta=meta)
         return series.id

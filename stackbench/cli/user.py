@@ -55,15 +55,12 @@ def _password(from_stdin: bool, required: bool) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sqlalchemy import select
-
-    from stackbench.resultsdb import db
-    from stackbench.resultsdb.models import AppUser
+    from stackbench.resultsdb import accounts_q, db
     from stackbench.web import auth
 
     if args.action == "list":
         with db.session() as s:
-            for u in s.scalars(select(AppUser).order_by(AppUser.name)):
+            for u in accounts_q.users(s):
                 roles = [r for r, on in (("admin", u.is_admin), ("worker", u.is_worker)) if on]
                 print(f"{u.name}\t{u.email}\t{','.join(roles) or '-'}")
         return 0
