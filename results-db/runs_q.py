@@ -101,3 +101,10 @@ def count_by_job(s: Session) -> dict[int, int]:
 
 def count_of_job(s: Session, job_id: int) -> int:
     return s.scalar(select(func.count()).select_from(Run).where(Run.job_id == job_id)) or 0
+
+
+def stored_keys(s: Session, keys: list[str]) -> set[str]:
+    """The subset of the idempotency ``keys`` whose runs are stored."""
+    if not keys:
+        return set()
+    return set(s.scalars(select(Run.idempotency_key).where(Run.idempotency_key.in_(keys))))

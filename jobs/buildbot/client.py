@@ -179,20 +179,19 @@ def default_master() -> Master:
 
 def series_commits(series_id: int) -> list[str]:
     """The base and every applied commit of a series, in order."""
-    from stackbench.resultsdb import db
-    from stackbench.resultsdb.models import Series
+    from stackbench.resultsdb import db, kernels_store, series_store
 
     with db.session() as s:
-        series = s.get(Series, series_id)
+        series = series_store.get(s, series_id)
         if series is None:
             raise StackbenchError(f"series {series_id} not found")
-        missing = [p.idx for p in series.patches if not p.commit_sha]
-        if not series.base_commit or missing:
+        kernels = kernels_store.stack(series)
+        if any(not k.commit for k in kernels):
             raise StackbenchError(
                 f"series {series_id} is not applied yet (state {series.state}): "
                 "no base commit or patches without a commit"
             )
-        return [series.base_commit, *[p.commit_sha for p in series.patches]]
+        return [k.commit for k in kernels]
 
 
 def submit(

@@ -58,16 +58,10 @@ def stored_keys_api(url: str, commit: str, keys: Iterable[str], timeout: float =
 
 def stored_keys_db(keys: Iterable[str]) -> set[str]:
     """The subset of ``keys`` stored in the database (one-machine setups, no server)."""
-    from sqlalchemy import select
+    from stackbench.resultsdb import db, runs_q
 
-    from stackbench.resultsdb import db
-    from stackbench.resultsdb.models import Run
-
-    wanted = sorted(set(keys))
-    if not wanted:
-        return set()
     with db.session() as s:
-        return set(s.scalars(select(Run.idempotency_key).where(Run.idempotency_key.in_(wanted))))
+        return runs_q.stored_keys(s, sorted(set(keys)))
 
 
 def stored_keys(keys: Iterable[str], commit: str, url: str | None) -> set[str]:
