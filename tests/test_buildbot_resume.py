@@ -132,9 +132,12 @@ def test_demo_interrupted_while_kernels_build_attaches_when_run_again(eng, tmp_p
         env = dict(os.environ)
         argv = [sys.executable, "-m", "stackbench", "demo", "--runs", "1", "--no-serve"]
         argv += ["--jobs", "vm-scalability[test=anon-w-seq]"]
+        # Ctrl-C must reach the demo even when this suite runs as a background job, whose
+        # children inherit an ignored SIGINT (Python then installs no handler of its own)
         first = subprocess.Popen(
-            argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
+            argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )  # fmt: skip
         try:
 
             def kernels_building():
