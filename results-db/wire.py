@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import math
 from datetime import datetime
 from typing import Any
@@ -101,17 +102,12 @@ _TYPE_WORDS = {"object": "an object", "string": "a string", "integer": "an integ
                "number": "a number", "array": "a list"}  # fmt: skip
 
 
+@functools.cache
 def _validator() -> Any:
     # imported here: commands that never parse a run do not pay for jsonschema
     import jsonschema
 
-    global _VALIDATOR
-    if _VALIDATOR is None:
-        _VALIDATOR = jsonschema.Draft202012Validator(RUN_SCHEMA)
-    return _VALIDATOR
-
-
-_VALIDATOR: Any = None
+    return jsonschema.Draft202012Validator(RUN_SCHEMA)
 
 
 def _message(err: Any) -> tuple[str, str]:
@@ -119,7 +115,8 @@ def _message(err: Any) -> tuple[str, str]:
     path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.absolute_path)
     v, arg = err.validator, err.validator_value
     if v == "required":
-        missing = next(iter(set(arg) - set(err.instance)), "?")
+        # the schema's order, so two missing fields always name the same one first
+        missing = next((k for k in arg if k not in err.instance), "?")
         return f"{path}.{missing}", "is required"
     if v == "type":
         kinds = [arg] if isinstance(arg, str) else [t for t in arg if t != "null"]

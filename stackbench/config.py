@@ -15,6 +15,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from stackbench.errors import StackbenchError
+
+
+class SettingError(StackbenchError, ValueError):
+    """A setting whose value cannot be used: the CLI prints it as one line."""
+
 
 @dataclass(frozen=True)
 class Var:
@@ -123,7 +129,7 @@ def get_int(name: str, env: Mapping[str, str] | None = None) -> int:
     try:
         return int(raw)
     except ValueError:
-        raise ValueError(f"{name} must be a whole number, not {raw!r}") from None
+        raise SettingError(f"{name} must be a whole number, not {raw!r}") from None
 
 
 def get_flag(name: str, env: Mapping[str, str] | None = None) -> bool:

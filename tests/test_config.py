@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from stackbench import config
+from stackbench.errors import StackbenchError
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ["stackbench", "results-db", "patches", "kernels", "mail", "jobs", "web"]
@@ -72,8 +73,9 @@ def test_defaults_and_values(monkeypatch):
     monkeypatch.setenv("STACKBENCH_WEB_PORT", "")  # empty is unset
     assert config.get("STACKBENCH_WEB_PORT") == "8080"
     monkeypatch.setenv("STACKBENCH_WEB_PORT", "eighty")
-    with pytest.raises(ValueError, match="STACKBENCH_WEB_PORT must be a whole number"):
+    with pytest.raises(ValueError, match="STACKBENCH_WEB_PORT must be a whole number") as err:
         config.get_int("STACKBENCH_WEB_PORT")
+    assert isinstance(err.value, StackbenchError)  # the CLI's one-line error, not a "bug"
     monkeypatch.setenv("STACKBENCH_TRACKED", "")
     assert config.raw("STACKBENCH_TRACKED") == ""  # set but empty: tracks nothing
 
