@@ -290,15 +290,16 @@ def boot_one(
 def run_job(
     *,
     artifact: Path,
-    job: str,
+    job: str | list[str],
     runs: int,
     kernel: KernelSpec,
     machine: MachineSpec,
     settings: Settings | None = None,
     workdir: Path | None = None,
 ) -> list[RunData]:
-    """Run one job ``runs`` times on a built kernel artifact (a kernels.build artifact dir:
-    bzImage and modules/) in one boot; failed boots give failed runs, not exceptions."""
+    """Run one job (or several, each) ``runs`` times on a built kernel artifact (a
+    kernels.build artifact dir: bzImage and modules/) in one boot; failed boots give failed
+    runs, not exceptions. Every run's meta names the job spec it came from (``job_spec``)."""
     settings = settings or Settings()
     if machine.cpus:
         settings.cpus = machine.cpus
@@ -309,7 +310,11 @@ def run_job(
     if not bzimage.is_file():
         raise InputError(artifact, "no bzImage in the kernel artifact")
     modules = {p.stem: p for p in sorted((Path(artifact) / "modules").glob("*.ko"))}
-    plan = plan_for(resolve_jobs([job], runs), settings)
+    specs = [job] if isinstance(job, str) else list(job)
+    plan = plan_for(resolve_jobs(specs, runs), settings)  # refuses two jobs' same sub-job
+    spec_of = {
+        sj.name: spec for spec in specs for sj in plan_for(resolve_jobs([spec], runs), settings)
+    }
     wd = workdir or Path(tempfile.mkdtemp(prefix="stackbench-job-", dir=sbconfig.home()))
     boot_id = f"job-{hashlib.sha256(str(wd).encode()).hexdigest()[:12]}-{time.time_ns()}"
     _, out = run_kernel(
@@ -317,4 +322,6 @@ def run_job(
     )
     for r in out:
         r.machine = machine
+        spec = spec_of.get(str(r.meta.get("subjob") or ""), specs[0])
+        r.meta = {**r.meta, "job_spec": spec}
     return out

@@ -326,7 +326,8 @@ class Dispatcher:
             "since_build": since,
             "first_run": _last_run_id(self.eng) + 1,
             "kernels": len(kernels),
-            "benchmarks": len(kernels) * len(jobs) * boot_plan.boots_for(runs),
+            # one benchmark build per boot, every job in it (jobs.rounds)
+            "benchmarks": len(kernels) * boot_plan.boots_for(runs),
             "buildbot": bb.master.url,
             "rounds_by": "dispatcher",
         }

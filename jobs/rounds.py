@@ -2,8 +2,8 @@
 
 The dispatcher submits a series with ``rounds_by=dispatcher``: its kernel builds store their
 artifacts and trigger no benchmark. Once every kernel is built, :func:`first_boots` lays the
-runs out with :mod:`stackbench.jobs.plan` (rounds; every round boots every kernel once per
-job, the kernels in an order shuffled per round) and the master runs those boots one after
+runs out with :mod:`stackbench.jobs.plan` (rounds; every round boots every kernel once,
+running every job, the kernels in an order shuffled per round) and the master runs those boots one after
 another in that order (``steps.BootRounds``). A benchmark build is one boot, so the verdict
 treats boots as units on this path as on the in-process one, and no kernel's boots all
 fall in one stretch of host load.
@@ -94,25 +94,30 @@ def seed_of(key: str) -> int:
 def _boots(
     plan: boot_plan.Plan, built: dict[str, Built], jobs: list[str], offset: dict[str, int]
 ) -> list[dict[str, Any]]:
+    if not jobs:
+        return []
+    # one boot runs every job, as a boot of the in-process executor does: a benchmark build
+    # per (kernel, round, job) booted the guest once per job, 3x the boots of the demo stack
+    # for the same runs. Iterations continue after the furthest job's, so no key repeats.
+    first = max(offset.get(job, 0) for job in jobs)
     out = []
     for boot in plan.boots_in_order():
         k = built[boot.kernel]
-        for job in jobs:
-            out.append(
-                {
-                    "commit": k.commit,
-                    "kernel_name": k.name,
-                    "position": k.position,
-                    "tree": k.tree,
-                    "kernel_config": k.kernel_config,
-                    "artifact": k.artifact,
-                    "job": job,
-                    "machine_kind": KIND,
-                    "runs": boot.runs,
-                    "round": boot.round,
-                    "first": offset.get(job, 0) + boot.first,
-                }
-            )
+        out.append(
+            {
+                "commit": k.commit,
+                "kernel_name": k.name,
+                "position": k.position,
+                "tree": k.tree,
+                "kernel_config": k.kernel_config,
+                "artifact": k.artifact,
+                "job": ",".join(jobs),
+                "machine_kind": KIND,
+                "runs": boot.runs,
+                "round": boot.round,
+                "first": first + boot.first,
+            }
+        )
     return out
 
 
@@ -163,9 +168,12 @@ def subjob_jobs(eng: Engine, series_id: int) -> dict[str, str]:
 
 def next_offsets(offset: dict[str, int], boots: list[dict[str, Any]]) -> dict[str, int]:
     """Iteration numbers taken so far per job, after ``boots``: a later batch starts there."""
+    from stackbench.jobs.jobspecs import split_job_specs
+
     out = dict(offset)
     for b in boots:
-        out[b["job"]] = max(out.get(b["job"], 0), int(b["first"]) + int(b["runs"]))
+        for job in split_job_specs(str(b["job"])):
+            out[job] = max(out.get(job, 0), int(b["first"]) + int(b["runs"]))
     return out
 
 

@@ -15,23 +15,23 @@ def _built(*commits: str) -> dict[str, rounds.Built]:
     }
 
 
-def test_first_rounds_boot_every_kernel_once_per_round_per_job_in_a_shuffled_order():
+def test_first_rounds_boot_every_kernel_once_per_round_with_every_job_in_a_shuffled_order():
     built = _built(BASE, P1, P2)
-    boots, described = rounds.first_boots(built, [BASE, P1, P2], ["vm", "thp"], 3, "sub-rounds-1")
-    assert described["boots_per_kernel"] == 3 and len(boots) == 3 * 3 * 2
+    jobs = ["vm", "thpscale[max_threads=2,madvise=false]"]
+    boots, described = rounds.first_boots(built, [BASE, P1, P2], jobs, 3, "sub-rounds-1")
+    assert described["boots_per_kernel"] == 3 and len(boots) == 3 * 3
     for rnd in (1, 2, 3):
         mine = [b for b in boots if b["round"] == rnd]
-        # one boot per (kernel, job), one run each, numbered by round
-        assert sorted((b["commit"], b["job"]) for b in mine) == sorted(
-            (c, j) for c in (BASE, P1, P2) for j in ("vm", "thp")
-        )
+        # one boot per kernel running both jobs, one run each, numbered by round
+        assert sorted(b["commit"] for b in mine) == [BASE, P1, P2]
+        assert {b["job"] for b in mine} == {"vm,thpscale[max_threads=2,madvise=false]"}
         assert {(b["runs"], b["first"]) for b in mine} == {(1, rnd - 1)}
     # the boots go to the master in the recorded order
-    assert [b["commit"] for b in boots[::2]] == [k for r in described["order"] for k in r]
+    assert [b["commit"] for b in boots] == [k for r in described["order"] for k in r]
     # the order is shuffled per round (the plan's seed is fixed by the batch key)...
     assert len({tuple(r) for r in described["order"]}) > 1 or len(built) < 3
     # ...and the same key gives the same batch: a batch sent again is the same batch
-    again, _ = rounds.first_boots(built, [BASE, P1, P2], ["vm", "thp"], 3, "sub-rounds-1")
+    again, _ = rounds.first_boots(built, [BASE, P1, P2], jobs, 3, "sub-rounds-1")
     assert again == boots
     assert boots[0]["artifact"] == built[boots[0]["commit"]].artifact
 
@@ -48,6 +48,7 @@ def test_more_rounds_measure_the_doubtful_kernels_and_jobs_and_continue_the_numb
     boots, _ = rounds.first_boots(built, [BASE, P1, P2], ["vm", "thp"], 3, "k1")
     offsets = rounds.next_offsets({}, boots)
     assert offsets == {"vm": 3, "thp": 3}
+    assert len(boots) == 3 * 3  # a boot per (kernel, round), both jobs in it
     more = adaptive.MoreRounds(
         boots=2, have=3, cap=10, kernels=[BASE, P2], subjobs=["vm-scalability-anon-w-seq"]
     )
@@ -57,6 +58,13 @@ def test_more_rounds_measure_the_doubtful_kernels_and_jobs_and_continue_the_numb
     assert again == ["vm"]
     assert {b["commit"] for b in nxt} == {BASE, P2} and {b["job"] for b in nxt} == {"vm"}
     assert sorted((b["round"], b["first"]) for b in nxt) == [(4, 3), (4, 3), (5, 4), (5, 4)]
+    # a later batch of several jobs starts after the furthest one, so no key is repeated
+    both = adaptive.MoreRounds(boots=2, have=3, cap=10, kernels=[BASE, P2],
+                               subjobs=["vm-scalability-anon-w-seq", "thpscale-fault"])  # fmt: skip
+    uneven, _, again = rounds.more_boots(both, built, ["vm", "thp"], 3, subjob_jobs,
+                                         {"vm": 5, "thp": 3}, "k2")  # fmt: skip
+    assert again == ["vm", "thp"] and {b["job"] for b in uneven} == {"vm,thp"}
+    assert {b["first"] for b in uneven} == {5, 6}
     assert described["boots_per_kernel"] == 2
     # nothing in doubt that this series ran: no batch
     none, _, again = rounds.more_boots(
@@ -112,7 +120,7 @@ def test_every_sub_job_of_a_boot_keeps_its_own_runs(monkeypatch, tmp_path):
                               runs=2, first=3, round=2, buildbot_build="17", series="5",
                               submission="s")  # fmt: skip
     base = key_base("s", kernel.commit, "", "", args.job, "qemu")
-    runs = worker._real_runs(args, kernel, machine, base, tmp_path)
+    runs = worker._real_runs(args, kernel, machine, {args.job: base}, tmp_path)
     # the whole step: every run reaches its own payload file, the upload's input
     monkeypatch.setattr(worker, "read_kernel", lambda *_a: {})
     monkeypatch.setattr(worker, "run_specs", lambda *_a: (kernel, machine))
@@ -126,3 +134,64 @@ def test_every_sub_job_of_a_boot_keeps_its_own_runs(monkeypatch, tmp_path):
     assert {r.meta["boot_id"] for r in runs} == {"series-5-bb-17"}
     assert {r.meta["boot_round"] for r in runs} == {2}
     assert {r.meta["job_spec"] for r in runs} == {args.job}
+
+
+def test_one_boot_runs_every_job_and_keys_each_as_its_own_boot_would(monkeypatch, tmp_path):
+    """A round's boot runs all the series' jobs in one guest (one benchmark build, one boot):
+    each run is keyed and labelled by the job it came from, as a boot per job keyed them."""
+    import argparse
+
+    from stackbench.cli import worker
+    from stackbench.jobs import pipeline
+    from stackbench.jobs.buildbot.results import key_base, run_key
+    from stackbench.resultsdb.ingest import JobSpec, KernelSpec, MachineSpec, RunData
+
+    kernel, machine = KernelSpec(commit="a" * 40), MachineSpec(name="local", kind="qemu")
+    seen = {}
+
+    def fake_run_job(**kw):
+        seen["job"] = kw["job"]
+        out = []
+        for i in range(kw["runs"]):
+            for spec, sj in (("vm", "vm-anon-w-seq"), ("thp", "thpscale-fault"),
+                             ("thp", "thpscale-madv")):  # fmt: skip
+                out.append(RunData(job=JobSpec(suite=spec, test=sj), kernel=kernel,
+                                   machine=machine, iteration=i, samples={"x": [1.0]},
+                                   meta={"subjob": sj, "job_spec": spec}))  # fmt: skip
+        return out
+
+    monkeypatch.setattr(pipeline, "run_job", fake_run_job)
+    args = argparse.Namespace(kind="qemu", job=["vm", "thp", "vm"], runs=1, first=2, round=3,
+                              buildbot_build="9", series="5", submission="s")  # fmt: skip
+    assert worker.job_specs(args) == ["vm", "thp"]
+    bases = {j: key_base("s", kernel.commit, "", "", j, "qemu") for j in ("vm", "thp")}
+    runs = worker._real_runs(args, kernel, machine, bases, tmp_path)
+    assert seen["job"] == ["vm", "thp"]
+    keys = {r.meta["subjob"]: r.idempotency_key for r in runs}
+    assert keys["vm-anon-w-seq"] == run_key(bases["vm"], 2)
+    assert keys["thpscale-fault"] == run_key(bases["thp"], 2)  # a job's first sub-job: bare
+    assert keys["thpscale-madv"] == run_key(bases["thp"], 2, "thpscale-madv")
+    assert [r.meta["job_spec"] for r in runs] == ["vm", "thp", "thp"]
+    assert {r.meta["boot_id"] for r in runs} == {"series-5-bb-9"}
+
+
+def test_a_bench_step_passes_every_job_of_the_boot_to_the_worker():
+    from buildbot.process.properties import Properties
+
+    from stackbench.jobs.buildbot.config import BuildbotConfig
+    from stackbench.jobs.buildbot.steps import worker_command
+
+    class FakeBuild:
+        buildid = 4
+
+    props = Properties()
+    for k, v in {"job": "vm,thpscale[max_threads=2, madvise=false]", "submission": "s",
+                 "machine_kind": "qemu", "workername": "w", "runs": 1, "round": 2,
+                 "first": 1}.items():  # fmt: skip
+        props.setProperty(k, v, "test")
+    props.build = FakeBuild()
+    props.getBuild = lambda: props.build
+    argv = worker_command(BuildbotConfig(), "bench").getRenderingFor(props)
+    argv = argv.result if hasattr(argv, "result") else argv
+    jobs = [argv[i + 1] for i, a in enumerate(argv) if a == "--job"]
+    assert jobs == ["vm", "thpscale[max_threads=2, madvise=false]"]

@@ -280,7 +280,10 @@ def worker_command(cfg: BuildbotConfig, what: str) -> Any:
             _opt(argv, "--series", p("series"))
             _opt(argv, "--name", p("kernel_name"))
         elif what in ("bench", "baremetal", "mark-lost"):
-            argv += ["--kernel", ARTIFACT, "--job", str(p("job"))]
+            argv += ["--kernel", ARTIFACT]
+            # a boot of the dispatcher's rounds runs every job of the series in one guest
+            for job in split_list(p("job")) if what == "bench" else [str(p("job"))]:
+                argv += ["--job", job]
             argv += ["--submission", str(p("submission")), "--kind", str(p("machine_kind"))]
             argv += ["--machine", str(p("workername"))]
             # the worker's capacity; the guest's size is the request's (or the kind's default)

@@ -51,14 +51,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     _dry(b)
 
     for name, helptext in (
-        ("bench", "run one job N times on a built kernel; one payload per run"),
+        ("bench", "run jobs N times each in one boot of a built kernel; one payload per run"),
         ("baremetal", "queue one job on this bare-metal box and kexec into its kernel"),
         ("mark-lost", "record attempts of this benchmark that lost their worker"),
         ("await-box", "wait for a queued bare-metal job's runs; mark the attempt lost"),
     ):
         c = sub.add_parser(name, help=helptext)
         c.add_argument("--kernel", type=Path, required=True, help="kernel.tar from 'build'")
-        c.add_argument("--job", required=True)
+        if name == "bench":
+            # a boot of a round runs every job of the series, as the in-process executor does
+            c.add_argument("--job", action="append", required=True, help="repeat for more jobs")
+        else:
+            c.add_argument("--job", required=True)
         c.add_argument("--submission", required=True)
         c.add_argument("--kind", default="qemu", choices=["qemu", "baremetal"])
         c.add_argument("--machine", default=socket.gethostname())
@@ -346,38 +350,48 @@ def run_specs(args: argparse.Namespace, meta: dict[str, Any]) -> tuple[Any, Any]
     return kernel, machine
 
 
-def _dry_runs(args: argparse.Namespace, kernel: Any, machine: Any, base: str) -> list[Any]:
+def _dry_runs(
+    args: argparse.Namespace, kernel: Any, machine: Any, bases: dict[str, str]
+) -> list[Any]:
     from stackbench.jobs.buildbot.results import SOURCE, run_key
     from stackbench.resultsdb.ingest import JobSpec, RunData
 
-    job = JobSpec(suite=args.job, test="dry", params={"dry": 1}, runner="stackbench-dry")
     runs = []
     first = getattr(args, "first", 0)
-    for i in range(first, first + args.runs):
-        started = datetime.now(UTC)
-        time.sleep(args.dry_seconds / max(args.runs, 1))
-        # deterministic per (commit, job, iteration): a retried run gives the same numbers
-        rng = random.Random(f"{kernel.commit}:{args.job}:{i}")
-        samples = {f"{args.job}.dry_throughput": [rng.gauss(1000.0, 10.0) for _ in range(5)]}
-        runs.append(
-            RunData(
-                job=job,
-                kernel=kernel,
-                machine=machine,
-                iteration=i,
-                samples=samples,
-                source=SOURCE,
-                started_at=started,
-                finished_at=datetime.now(UTC),
-                meta={
-                    "buildbot_build": args.buildbot_build,
-                    "series": args.series,
-                    **_boot(args, None),
-                },
-                idempotency_key=run_key(base, i),
+    for spec, base in bases.items():
+        job = JobSpec(suite=spec, test="dry", params={"dry": 1}, runner="stackbench-dry")
+        for i in range(first, first + args.runs):
+            started = datetime.now(UTC)
+            time.sleep(args.dry_seconds / max(args.runs * len(bases), 1))
+            # deterministic per (commit, job, iteration): a retried run gives the same numbers
+            rng = random.Random(f"{kernel.commit}:{spec}:{i}")
+            samples = {f"{spec}.dry_throughput": [rng.gauss(1000.0, 10.0) for _ in range(5)]}
+            runs.append(
+                RunData(
+                    job=job,
+                    kernel=kernel,
+                    machine=machine,
+                    iteration=i,
+                    samples=samples,
+                    source=SOURCE,
+                    started_at=started,
+                    finished_at=datetime.now(UTC),
+                    meta={
+                        "buildbot_build": args.buildbot_build,
+                        "series": args.series,
+                        "job_spec": spec,
+                        **_boot(args, None),
+                    },
+                    idempotency_key=run_key(base, i),
+                )
             )
-        )
     return runs
+
+
+def job_specs(args: argparse.Namespace) -> list[str]:
+    """The jobs a bench step runs, in order, each once (``--job`` given once or repeated)."""
+    given = args.job if isinstance(args.job, list) else [args.job]
+    return list(dict.fromkeys(given))
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -390,17 +404,21 @@ def cmd_bench(args: argparse.Namespace) -> int:
         shutil.rmtree(out)
     meta = read_kernel(args.kernel, out.parent / "kernel")
     kernel, machine = run_specs(args, meta)
-    base = results.key_base(
-        args.submission, kernel.commit, kernel.config_hash, kernel.compiler, args.job, args.kind
-    )
+    jobs = job_specs(args)
+    bases = {
+        job: results.key_base(
+            args.submission, kernel.commit, kernel.config_hash, kernel.compiler, job, args.kind
+        )
+        for job in jobs
+    }
     if args.dry_kernel:
-        runs = _dry_runs(args, kernel, machine, base)
+        runs = _dry_runs(args, kernel, machine, bases)
     else:
-        runs = _real_runs(args, kernel, machine, base, out.parent / "kernel")
+        runs = _real_runs(args, kernel, machine, bases, out.parent / "kernel")
     for i, run_data in enumerate(runs):
         # one file per run: the sub-jobs of one iteration share its number
         results.write_payload(out, f"run-{i:03d}", results.to_payload(run_data))
-    print(f"{len(runs)} run(s) of {args.job} on {kernel.commit[:12]} written to {out}")
+    print(f"{len(runs)} run(s) of {', '.join(jobs)} on {kernel.commit[:12]} written to {out}")
     if args.upload:
         # in this process rather than a step of its own: a second interpreter per benchmark
         # cost about a second each, a tenth of the Buildbot path's overhead on the demo
@@ -409,7 +427,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _real_runs(
-    args: argparse.Namespace, kernel: Any, machine: Any, base: str, kernel_dir: Path
+    args: argparse.Namespace, kernel: Any, machine: Any, bases: dict[str, str], kernel_dir: Path
 ) -> list[Any]:
     # the kernels engineer's pipeline boots the kernel and runs the job; this seam hands it
     # the unpacked artifact and stamps every run with the request's idempotency keys
@@ -421,41 +439,49 @@ def _real_runs(
         ) from None
     from stackbench.jobs.buildbot.results import SOURCE, run_key
 
+    jobs = list(bases)
     if args.kind == "baremetal":
         # on the box, after the kexec: the suite runs on this kernel, not under QEMU
         from stackbench.jobs import native
 
         runs = native.run_job(
             artifact=kernel_dir / "artifact",
-            job=args.job,
+            job=jobs[0],
             runs=args.runs,
             kernel=kernel,
             machine=machine,
             workdir=Path("native").resolve(),
-            boot_id=f"native-{base[:16]}",
+            boot_id=f"native-{bases[jobs[0]][:16]}",
         )
     else:
         runs = pipeline.run_job(
             artifact=kernel_dir / "artifact",
-            job=args.job,
+            job=jobs,
             runs=args.runs,
             kernel=kernel,
             machine=machine,
         )
     first = getattr(args, "first", 0)
-    # the plan's sub-jobs in the order they ran: the first is keyed as a one-sub-job job is
-    subjobs = list(dict.fromkeys(str(r.meta.get("subjob") or "") for r in runs))
+    # each job's sub-jobs in the order they ran: a job's first is keyed as a one-sub-job
+    # job is, so a boot of several jobs stores the keys one boot per job would have
+    subjobs: dict[str, list[str]] = {}
+    for r in runs:
+        spec = str(r.meta.get("job_spec") or jobs[0])
+        sj = str(r.meta.get("subjob") or "")
+        if sj not in subjobs.setdefault(spec, []):
+            subjobs[spec].append(sj)
     for i, r in enumerate(runs):
         # numbered within the kernel's whole plan: a later round's runs never repeat a key
         r.iteration = first + (r.iteration if r.iteration is not None else i)
+        spec = str(r.meta.get("job_spec") or jobs[0])
         sj = str(r.meta.get("subjob") or "")
-        r.idempotency_key = run_key(base, r.iteration, sj if subjobs.index(sj) else "")
+        r.idempotency_key = run_key(bases[spec], r.iteration, sj if subjobs[spec].index(sj) else "")
         r.source = SOURCE
         r.meta = {
             **r.meta,
             "buildbot_build": args.buildbot_build,
             "series": args.series,
-            "job_spec": args.job,  # the dispatcher's next rounds re-run jobs by spec
+            "job_spec": spec,  # the dispatcher's next rounds re-run jobs by spec
             **_boot(args, r.meta.get("boot_id")),
         }
     return list(runs)
