@@ -28,7 +28,6 @@ from typing import Any
 from sqlalchemy import Engine
 
 from stackbench.errors import NotFoundError
-from stackbench.jobs import adaptive
 from stackbench.jobs import plan as boot_plan
 from stackbench.jobs.apply_stage import (  # noqa: F401  (public names of the pipeline)
     _apply,
@@ -159,6 +158,10 @@ def _run(
     boots: int | None,
     seed: int | None,
 ) -> str:
+    # here, not at the top: adaptive brings scipy.stats (0.6 s), and every Buildbot benchmark
+    # step imports this module for run_job alone
+    from stackbench.jobs import adaptive
+
     sid, settings = sr.series_id, sr.settings
     tree = trees.load_tree(tree_name)
     runs = int(meta.get("runs") or DEFAULT_RUNS)
