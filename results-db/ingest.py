@@ -378,19 +378,19 @@ def _sample_columns(
 
 def _packed(samples: dict[str, Sequence[float]], metric: dict[str, int]) -> tuple[bytes, ...]:
     """The run's samples as run_samples keeps them, in (metric id, seq) order (the order
-    query.read_samples returns): metric ids and sample counts as binary int4[] parameters,
-    the values as big-endian float8s in one bytea (as the migration's float8send makes)."""
+    query.read_samples returns): metric ids and sample counts as big-endian int4s, values
+    as big-endian float8s, each in one bytea (as the migration's int4send and float8send
+    make them)."""
     names = sorted((n for n in samples if samples[n]), key=metric.__getitem__)
+    mids = array("i", map(metric.__getitem__, names))
+    counts = array("i", [len(samples[n]) for n in names])
     values = array("d")
     for name in names:
         values.extend(samples[name])
     if sys.byteorder == "little":
-        values.byteswap()
-    return (
-        pgbinary.Int4Array.of(array("i", map(metric.__getitem__, names))),
-        pgbinary.Int4Array.of(array("i", [len(samples[n]) for n in names])),
-        values.tobytes(),
-    )
+        for packed in (mids, counts, values):
+            packed.byteswap()
+    return mids.tobytes(), counts.tobytes(), values.tobytes()
 
 
 def _zeros(n: int) -> array:

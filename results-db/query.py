@@ -361,30 +361,23 @@ _PACKED_SQL = 'SELECT run_id, metric_ids, counts, "values" FROM run_samples WHER
 def _read_packed(raw: Any, run_ids: list[int]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """Run id -> (metric id per sample, values) of the runs that have a run_samples row."""
     from stackbench.resultsdb import pgsession
-    from stackbench.resultsdb.pgarrays import INT4_ARRAY_OID, array_from_wire
 
     if isinstance(raw, pgsession.Session):
         _oids, rows = raw.binary(_PACKED_SQL.replace("%s", "%s::int[]"), [run_ids])
-        wire = [
-            (
-                int.from_bytes(run, "big", signed=True),  # int4, as run.id is
-                array_from_wire(INT4_ARRAY_OID, mids),
-                array_from_wire(INT4_ARRAY_OID, counts),
-                values,
-            )
-            for run, mids, counts, values in rows
-        ]
+        wire = [(int.from_bytes(r, "big", signed=True), *rest) for r, *rest in rows]  # int4
     else:
         from stackbench.resultsdb import pgbinary
 
         with raw.cursor(binary=True) as cur:
             pgbinary.register(cur)
-            pgbinary.register_numpy_loaders(cur)
             cur.execute(_PACKED_SQL, [pgbinary.Int4Array.of(run_ids)])
             wire = list(cur)
-    # big-endian float8s, as migration 0005 and ingest pack them
+    # big-endian int4s and float8s, as migration 0005 and ingest pack them
     return {
-        run_id: (np.repeat(mids, counts), np.frombuffer(values, ">f8").astype(np.float64))
+        run_id: (
+            np.repeat(np.frombuffer(mids, ">i4").astype(np.int64), np.frombuffer(counts, ">i4")),
+            np.frombuffer(values, ">f8").astype(np.float64),
+        )
         for run_id, mids, counts, values in wire
     }
 
