@@ -14,11 +14,15 @@ computes its tables afresh.
 
 from __future__ import annotations
 
-import json
+from collections import namedtuple
 from pathlib import Path
-from typing import Any, NamedTuple
 
 from stackbench.errors import StackbenchError
+
+# typing, json and hashlib are 5 ms of a cached command's 65: none is imported for a hit
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 KEY_PREFIX = "cli-"
 
@@ -57,27 +61,34 @@ def _sha256(data: bytes) -> str:
     return sha256(data).hexdigest()
 
 
-# NamedTuples, not dataclasses: importing dataclasses pulls in inspect, 8 ms of a cached
-# command's 100
-class View(NamedTuple):
+# collections' namedtuples: dataclasses imports inspect (8 ms), typing.NamedTuple typing (2)
+_VIEW_FIELDS = (
+    "refs",  # tuple[str, ...]
+    "style",  # str
+    "all_rows",  # bool
+    "table",  # str | None
+    "monitor",  # str | None
+    "suite",  # str | None
+    "machine",  # str | None
+    "pool_machines",  # bool
+    "metric",  # str | None
+    "pass_no",  # int
+    "suite_source",  # str | None
+)
+
+
+class View(
+    namedtuple("View", _VIEW_FIELDS, defaults=(False, None, None, None, None, False, None, 1, None))
+):
     """What ``stackbench compare`` was asked for: the key of its text. Every option that
     changes the printed table is a field (the CLI builds one from compare.options)."""
 
-    refs: tuple[str, ...]
-    style: str
-    all_rows: bool = False
-    table: str | None = None
-    monitor: str | None = None
-    suite: str | None = None
-    machine: str | None = None
-    pool_machines: bool = False
-    metric: str | None = None
-    pass_no: int = 1
-    suite_source: str | None = None
+    __slots__ = ()
 
     @property
     def key(self) -> str:
-        raw = json.dumps([self._asdict(), code_version()], sort_keys=True)
+        # repr of str, bool, int, None and tuples is stable: no json to import for a key
+        raw = repr((sorted(self._asdict().items()), code_version()))
         return KEY_PREFIX + _sha256(raw.encode())[:32]
 
 
@@ -95,9 +106,10 @@ def code_version() -> str:
     return _code[0]
 
 
-class Hit(NamedTuple):
-    text: str
-    warnings: list[str]
+class Hit(namedtuple("Hit", ("text", "warnings"))):
+    """A kept table (str) and its warnings (list[str])."""
+
+    __slots__ = ()
 
 
 def _url() -> str | None:
@@ -188,6 +200,8 @@ def quick_lookup(view: View, conn: Any = None) -> Hit | None:
     if warnings in (None, "[]"):
         return Hit(text, [])
     try:
+        import json
+
         listed = json.loads(warnings)
     except ValueError:
         return None
@@ -214,6 +228,8 @@ def store(conn: Any, view: View, build_ids: list[int], fp: str, text: str, warni
     """Keep ``text`` for ``view``, made from the runs with fingerprint ``fp`` (taken before
     the text was computed, so runs added meanwhile make the entry stale, not wrong).
     ``conn``: psycopg's or SQLAlchemy's; the caller commits."""
+    import json
+
     from stackbench.resultsdb.query import _raw
 
     entry = {"fingerprint": fp, "text": text, "warnings": warnings}

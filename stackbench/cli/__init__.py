@@ -81,12 +81,43 @@ def _command_word(argv: list[str]) -> str | None:
     return None
 
 
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """argparse's, with the terminal's width found without shutil: argparse makes a
+    formatter for every argument it adds, and shutil.get_terminal_size imports shutil (with
+    bz2 and lzma), 3 ms of every command."""
+
+    def __init__(
+        self,
+        prog: str,
+        indent_increment: int = 2,
+        max_help_position: int = 24,
+        width: int | None = None,
+    ) -> None:
+        if width is None:
+            width = _terminal_columns() - 2  # as argparse does
+        super().__init__(prog, indent_increment, max_help_position, width)
+
+
+def _terminal_columns() -> int:
+    """shutil.get_terminal_size().columns: $COLUMNS, else the terminal's, else 80."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="stackbench",
         description=DESCRIPTION,
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_Formatter,
     )
     parser.add_argument("--version", action="version", version=f"stackbench {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
@@ -96,7 +127,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             mod.NAME,
             help=mod.HELP,
             description=getattr(mod, "DESCRIPTION", mod.HELP),
-            formatter_class=argparse.RawDescriptionHelpFormatter,
+            formatter_class=_Formatter,
         )
         mod.add_arguments(p)
         p.set_defaults(_run=mod.run)
