@@ -129,7 +129,14 @@ def quick(args: argparse.Namespace) -> int | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import os
+
     from stackbench import config
+
+    # numpy's OpenBLAS starts a thread per core when numpy is imported, and those threads
+    # spin for a while: on a busy 2-core machine that doubled numpy's import (55 -> 60-160
+    # ms). A table's arrays are far too small for threaded BLAS; a user's setting stays.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
     if config.server_url():
         from stackbench import apiclient  # urllib's HTTP stack only when it talks HTTP
