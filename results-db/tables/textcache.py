@@ -238,7 +238,11 @@ def store(conn: Any, view: View, build_ids: list[int], fp: str, text: str, warni
         "suite": view.suite,
         "cli": {k: v for k, v in view._asdict().items() if k != "refs"},
     }
-    _raw(conn).execute(
+    raw = _raw(conn)
+    # a kept table lost in a crash is computed again: its commit need not wait for the WAL
+    # to reach the disk (a cold command's last wait, long when the disk is busy)
+    raw.execute("SET LOCAL synchronous_commit = off")
+    raw.execute(
         "INSERT INTO comparison (key, build_ids, params, result) "
         "VALUES (%s, %s::jsonb, %s::jsonb, jsonb_build_object('cli', %s::jsonb)) "
         "ON CONFLICT (key) DO UPDATE SET build_ids = EXCLUDED.build_ids, "
