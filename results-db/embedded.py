@@ -9,11 +9,8 @@ such as /root, so the cluster's files then live under /var/lib/stackbench and
 from __future__ import annotations
 
 import fcntl
-import hashlib
-import logging
 import os
 import pwd
-import shutil
 import stat
 import time
 from contextlib import contextmanager, suppress
@@ -23,10 +20,16 @@ from urllib.parse import quote
 from stackbench import config
 from stackbench.errors import StackbenchError
 
-# proc (subprocess), secrets and socket are imported where used: the CLI imports this module
-# for the database URL alone, on every command
+# proc (subprocess), secrets, socket, shutil, hashlib and logging are imported where used:
+# the CLI imports this module for the database URL alone, on every command (a cached
+# comparison is 60 ms; those imports were 10 of them)
 
-log = logging.getLogger(__name__)
+
+def _log():
+    import logging
+
+    return logging.getLogger(__name__)
+
 
 SERVICE_USER = "postgres"
 DB_NAME = "stackbench"
@@ -43,6 +46,8 @@ def pg_bindir() -> Path:
         )
         if versions:
             return versions[-1] / "bin"
+    import shutil
+
     found = shutil.which("initdb")
     if found:
         return Path(found).resolve().parent
@@ -82,6 +87,8 @@ class Cluster:
     def _storage_dir(self) -> Path:
         if not self.as_root or self._traversable_by_others(self.home):
             return self.home / "pgdata"
+        import hashlib
+
         digest = hashlib.sha256(str(self.home).encode()).hexdigest()[:16]
         return Path("/var/lib/stackbench/clusters") / digest
 
@@ -107,6 +114,7 @@ class Cluster:
 
     def _initdb(self) -> None:
         import secrets
+        import shutil
 
         from stackbench import proc
 
@@ -167,7 +175,7 @@ class Cluster:
             )
         self.secret_path.write_text(f"{port}\n{password}\n")
         os.chmod(self.secret_path, 0o600)
-        log.info("created PostgreSQL cluster in %s", self.datadir)
+        _log().info("created PostgreSQL cluster in %s", self.datadir)
 
     def _secret(self) -> tuple[int, str]:
         port, password = self.secret_path.read_text().split("\n")[:2]
@@ -235,7 +243,7 @@ class Cluster:
                     + proc.tail_text(logfile, 5)
                 )
             self._wait_ready()
-            log.info("started embedded PostgreSQL (%s)", self.datadir)
+            _log().info("started embedded PostgreSQL (%s)", self.datadir)
             return True
 
     def stop(self) -> bool:
@@ -288,6 +296,8 @@ def _free_port() -> int:
 
 def destroy(cluster: Cluster) -> None:
     """Stop a cluster and remove its files (tests' private clusters)."""
+    import shutil
+
     cluster.stop()
     target = cluster.link.resolve()
     if cluster.link.is_symlink():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -250,6 +251,10 @@ _INSERT_RUN_ALL = (
     "SELECT id FROM r"
 )
 COPY_THRESHOLD = 2000
+# a COPYed run's samples once more in one row (migration 0005), for whole-run reads
+_INSERT_PACKED = (
+    'INSERT INTO run_samples (run_id, metric_ids, counts, "values") VALUES (%s, %b, %b, %b)'
+)
 # Small runs are sent this many at a time in psycopg's pipeline mode: each run is still its
 # own BEGIN ... COMMIT, but the client does not wait for one run's answer before sending the
 # next, so a batch costs one round trip.
@@ -316,6 +321,7 @@ def _store_run(conn, data: RunData, resolved: Resolved, metric: dict[str, int]) 
             return None
         run_id = row[0]
         _copy_samples(conn, run_id, metric, data.samples)
+        cur.execute(_INSERT_PACKED, (run_id, *_packed(data.samples, metric)))
     if data.logs:
         conn.execute(
             insert(RunLog),
@@ -368,6 +374,23 @@ def _sample_columns(
             seqs.extend(_seqs(n))
             values.extend(vals)
     return m_ids, seqs, values
+
+
+def _packed(samples: dict[str, Sequence[float]], metric: dict[str, int]) -> tuple[bytes, ...]:
+    """The run's samples as run_samples keeps them, in (metric id, seq) order (the order
+    query.read_samples returns): metric ids and sample counts as big-endian int4s, values
+    as big-endian float8s, each in one bytea (as the migration's int4send and float8send
+    make them)."""
+    names = sorted((n for n in samples if samples[n]), key=metric.__getitem__)
+    mids = array("i", map(metric.__getitem__, names))
+    counts = array("i", [len(samples[n]) for n in names])
+    values = array("d")
+    for name in names:
+        values.extend(samples[name])
+    if sys.byteorder == "little":
+        for packed in (mids, counts, values):
+            packed.byteswap()
+    return mids.tobytes(), counts.tobytes(), values.tobytes()
 
 
 def _zeros(n: int) -> array:
@@ -490,7 +513,8 @@ def ingest(eng: Engine, runs: Iterable[RunData], workers: int | None = None) -> 
 
 
 def delete_runs(conn, run_ids: Sequence[int]) -> None:
-    """Remove runs with their samples and logs (samples carry no cascading foreign key)."""
+    """Remove runs with their samples and logs (samples carry no cascading foreign key;
+    run_samples and run_log go with their run)."""
     ids = list(run_ids)
     if not ids:
         return

@@ -304,14 +304,33 @@ def read_samples(
     conn: Connection, run_ids: list[int], metric_ids: list[int] | None = None
 ) -> Samples:
     """The samples of ``run_ids`` (optionally only of ``metric_ids``) in (run, metric, seq)
-    order. Each run's samples come as two binary arrays (metric ids, values) read straight
-    into numpy: no Python object per sample, one result row per run."""
-    from stackbench.resultsdb import pgsession
-
+    order, read straight into numpy: no Python object per sample. Whole large runs come
+    from run_samples (one packed row per run, written with it); a subset of metrics, and
+    runs without such a row (small ones), from sample, one aggregated row per run."""
     empty = np.zeros(0, dtype=np.int64)
     if not run_ids:
         return Samples(empty, empty, np.zeros(0))
     raw = _raw(conn)
+    if metric_ids is not None:
+        return _read_rows(raw, run_ids, metric_ids)
+    packed = _read_packed(raw, run_ids)
+    rest = sorted(set(run_ids) - set(packed))
+    if rest:
+        for run_id, mids, vals in _per_run(_read_rows(raw, rest, None)):
+            packed[run_id] = (mids, vals)
+    runs, metrics, values = [], [], []
+    for run_id in sorted(packed):
+        mids, vals = packed[run_id]
+        runs.append(np.full(len(mids), run_id, dtype=np.int64))
+        metrics.append(mids)
+        values.append(vals)
+    return _samples(runs, metrics, values)
+
+
+def _read_rows(raw: Any, run_ids: list[int], metric_ids: list[int] | None) -> Samples:
+    """read_samples from the sample table: one aggregated row per run."""
+    from stackbench.resultsdb import pgsession
+
     if isinstance(raw, pgsession.Session):
         return _read_samples_libpq(raw, run_ids, metric_ids)
     from stackbench.resultsdb import pgbinary
@@ -322,7 +341,7 @@ def read_samples(
         where += " AND metric_id = ANY(%s)"
         params.append(pgbinary.Int4Array.of(metric_ids))
     runs, metrics, values = [], [], []
-    with _raw(conn).cursor(binary=True) as cur:
+    with raw.cursor(binary=True) as cur:
         pgbinary.register(cur)
         pgbinary.register_numpy_loaders(cur)
         for setting in _PLAN:
@@ -334,6 +353,45 @@ def read_samples(
             metrics.append(mids)
             values.append(vals)
     return _samples(runs, metrics, values)
+
+
+_PACKED_SQL = 'SELECT run_id, metric_ids, counts, "values" FROM run_samples WHERE run_id = ANY(%s)'
+
+
+def _read_packed(raw: Any, run_ids: list[int]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """Run id -> (metric id per sample, values) of the runs that have a run_samples row."""
+    from stackbench.resultsdb import pgsession
+
+    if isinstance(raw, pgsession.Session):
+        _oids, rows = raw.binary(_PACKED_SQL.replace("%s", "%s::int[]"), [run_ids])
+        wire = [(int.from_bytes(r, "big", signed=True), *rest) for r, *rest in rows]  # int4
+    else:
+        from stackbench.resultsdb import pgbinary
+
+        with raw.cursor(binary=True) as cur:
+            pgbinary.register(cur)
+            cur.execute(_PACKED_SQL, [pgbinary.Int4Array.of(run_ids)])
+            wire = list(cur)
+    # big-endian int4s and float8s, as migration 0005 and ingest pack them
+    return {
+        run_id: (
+            np.repeat(np.frombuffer(mids, ">i4").astype(np.int64), np.frombuffer(counts, ">i4")),
+            np.frombuffer(values, ">f8").astype(np.float64),
+        )
+        for run_id, mids, counts, values in wire
+    }
+
+
+def _per_run(smp: Samples) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """Samples as (run id, metric ids, values) per run."""
+    if not len(smp.value):
+        return []
+    starts = np.concatenate(([0], np.flatnonzero(smp.run[1:] != smp.run[:-1]) + 1)).tolist()
+    ends = [*starts[1:], len(smp.value)]
+    return [
+        (int(smp.run[a]), smp.metric[a:b], smp.value[a:b])
+        for a, b in zip(starts, ends, strict=True)
+    ]
 
 
 # one plan, in order: the primary key's index scan feeds the aggregate in (run, metric, seq)

@@ -11,8 +11,8 @@ and tests point a process elsewhere with ``monkeypatch.setenv``.
 from __future__ import annotations
 
 import os
+from collections import namedtuple
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from stackbench.errors import StackbenchError
@@ -22,13 +22,19 @@ class SettingError(StackbenchError, ValueError):
     """A setting whose value cannot be used: the CLI prints it as one line."""
 
 
-@dataclass(frozen=True)
-class Var:
-    name: str  # a trailing "_" declares a family: STACKBENCH_SUITE_URL_<REPO>
-    default: str
-    meaning: str
-    secret: bool = False
-    shown_default: str = ""  # how the README shows a computed default
+# collections' namedtuple, not a dataclass nor typing.NamedTuple: importing dataclasses
+# (inspect) and typing is 5-8 ms of every command's start
+class Var(namedtuple("Var", ("name", "default", "meaning", "secret", "shown_default"))):
+    """One setting: ``name`` (a trailing "_" declares a family: STACKBENCH_SUITE_URL_<REPO>),
+    its ``default`` and ``meaning`` (str), whether it is ``secret`` (bool, default False),
+    and ``shown_default``: how the README shows a computed default (str, default "")."""
+
+    __slots__ = ()
+
+    def __new__(
+        cls, name: str, default: str, meaning: str, secret: bool = False, shown_default: str = ""
+    ) -> Var:
+        return super().__new__(cls, name, default, meaning, secret, shown_default)
 
 
 VARIABLES: tuple[Var, ...] = (

@@ -289,31 +289,43 @@ def calc_stats(keys: list[str], group: Group) -> list[StatRow]:
                 arr[dst] = c.as_array()[rows]
                 present[dst] = True
         avg, sd = _avg_stddev(arr) if c.runs else (np.zeros(len(perf)), np.zeros(len(perf)))
-        avgs.append(np.where(present, avg, 0.0).tolist())
+        avgs.append(np.where(present, avg, 0.0))
         many = present if c.runs > 1 else np.zeros(len(perf), dtype=bool)
-        stddevs.append(np.where(many, sd, -1.0).tolist())
+        stddevs.append(np.where(many, sd, -1.0))
+    # every later column's change against the first, for every stat at once: the same
+    # IEEE operations, in the same order, as calc_stat's, so the same bits
+    absolute = np.array([uses_absolute_change(k) for k in perf], dtype=bool)
+    by_stat_avgs = np.array(avgs).T.reshape(len(perf), len(avgs))
+    base = by_stat_avgs[:, :1]
+    guarded = np.where(base == 0, 1e-100, base)  # LKP's guard against a zero base
+    with np.errstate(all="ignore"):  # Ruby's floats overflow to Infinity silently too
+        changes = np.where(
+            absolute[:, None],
+            by_stat_avgs[:, 1:] - base,
+            100.0 * (by_stat_avgs[:, 1:] - guarded) / guarded,
+        ).tolist()
+    row_avgs = by_stat_avgs.tolist()
+    row_stddevs = np.array(stddevs).T.reshape(len(perf), len(stddevs)).tolist()
+    absolute_of = absolute.tolist()
+    runs = [c.runs for c in group.columns]
     out = []
     for k in keys:
         i = pos.get(k)
         if i is None:
             out.append(calc_stat(k, group))
             continue
-        row = StatRow(
-            stat=k,
-            failure=False,
-            values=[c.matrix.get(k) for c in group.columns],
-            runs=[c.runs for c in group.columns],
-            avgs=[a[i] for a in avgs],
-            stddevs=[s[i] for s in stddevs],
+        out.append(
+            StatRow(
+                stat=k,
+                failure=False,
+                values=[c.matrix.get(k) for c in group.columns],
+                runs=list(runs),
+                avgs=row_avgs[i],
+                stddevs=row_stddevs[i],
+                changes=changes[i],
+                abs_changes=absolute_of[i],
+            )
         )
-        avg0 = row.avgs[0]
-        if uses_absolute_change(k):
-            row.abs_changes = True
-            row.changes = [avg - avg0 for avg in row.avgs[1:]]
-        else:
-            avg0 = avg0 or 1e-100  # LKP's guard against dividing by a zero base
-            row.changes = [100.0 * (avg - avg0) / avg0 for avg in row.avgs[1:]]
-        out.append(row)
     return out
 
 

@@ -231,6 +231,12 @@ _COMPARE = {"pdiff": st.pdiff, "pndiff": st.pndiff}
 
 
 def render_latency(ds: query.Dataset, suite: str, significance: bool = False) -> str:
+    # the pooled arrays are made once and never changed: their sums can be shared
+    with st.shared_sums():
+        return _render_latency(ds, suite, significance)
+
+
+def _render_latency(ds: query.Dataset, suite: str, significance: bool) -> str:
     series = collect(ds, suite)
     ops = _fault_ops(series)
     if not ops:

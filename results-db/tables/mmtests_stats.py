@@ -17,7 +17,9 @@ takes a list or a numpy array.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 import numpy as np
 
@@ -50,6 +52,37 @@ def pndiff(new: float, base: float) -> float:
     return 100 - new * 100 / base
 
 
+# (kind, id(array)) -> (array, value) inside shared_sums(); a ContextVar, so that threads
+# of the web server rendering tables at once keep theirs apart
+_MEMO: ContextVar[dict[tuple[str, int], tuple[np.ndarray, float]] | None] = ContextVar(
+    "mmtests_stats_memo", default=None
+)
+
+
+@contextmanager
+def shared_sums() -> Iterator[None]:
+    """Inside this block the mean and standard deviation of one numpy array are computed
+    once: a latency table asks for each pooled array's mean in the mean, Stddev, CoeffVar
+    and t-test rows, and each is a running sum over tens of thousands of samples (a third
+    of the table's time). The arrays must not change inside the block."""
+    token = _MEMO.set({})
+    try:
+        yield
+    finally:
+        _MEMO.reset(token)
+
+
+def _memo(kind: str, data: Sequence[float], compute: Callable[[], float]) -> float:
+    memo = _MEMO.get()
+    if memo is None or not isinstance(data, np.ndarray):
+        return compute()
+    key = (kind, id(data))
+    got = memo.get(key)
+    if got is None or got[0] is not data:  # the identity check: an id can be reused
+        got = memo[key] = (data, compute())
+    return got[1]
+
+
 def _seqsum(data: np.ndarray) -> float:
     """mmtests' running sum, left to right."""
     return float(np.cumsum(data)[-1])
@@ -60,7 +93,9 @@ def _array(data: Sequence[float]) -> np.ndarray:
 
 
 def amean(data: Sequence[float]) -> float:
-    return _seqsum(_array(data)) / len(data) if len(data) else NAN
+    if not len(data):
+        return NAN
+    return _memo("amean", data, lambda: _seqsum(_array(data)) / len(data))
 
 
 def hmean(data: Sequence[float]) -> float:
@@ -77,9 +112,12 @@ def stddev(data: Sequence[float]) -> float:
     n = len(data)
     if n <= 1:
         return NAN
-    arr = _array(data)
+    return _memo("stddev", data, lambda: _stddev(_array(data)))
+
+
+def _stddev(arr: np.ndarray) -> float:
     m = amean(arr)
-    return math.sqrt(_seqsum((arr - m) ** 2) / (n - 1))
+    return math.sqrt(_seqsum((arr - m) ** 2) / (len(arr) - 1))
 
 
 def coeffvar(data: Sequence[float]) -> float:

@@ -14,12 +14,15 @@ computes its tables afresh.
 
 from __future__ import annotations
 
-import hashlib
-import json
+from collections import namedtuple
 from pathlib import Path
-from typing import Any, NamedTuple
 
 from stackbench.errors import StackbenchError
+
+# typing, json and hashlib are 5 ms of a cached command's 65: none is imported for a hit
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 KEY_PREFIX = "cli-"
 
@@ -33,30 +36,60 @@ _LOOKUP = (
     + _FINGERPRINT.format(ids="ARRAY(SELECT jsonb_array_elements_text(c.build_ids)::int)")
     + " FROM comparison c WHERE c.key = %s"
 )
+# the same for libpq, with the entry's parts as text: the server hands over the stored text
+# as it keeps it, and the client parses no JSON document of the size of the table. The entry
+# is taken out of ``result`` once (OFFSET 0 keeps the subquery): each ``c.result -> ...``
+# would read and decompress the whole stored value again, 2 ms each for a large table
+_QUICK = (
+    "SELECT (SELECT version_num FROM alembic_version), e ->> 'fingerprint', "
+    + _FINGERPRINT.format(ids="ARRAY(SELECT jsonb_array_elements_text(c.build_ids)::int)")
+    + ", e ->> 'text', e -> 'warnings' FROM (SELECT build_ids, result -> 'cli' AS e "
+    "FROM comparison WHERE key = $1 OFFSET 0) c"
+)
 
 
-# NamedTuples, not dataclasses: importing dataclasses pulls in inspect, 8 ms of a cached
-# command's 100
-class View(NamedTuple):
+def _sha256(data: bytes) -> str:
+    # the interpreter's own SHA-256 where it has one: hashlib loads OpenSSL's, 2 ms of a
+    # cached command; the digest is the same
+    try:
+        from _sha256 import sha256  # Python 3.11
+    except ImportError:
+        try:
+            from _sha2 import sha256  # Python 3.12 and later
+        except ImportError:
+            from hashlib import sha256
+    return sha256(data).hexdigest()
+
+
+# collections' namedtuples: dataclasses imports inspect (8 ms), typing.NamedTuple typing (2)
+_VIEW_FIELDS = (
+    "refs",  # tuple[str, ...]
+    "style",  # str
+    "all_rows",  # bool
+    "table",  # str | None
+    "monitor",  # str | None
+    "suite",  # str | None
+    "machine",  # str | None
+    "pool_machines",  # bool
+    "metric",  # str | None
+    "pass_no",  # int
+    "suite_source",  # str | None
+)
+
+
+class View(
+    namedtuple("View", _VIEW_FIELDS, defaults=(False, None, None, None, None, False, None, 1, None))
+):
     """What ``stackbench compare`` was asked for: the key of its text. Every option that
     changes the printed table is a field (the CLI builds one from compare.options)."""
 
-    refs: tuple[str, ...]
-    style: str
-    all_rows: bool = False
-    table: str | None = None
-    monitor: str | None = None
-    suite: str | None = None
-    machine: str | None = None
-    pool_machines: bool = False
-    metric: str | None = None
-    pass_no: int = 1
-    suite_source: str | None = None
+    __slots__ = ()
 
     @property
     def key(self) -> str:
-        raw = json.dumps([self._asdict(), code_version()], sort_keys=True)
-        return KEY_PREFIX + hashlib.sha256(raw.encode()).hexdigest()[:32]
+        # repr of str, bool, int, None and tuples is stable: no json to import for a key
+        raw = repr((sorted(self._asdict().items()), code_version()))
+        return KEY_PREFIX + _sha256(raw.encode())[:32]
 
 
 _code: list[str] = []
@@ -73,9 +106,10 @@ def code_version() -> str:
     return _code[0]
 
 
-class Hit(NamedTuple):
-    text: str
-    warnings: list[str]
+class Hit(namedtuple("Hit", ("text", "warnings"))):
+    """A kept table (str) and its warnings (list[str])."""
+
+    __slots__ = ()
 
 
 def _url() -> str | None:
@@ -152,23 +186,26 @@ def quick_lookup(view: View, conn: Any = None) -> Hit | None:
         if conn is None:
             return None
     try:
-        rows = conn.execute(_LOOKUP.replace("%s", "$1"), [view.key])
+        rows = conn.execute(_QUICK, [view.key])
     except (libpq.Error, OSError):
         return None
     finally:
         if own:
             conn.close()
-    if not rows or rows[0][0] != db.head_revision() or rows[0][1] is None:
+    if not rows or rows[0][0] != db.head_revision():
         return None
+    _revision, stored, live, text, warnings = rows[0]
+    if stored is None or stored != live or text is None:
+        return None
+    if warnings in (None, "[]"):
+        return Hit(text, [])
     try:
-        entry = json.loads(rows[0][1])
+        import json
+
+        listed = json.loads(warnings)
     except ValueError:
         return None
-    if not isinstance(entry, dict) or entry.get("fingerprint") != rows[0][2]:
-        return None
-    if not isinstance(entry.get("text"), str):
-        return None
-    return Hit(entry["text"], [str(w) for w in entry.get("warnings") or []])
+    return Hit(text, [str(w) for w in listed] if isinstance(listed, list) else [])
 
 
 def connect_for_lookup():
@@ -191,6 +228,8 @@ def store(conn: Any, view: View, build_ids: list[int], fp: str, text: str, warni
     """Keep ``text`` for ``view``, made from the runs with fingerprint ``fp`` (taken before
     the text was computed, so runs added meanwhile make the entry stale, not wrong).
     ``conn``: psycopg's or SQLAlchemy's; the caller commits."""
+    import json
+
     from stackbench.resultsdb.query import _raw
 
     entry = {"fingerprint": fp, "text": text, "warnings": warnings}
@@ -199,7 +238,11 @@ def store(conn: Any, view: View, build_ids: list[int], fp: str, text: str, warni
         "suite": view.suite,
         "cli": {k: v for k, v in view._asdict().items() if k != "refs"},
     }
-    _raw(conn).execute(
+    raw = _raw(conn)
+    # a kept table lost in a crash is computed again: its commit need not wait for the WAL
+    # to reach the disk (a cold command's last wait, long when the disk is busy)
+    raw.execute("SET LOCAL synchronous_commit = off")
+    raw.execute(
         "INSERT INTO comparison (key, build_ids, params, result) "
         "VALUES (%s, %s::jsonb, %s::jsonb, jsonb_build_object('cli', %s::jsonb)) "
         "ON CONFLICT (key) DO UPDATE SET build_ids = EXCLUDED.build_ids, "

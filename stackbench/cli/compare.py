@@ -102,8 +102,41 @@ def write_plot(path: str, kernels: list[str], metric: str | None, machine: str |
     print(f"stackbench: plot written to {path}", file=sys.stderr)
 
 
-def run(args: argparse.Namespace) -> int:
+def quick(args: argparse.Namespace) -> int | None:
+    """The kept table of an unchanged comparison, printed before the CLI sets up logging:
+    start-up, one libpq connection and one query. None on a miss or when this path cannot
+    serve (a server URL, a plot to draw, no libpq, no database yet): run() then goes on,
+    on the connection opened here when there is one."""
     from stackbench import config
+
+    if config.server_url() or args.plot:
+        return None
+    from stackbench.resultsdb.tables import textcache
+
+    view = textcache.View(tuple(args.kernels), **options(args))
+    conn = textcache.quick_connect()
+    if conn is None:
+        return None
+    hit = textcache.quick_lookup(view, conn)
+    if hit is None:
+        args.quick_conn = conn  # the cold path computes the table on it
+        return None
+    conn.close()
+    for line in hit.warnings:
+        _warn(line)
+    _print(hit.text)
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    import os
+
+    from stackbench import config
+
+    # numpy's OpenBLAS starts a thread per core when numpy is imported, and those threads
+    # spin for a while: on a busy 2-core machine that doubled numpy's import (55 -> 60-160
+    # ms). A table's arrays are far too small for threaded BLAS; a user's setting stays.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
     if config.server_url():
         from stackbench import apiclient  # urllib's HTTP stack only when it talks HTTP
@@ -131,10 +164,13 @@ def run(args: argparse.Namespace) -> int:
         opts = options(args)
         view = textcache.View(tuple(args.kernels), **opts)
         out = None
-        conn = textcache.quick_connect()
+        conn = getattr(args, "quick_conn", None)
+        looked = conn is not None  # quick() looked already: a miss
+        if conn is None:
+            conn = textcache.quick_connect()
         if conn is not None:
             with conn:
-                hit = textcache.quick_lookup(view, conn)
+                hit = None if looked else textcache.quick_lookup(view, conn)
                 if hit is not None:
                     for line in hit.warnings:
                         _warn(line)
@@ -150,8 +186,12 @@ def run(args: argparse.Namespace) -> int:
             out = render.render(db.engine(), args.kernels, warn=_warn, cache=view, **opts)
         if args.plot:
             write_plot(args.plot, args.kernels, args.metric, args.machine)
-    print(out, end="" if out.endswith("\n") else "\n")
+    _print(out)
     return 0
+
+
+def _print(out: str) -> None:
+    print(out, end="" if out.endswith("\n") else "\n")
 
 
 def options(args: argparse.Namespace) -> dict:
