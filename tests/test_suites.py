@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import SHARED
 
 from stackbench import proc
 from stackbench.errors import InputError, StackbenchError
@@ -21,7 +22,7 @@ from stackbench.jobs import pipeline, suites
 from stackbench.jobs.guest import initramfs
 from stackbench.jobs.parsers import thpscale, vm_scalability
 
-UPSTREAM = Path(__file__).resolve().parent.parent.parent / "shared" / "upstream"
+UPSTREAM = SHARED / "upstream"
 VMS_COMMIT = "96c94369e0cb36933c462c400a0e9e01f1caaf49"
 MMTESTS_COMMIT = "b0b1d143bba3c6e0bb28995997bfe1db96b37779"
 MB = 1 << 20
