@@ -21,7 +21,7 @@ from sqlalchemy import Engine
 from stackbench import config as sbconfig
 from stackbench.errors import InputError, StackbenchError
 from stackbench.jobs.definitions import SubJob
-from stackbench.jobs.jobspecs import plan_for, resolve_jobs
+from stackbench.jobs.jobspecs import plans_for, resolve_jobs
 from stackbench.jobs.plan import Boot, stamp
 from stackbench.jobs.series_state import KernelTask, SeriesRun, event
 from stackbench.jobs.settings import Settings
@@ -311,10 +311,9 @@ def run_job(
         raise InputError(artifact, "no bzImage in the kernel artifact")
     modules = {p.stem: p for p in sorted((Path(artifact) / "modules").glob("*.ko"))}
     specs = [job] if isinstance(job, str) else list(job)
-    plan = plan_for(resolve_jobs(specs, runs), settings)  # refuses two jobs' same sub-job
-    spec_of = {
-        sj.name: spec for spec in specs for sj in plan_for(resolve_jobs([spec], runs), settings)
-    }
+    parts = plans_for(resolve_jobs(specs, runs), settings)
+    plan = [sj for part in parts for sj in part]
+    spec_of = {sj.name: spec for spec, part in zip(specs, parts, strict=True) for sj in part}
     wd = workdir or Path(tempfile.mkdtemp(prefix="stackbench-job-", dir=sbconfig.home()))
     boot_id = f"job-{hashlib.sha256(str(wd).encode()).hexdigest()[:12]}-{time.time_ns()}"
     _, out = run_kernel(

@@ -85,11 +85,17 @@ def resolve_jobs(specs: list[str] | None, runs: int | None) -> list[JobDef]:
 
 
 def plan_for(jobs: list[JobDef], settings: Settings) -> list[SubJob]:
-    subjobs: list[SubJob] = []
-    for job in jobs:
-        subjobs += definitions.expand(job, guest_mem_mb=settings.mem_mb, guest_cpus=settings.cpus)
-    names = [sj.name for sj in subjobs]
+    return [sj for part in plans_for(jobs, settings) for sj in part]
+
+
+def plans_for(jobs: list[JobDef], settings: Settings) -> list[list[SubJob]]:
+    """Each job's sub-jobs, in the jobs' order; two jobs may not expand to the same one."""
+    parts = [
+        definitions.expand(job, guest_mem_mb=settings.mem_mb, guest_cpus=settings.cpus)
+        for job in jobs
+    ]
+    names = [sj.name for part in parts for sj in part]
     if len(set(names)) != len(names):
         dup = sorted({n for n in names if names.count(n) > 1})
         raise InputError("jobs", f"two jobs expand to the same sub-job: {', '.join(dup)}")
-    return subjobs
+    return parts

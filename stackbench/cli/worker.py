@@ -465,17 +465,15 @@ def _real_runs(
     # each job's sub-jobs in the order they ran: a job's first is keyed as a one-sub-job
     # job is, so a boot of several jobs stores the keys one boot per job would have
     subjobs: dict[str, list[str]] = {}
-    for r in runs:
-        spec = str(r.meta.get("job_spec") or jobs[0])
-        sj = str(r.meta.get("subjob") or "")
-        if sj not in subjobs.setdefault(spec, []):
-            subjobs[spec].append(sj)
     for i, r in enumerate(runs):
         # numbered within the kernel's whole plan: a later round's runs never repeat a key
         r.iteration = first + (r.iteration if r.iteration is not None else i)
         spec = str(r.meta.get("job_spec") or jobs[0])
         sj = str(r.meta.get("subjob") or "")
-        r.idempotency_key = run_key(bases[spec], r.iteration, sj if subjobs[spec].index(sj) else "")
+        seen = subjobs.setdefault(spec, [])
+        if sj not in seen:
+            seen.append(sj)
+        r.idempotency_key = run_key(bases[spec], r.iteration, sj if seen.index(sj) else "")
         r.source = SOURCE
         r.meta = {
             **r.meta,
