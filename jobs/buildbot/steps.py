@@ -7,7 +7,6 @@ the master only decides what to trigger and moves kernel artifacts between worke
 from __future__ import annotations
 
 import json
-import re
 import time
 import uuid
 from typing import Any
@@ -29,10 +28,10 @@ def split_list(value: Any) -> list[str]:
         return []
     if isinstance(value, (list, tuple)):
         return [str(v).strip() for v in value if str(v).strip()]
-    return _ITEM.findall(str(value))
+    # the job-spec module's splitter: the dispatcher joins a boot's jobs with it in mind
+    from stackbench.jobs.jobspecs import split_job_specs
 
-
-_ITEM = re.compile(r"[^\s,\[\]]+(?:\[[^\]]*\])?")
+    return split_job_specs(str(value), spaces=True)
 
 
 def build_scheduler(tree: str, config: str) -> str:
