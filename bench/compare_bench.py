@@ -419,6 +419,8 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--keep", type=Path, help="keep the data and outputs in this folder")
     args = ap.parse_args()
+    if args.keep is not None:
+        args.keep.mkdir(parents=True, exist_ok=True)
     for scale in (int(s) for s in args.scale.split(",")):
         work = Path(tempfile.mkdtemp(prefix=f"stackbench-cmp{scale}-", dir=args.keep))
         home = work / "home"

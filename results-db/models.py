@@ -241,6 +241,28 @@ class RunSamples(Base):
     values: Mapped[bytes] = mapped_column(LargeBinary)
 
 
+class LkpColumn(Base):
+    """One kernel's LKP column of one job (migration 0006, tables/lkp_columns.py): its
+    stats' averages and printed cells over its complete runs, its failure stats' sums, and
+    the fingerprint of the runs and table code they were made from. LKP keeps the same per
+    commit in matrix.json; an ``--all`` table of any kernels is their columns side by side."""
+
+    __tablename__ = "lkp_column"
+    job_id: Mapped[int] = mapped_column(ForeignKey("job.id", ondelete="CASCADE"), primary_key=True)
+    build_id: Mapped[int] = mapped_column(
+        ForeignKey("kernel_build.id", ondelete="CASCADE"), primary_key=True, index=True
+    )
+    fingerprint: Mapped[str] = mapped_column(Text)
+    runs: Mapped[int] = mapped_column(Integer)
+    axes: Mapped[str] = mapped_column(Text)
+    perf: Mapped[str] = mapped_column(Text)
+    avgs: Mapped[str] = mapped_column(Text)
+    cells: Mapped[str] = mapped_column(Text)
+    fails: Mapped[str] = mapped_column(Text)
+    sums: Mapped[str] = mapped_column(Text)
+    origins: Mapped[str] = mapped_column(Text)
+
+
 class Comparison(Base):
     """A saved comparison: its kernels and options, reachable at a permanent URL by key."""
 

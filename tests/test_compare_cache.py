@@ -34,14 +34,15 @@ def _row(out: str) -> list[str]:
 
 
 def _compare(capsys, *extra: str):
-    assert cli.main(["compare", "--style", "lkp", "--all", *extra, BASE[:8], PATCH[:8]]) == 0
+    # the default rows: an --all table is made of kept columns instead (test_lkp_columns)
+    assert cli.main(["compare", "--style", "lkp", *extra, BASE[:8], PATCH[:8]]) == 0
     return capsys.readouterr()
 
 
 def test_same_command_prints_the_stored_text(eng, capsys):
     ig.ingest(eng, _runs())
     first = _compare(capsys)
-    view = textcache.View((BASE[:8], PATCH[:8]), "lkp", True)
+    view = textcache.View((BASE[:8], PATCH[:8]), "lkp", False)
     with textcache.connect_for_lookup() as conn:
         hit = textcache.lookup(view, conn)
     assert hit is not None and hit.text == first.out
@@ -63,10 +64,10 @@ def test_new_runs_make_the_stored_text_stale(eng, capsys):
     ig.ingest(eng, _runs())
     before = _compare(capsys)
     assert _row(before.out)[:3] == ["1001", "+10.0%", "1101"]
-    ig.ingest(eng, _runs(level=2000.0, start=3))  # three more runs of each kernel
+    ig.ingest(eng, _runs(level=1003.0, start=3))  # three more runs of each kernel
     after = _compare(capsys)
     assert after.out != before.out
-    assert _row(after.out)[0] == "1501"
+    assert _row(after.out)[0] == "1002"
 
 
 def test_machines_are_refused_until_picked_then_kept_per_choice(eng, capsys):
@@ -178,7 +179,7 @@ def test_table_is_printed_when_it_cannot_be_kept(eng, capsys):
 def test_text_kept_by_other_table_code_is_not_printed(eng, capsys, monkeypatch):
     ig.ingest(eng, _runs())
     first = _compare(capsys)
-    view = textcache.View((BASE[:8], PATCH[:8]), "lkp", True)
+    view = textcache.View((BASE[:8], PATCH[:8]), "lkp", False)
     with eng.begin() as c:  # the kept text, as if an older stackbench had rendered it
         c.execute(
             text(
@@ -191,7 +192,7 @@ def test_text_kept_by_other_table_code_is_not_printed(eng, capsys, monkeypatch):
     # an upgrade touches the table code: the text is computed again
     old_key = view.key
     monkeypatch.setattr(textcache, "_code", [textcache.code_version() + ";lkp.py:1:1"])
-    assert textcache.View((BASE[:8], PATCH[:8]), "lkp", True).key != old_key
+    assert textcache.View((BASE[:8], PATCH[:8]), "lkp", False).key != old_key
     assert _compare(capsys).out == first.out
 
 
@@ -200,7 +201,7 @@ def test_quick_lookup_through_libpq_matches_the_psycopg_lookup(eng, capsys):
 
     ig.ingest(eng, _runs())
     first = _compare(capsys)
-    view = textcache.View((BASE[:8], PATCH[:8]), "lkp", True)
+    view = textcache.View((BASE[:8], PATCH[:8]), "lkp", False)
     quick = textcache.quick_lookup(view)
     assert quick is not None and quick.text == first.out
     # a changed run set is a miss for the quick path as for the other
@@ -222,7 +223,7 @@ def test_without_libpq_or_its_server_the_psycopg_path_serves(eng, capsys, monkey
 
     ig.ingest(eng, _runs())
     first = _compare(capsys)
-    view = textcache.View((BASE[:8], PATCH[:8]), "lkp", True)
+    view = textcache.View((BASE[:8], PATCH[:8]), "lkp", False)
     monkeypatch.setattr(libpq, "_lib", [None])  # as on a machine without libpq.so.5
     assert textcache.quick_lookup(view) is None
     assert _compare(capsys).out == first.out

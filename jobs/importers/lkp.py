@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 import math
 import os
 import re
@@ -36,6 +37,8 @@ from sqlalchemy import Engine
 
 from stackbench.errors import InputError
 from stackbench.resultsdb.ingest import JobSpec, KernelSpec, MachineSpec, RunData, ingest
+
+log = logging.getLogger(__name__)
 
 RUNNER = "lkp"
 SOURCE = "lkp"
@@ -519,6 +522,27 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
+def keep_columns(eng: Engine, run_ids: list[int]) -> None:
+    """Make the LKP columns of the kernels just imported (tables/lkp_columns), as LKP writes
+    a commit's matrix.json on upload: the first ``--all`` table of them is then as quick as
+    the next. A failure here loses nothing: the table makes a missing column itself."""
+    if not run_ids:
+        return
+    from sqlalchemy import text
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from stackbench.resultsdb.tables import lkp_columns
+
+    try:
+        with eng.begin() as conn:
+            builds = conn.execute(
+                text("SELECT DISTINCT build_id FROM run WHERE id = ANY(:ids)"), {"ids": run_ids}
+            ).scalars()
+            lkp_columns.refresh(conn, sorted(builds))
+    except SQLAlchemyError as exc:
+        log.warning("LKP columns not kept (the first table makes them): %s", exc)
+
+
 def import_paths(eng: Engine, paths: list[str], notes: list[str] | None = None) -> str:
     """Import every LKP run under ``paths``; a one-line summary of what happened (what was
     skipped goes to ``notes``)."""
@@ -529,6 +553,7 @@ def import_paths(eng: Engine, paths: list[str], notes: list[str] | None = None) 
     kernels = {(d.kernel.commit, d.kernel.config_hash, d.kernel.compiler) for d in data}
     jobs = {(d.job.suite, d.job.params_key) for d in data}
     res = ingest(eng, data)
+    keep_columns(eng, res.inserted)
     return (
         f"imported {_plural(len(res.inserted), 'run')} ({_plural(len(kernels), 'kernel')}, "
         f"{_plural(len(jobs), 'job')}), {res.skipped} already present"

@@ -20,17 +20,19 @@ from typing import Any
 import numpy as np
 
 from stackbench.resultsdb import query
-from stackbench.resultsdb.tables import lkp_fail, lkp_rule, lkp_unite
-
-ABS_WIDTH = 10
-REL_WIDTH = 10
-ERR_WIDTH = 6
-FIRST_WIDTH = ABS_WIDTH + ERR_WIDTH  # 16
-COL_WIDTH = FIRST_WIDTH + REL_WIDTH + 1  # 27
-GROUP_RULE = "=" * 89
-COMPARE_AXIS = "commit"
-# perf-profile shares are shown by their leading two name components when sorting
-_SORT_KEY_COMPONENTS = {"perf-profile": 2}
+from stackbench.resultsdb.tables import lkp_columns, lkp_fail, lkp_format, lkp_rule, lkp_unite
+from stackbench.resultsdb.tables.lkp_format import (  # noqa: F401 (the table's names)
+    ABS_WIDTH,
+    COL_WIDTH,
+    COMPARE_AXIS,
+    ERR_WIDTH,
+    FIRST_WIDTH,
+    GROUP_RULE,
+    REL_WIDTH,
+    failure_header,
+    perf_header,
+    uses_absolute_change,
+)
 
 
 @dataclass
@@ -43,6 +45,8 @@ class Column:
     matrix: dict[str, list[float]]
     axes: dict[str, str]
     array: np.ndarray | None = None
+    # perf-profile stats: (first run id, metric id), the order LKP's sort may fall back on
+    origins: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def as_array(self) -> np.ndarray:
         if self.array is None or len(self.array) != len(self.matrix):
@@ -79,11 +83,6 @@ class StatRow:
     abs_changes: bool = False
 
 
-def _fmt(spec: str, value: Any) -> str:
-    # printf-style on purpose: LKP's layout is defined by C/Ruby printf conversions
-    return spec % value
-
-
 def _mean(values: Sequence[float]) -> float:
     return math.fsum(values) / len(values)
 
@@ -91,11 +90,6 @@ def _mean(values: Sequence[float]) -> float:
 def _pstddev(values: Sequence[float]) -> float:
     m = _mean(values)
     return math.sqrt(math.fsum((v - m) ** 2 for v in values) / len(values))
-
-
-def uses_absolute_change(stat: str) -> bool:
-    """Percentages and perf-profile shares change by points, not by percent."""
-    return stat.startswith("perf-profile") or stat.endswith("%")
 
 
 def job_axes(job: query.JobRow) -> dict[str, str]:
@@ -164,16 +158,58 @@ def build_groups(ds: query.Dataset) -> list[Group]:
             arr = np.zeros((len(names), len(runs)))
             arr[row, seg_col[idx]] = seg_val[idx]
             matrix = dict(zip(names, arr.tolist(), strict=True))
-            g.columns.append(
-                Column(kernel, len(runs), matrix, column_axes(job, kernel, runs), array=arr)
-            )
+            col = Column(kernel, len(runs), matrix, column_axes(job, kernel, runs), array=arr)
+            if any(n.startswith("perf-profile") for n in names):
+                col.origins = _origins(names, row, smp.seg_run[idx], smp.seg_metric[idx])
+            g.columns.append(col)
         if g.columns:
             groups.append(g)
     return groups
 
 
+def _origins(names: list[str], row: np.ndarray, runs: np.ndarray, metrics: np.ndarray) -> dict:
+    """Each perf-profile stat's first (run id, metric id) among a column's segments."""
+    first = np.full(len(names), np.iinfo(np.int64).max)
+    np.minimum.at(first, row, runs)
+    metric = np.zeros(len(names), dtype=np.int64)
+    metric[row] = metrics
+    return {
+        n: (r, m)
+        for n, r, m in zip(names, first.tolist(), metric.tolist(), strict=True)
+        if n.startswith("perf-profile")
+    }
+
+
 def _job_order(job: query.JobRow) -> tuple:
-    return (job.suite, job.test, sorted((str(k), str(v)) for k, v in (job.params or {}).items()))
+    return lkp_columns.job_order(job.suite, job.test, job.params)
+
+
+def column_summaries(ds: query.Dataset) -> dict[tuple[int, int], lkp_columns.Column]:
+    """Every (job id, build id) column of the dataset as lkp_columns keeps it."""
+    return {
+        (g.job.id, c.kernel.id): summarise_column(g.job, c)
+        for g in lkp_unite.unite(build_groups(ds), ds)
+        for c in g.columns
+    }
+
+
+def summarise_column(job: query.JobRow, col: Column) -> lkp_columns.Column:
+    """One kernel's column: its stats' averages and cells over its complete runs (as
+    calc_stats computes them for a group), and its failure stats' sums over every run."""
+    perf = [k for k in col.matrix if not lkp_rule.is_function_stat(k)]
+    fails = [k for k in col.matrix if lkp_rule.is_function_stat(k)]
+    rows = calc_stats(perf, lkp_fail.complete_group(Group(job, [col])))
+    avgs = [r.avgs[0] for r in rows]
+    return lkp_columns.Column(
+        runs=col.runs,
+        axes=col.axes,
+        perf=perf,
+        avgs=avgs,
+        cells=[lkp_format.avg_cell(r.avgs[0], r.stddevs[0]) for r in rows],
+        fails=fails,
+        sums=[math.fsum(col.matrix[k]) if col.matrix[k] else 0 for k in fails],
+        origins=col.origins,
+    )
 
 
 def changed_stat_keys(group: Group, more: bool = True) -> list[str]:
@@ -234,9 +270,7 @@ def calc_stat(stat: str, group: Group) -> StatRow:
     )
     if row.failure:
         row.fails = [math.fsum(v) if v else 0 for v in row.values]
-        reproduce0 = row.fails[0] / row.runs[0]
-        # LKP divides column i+1's failures by column i's run count; kept for identical output
-        row.changes = [100 * (f / row.runs[i] - reproduce0) for i, f in enumerate(row.fails[1:])]
+        row.changes = lkp_format.failure_changes(row.fails, row.runs)
         return row
     row.avgs = [_mean(v) if v else 0.0 for v in row.values]
     row.stddevs = [_pstddev(v) if v and len(v) > 1 else -1.0 for v in row.values]
@@ -330,110 +364,34 @@ def calc_stats(keys: list[str], group: Group) -> list[StatRow]:
 
 
 def sort_stats(rows: list[StatRow]) -> list[StatRow]:
-    """LKP's order: the benchmark's own stats first, then monitors with fewer shown stats
-    first, each by name; failure stats ahead of everything."""
-    base_count: dict[str, int] = {}
-    for r in rows:
-        base = lkp_rule.stat_base(r.stat)
-        base_count.setdefault(base, -10_000 if r.failure else 0)
-        base_count[base] += 1
-    for base, c in base_count.items():
-        if c > 0 and lkp_rule.is_test_base(base):
-            base_count[base] = 0
-
-    def key(r: StatRow) -> tuple:
-        base = lkp_rule.stat_base(r.stat)
-        n = _SORT_KEY_COMPONENTS.get(base)
-        name = ".".join(r.stat.split(".")[:n]) if n else r.stat
-        return (base_count[base], name, r.changes)
-
-    return sorted(rows, key=key)
-
-
-# the printf specs of a %stddev row, built once: a table formats tens of thousands of cells
-_CHANGE_SPECS = {
-    (small, absolute): f"%+{REL_WIDTH}{'.1f' if small else '.2g'}{'  ' if absolute else '%% '}"
-    for small in (True, False)
-    for absolute in (True, False)
-}
-_AVG_SMALL, _AVG_BIG, _AVG_INT = f"%{ABS_WIDTH}.2f", f"%{ABS_WIDTH}.4g", f"%{ABS_WIDTH}d"
-_STDDEV, _NO_STDDEV = f" ±%{ERR_WIDTH - 3}d%%", " " * ERR_WIDTH
+    """LKP's order (lkp_format.row_order)."""
+    key = lkp_format.row_order([(r.stat, r.failure) for r in rows])
+    return sorted(rows, key=lambda r: key(r.stat, r.changes))
 
 
 def format_perf_row(row: StatRow) -> str:
     parts = []
     absolute = row.abs_changes
-    isfinite, trunc = math.isfinite, math.trunc
     for i, avg in enumerate(row.avgs):
         if i:
-            p = row.changes[i - 1]
-            parts.append(_CHANGE_SPECS[(abs(p) < 100_000, absolute)] % p)
-        if abs(avg) < 1000:
-            parts.append(_AVG_SMALL % avg)
-        elif abs(avg) > 100_000_000 or not isfinite(avg):
-            parts.append(_AVG_BIG % avg)
-        else:
-            parts.append(_AVG_INT % trunc(avg))
-        stddev = row.stddevs[i]
-        if avg != 0:
-            stddev = 100 * stddev / avg
-        if stddev > 2 and isfinite(stddev):
-            parts.append(_STDDEV % trunc(stddev))
-        else:
-            parts.append(_NO_STDDEV)
+            parts.append(lkp_format.change_cell(row.changes[i - 1], absolute))
+        parts.append(lkp_format.avg_cell(avg, row.stddevs[i]))
     return "".join(parts) + f"  {row.stat}\n"
 
 
 def format_failure_row(row: StatRow) -> str:
-    parts = []
-    for i, f in enumerate(row.fails):
-        if i:
-            parts.append(_fmt(f"%{REL_WIDTH}.0f%% ", row.changes[i - 1]))
-        if f == 0:
-            parts.append(" " * (ABS_WIDTH + 1))
-        else:
-            parts.append(_fmt(f"%{ABS_WIDTH + 1}d", math.trunc(f)))
-        parts.append(_fmt(f":%-{ERR_WIDTH - 2}d", row.runs[i]))
-    return "".join(parts) + f"  {row.stat}\n"
+    return lkp_format.failure_row(row.stat, row.fails, row.runs, row.changes)
 
 
 def format_group_header(group: Group) -> str:
-    common = group.common_axes()
-    labels = [c.kernel.label for c in group.columns]
-    out = [GROUP_RULE + "\n"]
-    if common:
-        out.append("/".join(common) + ":\n")
-        out.append("  " + "/".join(common.values()) + "\n\n")
-    else:
-        for c in group.columns:
-            out.append("/".join(c.axes) + ":\n")
-            out.append("  " + "/".join(c.axes.values()) + "\n\n")
-    out.append(f"{COMPARE_AXIS}: \n")
-    out.extend(f"  {label}\n" for label in labels)
-    out.append("\n")
-    heads = [f"{labels[0][:FIRST_WIDTH]:>{FIRST_WIDTH}} "]
-    heads += [f"{label[:COL_WIDTH]:>{COL_WIDTH}} " for label in labels[1:]]
-    out.append("".join(heads) + "\n")
-    out.append("-" * FIRST_WIDTH + " " + ("-" * COL_WIDTH + " ") * (len(labels) - 1) + "\n")
-    return "".join(out)
-
-
-def perf_header(n: int) -> str:
-    return (
-        "         %stddev" + "     %change         %stddev" * n + "\n"
-        "             \\  " + "        |                \\  " * n + "\n"
+    return lkp_format.group_header(
+        [c.kernel.label for c in group.columns], [c.axes for c in group.columns]
     )
 
 
-def failure_header(n: int) -> str:
-    return (
-        "       fail:runs" + "  %reproduction    fail:runs" * n + "\n"
-        "           |    " + "         |             |    " * n + "\n"
-    )
-
-
-def render_group(group: Group, all_rows: bool = False, more: bool = True) -> str:
-    keys = all_stat_keys(group) if all_rows else changed_stat_keys(group, more=more)
+def render_group(group: Group, more: bool = True) -> str:
+    """The rows LKP's change rule reports (every row: lkp_columns.render_group)."""
+    keys = changed_stat_keys(group, more=more)
     # failure rows count every run; %stddev rows leave incomplete runs out (lkp_fail)
     complete = lkp_fail.complete_group(group)
     failures = [calc_stat(k, group) for k in keys if lkp_rule.is_function_stat(k)]
@@ -468,10 +426,12 @@ def render(ds: query.Dataset, all_rows: bool = False, *, more: bool = True) -> s
     for g in lkp_unite.unite(build_groups(ds), ds):  # no 0 -> 0 rows, as in LKP
         if len(g.columns) < 2 and not single:
             continue
-        # a lone kernel has nothing to be compared with: show all its stats
-        parts.append(render_group(g, all_rows=all_rows or len(g.columns) == 1, more=more))
+        if all_rows or len(g.columns) == 1:  # a lone kernel's table shows all its stats
+            cols = [(c.kernel.label, summarise_column(g.job, c)) for c in g.columns]
+            parts.append(lkp_columns.render_group(cols))
+        else:
+            parts.append(render_group(g, more=more))
     text = "".join(parts)
     if not text:
-        what = "no stat changed by LKP's rule" if not all_rows else "no stats"
-        return f"{what} between {', '.join(k.label for k in ds.kernels)} (--all shows all)\n"
+        return lkp_format.nothing_shown([k.label for k in ds.kernels], all_rows)
     return text

@@ -24,6 +24,12 @@ from typing import Any
 
 import numpy as np
 
+from stackbench.resultsdb.tables.lkp_format import (  # noqa: F401 (shared names)
+    MONITORS,
+    is_test_base,
+    stat_base,
+)
+
 MARGIN_SHIFT = 5
 MAX_RATIO = 5
 
@@ -68,23 +74,6 @@ _DENYLIST = re.compile(
     r"|zoneinfo)\.|^perf-profile.|^dmesg\.(boot_failures|boot_successes|timestamp:|bootstage)"
     r"|^kmsg\.(timestamp:|bootstage:)|^last_state\.(exit_fail|soft_timeout|OOM|post_run)"
 )
-
-# LKP's monitors: stat groups that are not a benchmark's own results
-_MONITOR_NAMES = """boot-meminfo boot-memory boot-slabinfo boot-time buddyinfo cpufreq-stats
-    cpuidle diskstats dmesg energy ftrace heartbeat interrupts iostat kmsg last_state
-    latency_stats lock_stat max_iostat meminfo memmap mpstat numa-meminfo numa-numastat
-    numa-vmstat pagetypeinfo perf-c2c perf-profile perf-sched perf-stat pmeter proc-stat
-    proc-vmstat sched_debug slabinfo softirqs stderr time turbostat uptime vmstat zoneinfo"""
-MONITORS = frozenset(_MONITOR_NAMES.split())
-
-
-def stat_base(stat: str) -> str:
-    return stat.partition(".")[0]
-
-
-def is_test_base(base: str) -> bool:
-    """A benchmark's own stat group (vm-scalability, thpscale...) rather than a monitor."""
-    return base not in MONITORS
 
 
 def is_function_stat(stat: str) -> bool:

@@ -117,6 +117,14 @@ def quick(args: argparse.Namespace) -> int | None:
     conn = textcache.quick_connect()
     if conn is None:
         return None
+    if _from_columns(args):
+        from stackbench.resultsdb.tables import lkp_columns
+
+        text = lkp_columns.quick_render(conn, args.kernels, args.suite)
+        if text is not None:
+            conn.close()
+            _print(text)
+            return 0
     hit = textcache.quick_lookup(view, conn)
     if hit is None:
         args.quick_conn = conn  # the cold path computes the table on it
@@ -126,6 +134,17 @@ def quick(args: argparse.Namespace) -> int | None:
         _warn(line)
     _print(hit.text)
     return 0
+
+
+def _from_columns(args: argparse.Namespace) -> bool:
+    """An LKP ``--all`` table made of kept per-kernel columns (tables/lkp_columns): as
+    quick to make as to look up, so it is made, not kept. The machine and suite-source
+    choices take the full path."""
+    return (
+        args.style == "lkp"
+        and args.all
+        and not (args.machine or args.pool_machines or args.suite_source or args.plot)
+    )
 
 
 def run(args: argparse.Namespace) -> int:

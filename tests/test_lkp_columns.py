@@ -1,0 +1,219 @@
+"""An LKP ``--all`` table made of per-kernel columns (tables/lkp_columns): the same bytes as
+the table computed stat by stat, columns kept in the database and read back, made again when
+their runs or the table code change, and a table printed when they cannot be kept."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from sqlalchemy import text
+from test_lkp_table import make_dataset
+
+from stackbench import cli
+from stackbench.resultsdb import ingest as ig
+from stackbench.resultsdb import query
+from stackbench.resultsdb.tables import (
+    lkp,
+    lkp_columns,
+    lkp_fail,
+    lkp_format,
+    lkp_rule,
+    lkp_unite,
+    textcache,
+)
+
+
+def _stat_by_stat(ds: query.Dataset) -> str:
+    """The ``--all`` table as lkp.py made it before the columns: every stat's row with the
+    one-stat calc_stat over the group, LKP's sort and the row formatters."""
+    single = len(ds.kernels) == 1
+    out = []
+    for g in lkp_unite.unite(lkp.build_groups(ds), ds):
+        if len(g.columns) < 2 and not single:
+            continue
+        keys = lkp.all_stat_keys(g)
+        complete = lkp_fail.complete_group(g)
+        rows = [lkp.calc_stat(k, g) for k in keys if lkp_rule.is_function_stat(k)]
+        rows += [lkp.calc_stat(k, complete) for k in keys if not lkp_rule.is_function_stat(k)]
+        rows = lkp.sort_stats(rows)
+        fails = [r for r in rows if r.failure]
+        perf = [r for r in rows if not r.failure]
+        n = len(g.columns) - 1
+        part = [lkp.format_group_header(g)]
+        if fails:
+            part.append(lkp_format.failure_header(n))
+            part.extend(lkp.format_failure_row(r) for r in fails)
+        if perf:
+            part.append(lkp_format.perf_header(n))
+            part.extend(lkp.format_perf_row(r) for r in perf)
+        part.append("\n")
+        out.append("".join(part) if fails or perf else "")
+    return "".join(out) or lkp_format.nothing_shown([k.label for k in ds.kernels], True)
+
+
+def _random_columns(rnd: random.Random, kernels: int) -> list:
+    names = ["vm-scalability.throughput", "vm-scalability.free_time", "vm-scalability.util%"]
+    names += [f"proc-vmstat.n_{i}" for i in range(6)] + ["meminfo.Active", "time.elapsed"]
+    # perf-profile shares with the same leading components: LKP's sort leaves them tied
+    names += [f"perf-profile.children.cycles-pp.f{i}" for i in range(5)]
+    names += ["dmesg.WARNING:at_mm/compaction.c", "last_state.is_incomplete_run"]
+    cols = []
+    for k in range(kernels):
+        runs = rnd.choice([1, 2, 3, 5])
+        stats: dict = {}
+        for name in names:
+            if rnd.random() < 0.15:
+                stats[name] = None  # this kernel lacks the stat
+            elif name.startswith("perf-profile"):
+                stats[name] = [rnd.choice([0.0, 1.5, 3.0]) for _ in range(runs)]
+            elif name.startswith(("dmesg", "last_state")):
+                stats[name] = [rnd.choice([0, 0, 1]) for _ in range(runs)]
+            else:
+                level = rnd.choice([0.0, 0.5, 999.9, 54321.0, 3e8, -7.0])
+                stats[name] = [level * rnd.uniform(0.9, 1.1) for _ in range(runs)]
+        cols.append((f"k{k}", stats))
+    return cols
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_columns_print_the_bytes_of_the_stat_by_stat_table(seed):
+    rnd = random.Random(seed)
+    ds = make_dataset(_random_columns(rnd, rnd.choice([1, 2, 3, 4])))
+    assert lkp.render(ds, all_rows=True) == _stat_by_stat(ds)
+
+
+def test_tied_perf_profile_rows_keep_the_order_of_the_runs():
+    # equal shares everywhere: only where each stat first appears orders these rows
+    stats = {f"perf-profile.children.cycles-pp.{n}": [1.0, 1.0] for n in "zyxw"}
+    ds = make_dataset([("base", stats), ("new", dict(reversed(list(stats.items()))))])
+    got = lkp.render(ds, all_rows=True)
+    assert got == _stat_by_stat(ds)
+    kept = lkp.column_summaries(ds)
+    rows = [lkp_columns.from_row(**lkp_columns.to_row(c)) for c in kept.values()]
+    again = lkp_columns.render([[("base", rows[0]), ("new", rows[1])]], ["base", "new"])
+    assert again == got
+
+
+def test_a_column_survives_its_text_form_bit_for_bit():
+    ds = make_dataset([("base", {"a.x": [0.1, 0.2], "a.y": [1e-300, -0.0], "a.z": [1e150, 1.0]})])
+    (col,) = lkp.column_summaries(ds).values()
+    back = lkp_columns.from_row(**lkp_columns.to_row(col))
+    assert [x.hex() for x in back.avgs] == [x.hex() for x in col.avgs]
+    assert back._replace(avgs=[]) == col._replace(avgs=[])
+
+
+# -- kept in the database ---------------------------------------------------------------------
+
+JOB = ig.JobSpec("vm-scalability", "anon-w-seq", {"test": "anon-w-seq", "runtime": "300s"})
+KERNELS = ["a" * 40, "b" * 40, "c" * 40]
+
+
+def _runs(start: int = 0, level: float = 1000.0, machine: str = "qemu-vm") -> list:
+    rnd = random.Random(start)
+    out = []
+    for k, commit in enumerate(KERNELS):
+        for it in range(start, start + 3):
+            stats = {
+                "vm-scalability.throughput": [level * (1 + k / 10) + rnd.random()],
+                "proc-vmstat.compact_stall": [float(rnd.randrange(0, 5000))],
+                "dmesg.WARNING:at_mm": [float(rnd.randrange(0, 2))],
+            }
+            out.append(ig.RunData(JOB, ig.KernelSpec(commit), ig.MachineSpec(machine), it, stats))
+    return out
+
+
+def _cli(capsys, *refs: str) -> str:
+    assert cli.main(["compare", "--style", "lkp", "--all", *(refs or KERNELS)]) == 0
+    return capsys.readouterr().out
+
+
+def _in_memory(eng, *refs: str) -> str:
+    with eng.connect() as conn:
+        ds = query.load(conn, query.resolve_kernels(conn, list(refs or KERNELS)))
+    return lkp.render(ds, all_rows=True)
+
+
+def _kept(eng) -> list[tuple]:
+    with eng.connect() as c:
+        return c.execute(
+            text("SELECT job_id, build_id, fingerprint FROM lkp_column ORDER BY build_id")
+        ).all()
+
+
+def test_the_cli_keeps_the_columns_and_reads_them_back(eng, capsys):
+    ig.ingest(eng, _runs())
+    assert _kept(eng) == []
+    first = _cli(capsys)
+    assert first == _in_memory(eng)
+    assert len(_kept(eng)) == 3
+    # a kept cell is what is printed: change one behind the command's back
+    with eng.begin() as c:
+        c.execute(text("UPDATE lkp_column SET cells = replace(cells, '1000', '7777')"))
+    assert "7777" in _cli(capsys)
+    with eng.begin() as c:  # columns no longer kept are made again
+        c.execute(text("DELETE FROM lkp_column"))
+    assert _cli(capsys) == first and len(_kept(eng)) == 3
+    # any order and subset of the kernels is a table of the same columns
+    assert _cli(capsys, KERNELS[2][:8], KERNELS[0][:8]) == _in_memory(eng, KERNELS[2], KERNELS[0])
+
+
+def test_new_runs_or_new_table_code_make_a_column_again(eng, capsys, monkeypatch):
+    ig.ingest(eng, _runs())
+    _cli(capsys)
+    before = dict(((j, b), fp) for j, b, fp in _kept(eng))
+    ig.ingest(eng, _runs(start=3, level=2000.0))
+    after = _cli(capsys)
+    assert after == _in_memory(eng)
+    assert "1500" in after.split("vm-scalability.throughput")[0].splitlines()[-1]
+    now = dict(((j, b), fp) for j, b, fp in _kept(eng))
+    assert now.keys() == before.keys() and all(now[k] != before[k] for k in now)
+    with eng.begin() as c:  # kept by this code: read back, so a changed cell shows
+        c.execute(text("UPDATE lkp_column SET cells = replace(cells, '1500', '7777')"))
+    assert "7777" in _cli(capsys)
+    monkeypatch.setattr(textcache, "_code", [textcache.code_version() + ";lkp.py:1:1"])
+    assert _cli(capsys) == after
+
+
+def test_import_keeps_the_columns_of_the_kernels_it_imported(eng, tmp_path):
+    import lkp_tree
+
+    from stackbench.jobs.importers import lkp as lkp_import
+
+    runs = [{"vm-scalability.throughput": 5.0 + n} for n in range(3)]
+    lkp_tree.build(tmp_path, {commit: runs for commit in KERNELS[:2]})
+    lkp_import.import_paths(eng, [str(tmp_path)])
+    assert len(_kept(eng)) == 2
+
+
+def test_the_table_is_printed_when_columns_cannot_be_kept(eng, capsys):
+    ig.ingest(eng, _runs())
+    with eng.begin() as c:
+        c.execute(
+            text(
+                "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS "
+                "$$BEGIN RAISE EXCEPTION 'read-only here'; END$$"
+            )
+        )
+        c.execute(
+            text(
+                "CREATE TRIGGER refuse BEFORE INSERT OR UPDATE ON lkp_column "
+                "FOR EACH ROW EXECUTE FUNCTION refuse()"
+            )
+        )
+    assert _cli(capsys) == _in_memory(eng)
+    assert _kept(eng) == []
+
+
+def test_runs_of_two_machines_are_still_refused(eng, capsys):
+    ig.ingest(eng, _runs() + _runs(start=3, machine="box-1"))
+    assert cli.main(["compare", "--style", "lkp", "--all", *KERNELS]) == 1
+    err = capsys.readouterr().err
+    assert "come from 2 machines" in err and "Traceback" not in err
+    assert _kept(eng) == []
+
+
+def test_unknown_and_ambiguous_kernels_are_the_full_paths_errors(eng, capsys):
+    ig.ingest(eng, _runs())
+    assert cli.main(["compare", "--style", "lkp", "--all", KERNELS[0][:8], "f" * 12]) == 1
+    assert "unknown kernel 'ffffffffffff'" in capsys.readouterr().err
