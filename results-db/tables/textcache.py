@@ -162,10 +162,22 @@ def lookup(view: View, conn: Any) -> Hit | None:
 
 def quick_connect() -> Any:
     """A libpq connection (:mod:`stackbench.resultsdb.libpq`) to the configured database,
-    or None (no libpq, no database yet, an error)."""
+    or None (no libpq, no database yet, an error). The embedded cluster is reached over
+    its owner's socket where it has one (no password exchange), else by TCP."""
+    from stackbench import config
     from stackbench.resultsdb import libpq
 
     try:
+        if config.database_url() is None:
+            from stackbench.resultsdb.embedded import Cluster
+
+            cluster = Cluster()
+            socket = cluster.socket_url() if cluster.exists else None
+            if socket is not None:
+                try:
+                    return libpq.connect(socket)
+                except libpq.Error:
+                    pass  # not the home's owner: the password, over TCP
         url = _url()
         return None if url is None else libpq.connect(url)
     except (libpq.Error, OSError, StackbenchError):
