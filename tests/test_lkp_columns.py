@@ -123,7 +123,12 @@ def _runs(start: int = 0, level: float = 1000.0, machine: str = "qemu-vm") -> li
     return out
 
 
-def _cli(capsys, *refs: str) -> str:
+def _cli(capsys, *refs: str, kept_text: bool = False) -> str:
+    """The CLI's table; the text kept by the command before is forgotten first unless
+    ``kept_text``, so that the table is made of the columns."""
+    if not kept_text:
+        with textcache.connect_for_lookup() as conn:
+            conn.execute("DELETE FROM comparison")
     assert cli.main(["compare", "--style", "lkp", "--all", *(refs or KERNELS)]) == 0
     return capsys.readouterr().out
 
@@ -154,6 +159,13 @@ def test_the_cli_keeps_the_columns_and_reads_them_back(eng, capsys):
     with eng.begin() as c:  # columns no longer kept are made again
         c.execute(text("DELETE FROM lkp_column"))
     assert _cli(capsys) == first and len(_kept(eng)) == 3
+    # the table made of columns is kept as a text too: the same command prints that text
+    with eng.begin() as c:
+        c.execute(text("UPDATE lkp_column SET cells = replace(cells, '1000', '8888')"))
+    assert "8888" not in _cli(capsys, kept_text=True)
+    assert "8888" in _cli(capsys)
+    with eng.begin() as c:
+        c.execute(text("DELETE FROM lkp_column"))
     # any order and subset of the kernels is a table of the same columns
     assert _cli(capsys, KERNELS[2][:8], KERNELS[0][:8]) == _in_memory(eng, KERNELS[2], KERNELS[0])
 
@@ -195,14 +207,17 @@ def test_the_table_is_printed_when_columns_cannot_be_kept(eng, capsys):
                 "$$BEGIN RAISE EXCEPTION 'read-only here'; END$$"
             )
         )
-        c.execute(
-            text(
-                "CREATE TRIGGER refuse BEFORE INSERT OR UPDATE ON lkp_column "
-                "FOR EACH ROW EXECUTE FUNCTION refuse()"
+        for table in ("lkp_column", "comparison"):
+            c.execute(
+                text(
+                    f"CREATE TRIGGER refuse BEFORE INSERT OR UPDATE ON {table} "
+                    "FOR EACH ROW EXECUTE FUNCTION refuse()"
+                )
             )
-        )
     assert _cli(capsys) == _in_memory(eng)
     assert _kept(eng) == []
+    with eng.connect() as c:
+        assert c.execute(text("SELECT count(*) FROM comparison")).scalar() == 0
 
 
 def test_runs_of_two_machines_are_still_refused(eng, capsys):

@@ -21,7 +21,7 @@ from __future__ import annotations
 import sys
 from collections import namedtuple
 
-from stackbench.resultsdb.tables import lkp_format
+from stackbench.resultsdb.tables import lkp_format, textcache
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 # every run; origins: (first run id, metric id) of each perf-profile stat, which orders
 # perf-profile rows that LKP's sort leaves tied (lkp_format.row_order)
 Column = namedtuple("Column", "runs axes perf avgs cells fails sums origins")
+# a table made of columns: its text, and the build ids and fingerprint textcache keeps it by
+Made = namedtuple("Made", "text build_ids fingerprint")
 _ABSENT = (0.0, lkp_format.ABSENT_CELL)
 
 
@@ -231,6 +233,7 @@ def fingerprint(run_ids: list[int]) -> str:
     return f"{len(run_ids)}:{max(run_ids)}:{sum(run_ids)}"
 
 
+_TEXT_FINGERPRINT = textcache.FINGERPRINT.format(ids="%(all)s::int[]")
 _GATHER = (
     "SELECT (SELECT version_num FROM alembic_version), f.job_id, f.build_id, f.fp, "
     "f.machines, j.suite, j.test, j.params, "
@@ -242,6 +245,10 @@ _GATHER = (
     "WHERE r.build_id = ANY(%(ids)s::int[]) AND r.status = 'done' "
     "GROUP BY r.job_id, r.build_id) f JOIN job j ON j.id = f.job_id "
     "LEFT JOIN lkp_column c ON c.job_id = f.job_id AND c.build_id = f.build_id"
+)
+# the kept-text fingerprint of the kernels (textcache), taken with the columns
+_GATHER = _GATHER.replace(
+    " FROM (SELECT r.job_id", ", " + _TEXT_FINGERPRINT + " FROM (SELECT r.job_id", 1
 )
 _KERNELS = (
     "SELECT id, commit, name, config_name, compiler FROM kernel_build "
@@ -269,13 +276,12 @@ def _resolve(session: Any, refs: list[str]) -> list[tuple] | None:
     return out
 
 
-def quick_render(conn: libpq.Connection, refs: list[str], suite: str | None) -> str | None:
+def quick_render(conn: libpq.Connection, refs: list[str], suite: str | None) -> Made | None:
     """The ``--all`` LKP table of ``refs`` from their kept columns, over a libpq connection;
     columns not kept yet (or stale) are made from their samples and kept. None when this
     path cannot serve (a kernel it cannot resolve, no runs, runs of several machines in one
     job, a schema to migrate, a database error): the full path then computes or reports."""
     from stackbench.resultsdb import db, libpq, pgsession
-    from stackbench.resultsdb.tables import textcache
 
     session = pgsession.Session(conn)
     try:
@@ -284,7 +290,8 @@ def quick_render(conn: libpq.Connection, refs: list[str], suite: str | None) -> 
             return None
         code = "/" + textcache.code_version()
         ids = sorted({k[0] for k in kernels})
-        rows = session.execute(_GATHER, {"code": code, "ids": ids}).fetchall()
+        every = [k[0] for k in kernels]
+        rows = session.execute(_GATHER, {"code": code, "ids": ids, "all": every}).fetchall()
         if not rows or rows[0][0] != db.head_revision():
             return None
         rows = [r for r in rows if suite is None or r[5] == suite]
@@ -293,7 +300,7 @@ def quick_render(conn: libpq.Connection, refs: list[str], suite: str | None) -> 
             machines.setdefault(r[1], set()).update(r[4].split("\n"))
         if not rows or any(len(m) > 1 for m in machines.values()):
             return None
-        kept = {(r[1], r[2]): from_row(*r[8:]) for r in rows if r[8] is not None}
+        kept = {(r[1], r[2]): from_row(*r[8:16]) for r in rows if r[8] is not None}
         stale = {(r[1], r[2]) for r in rows if r[8] is None}
         if stale:
             kept.update(_summarise(session, kernels, stale, code))
@@ -306,7 +313,7 @@ def quick_render(conn: libpq.Connection, refs: list[str], suite: str | None) -> 
         cols = [(k[2] or k[1], kept[(job_id, k[0])]) for k in kernels if (job_id, k[0]) in kept]
         if len(cols) >= 2 or (single and cols):
             groups.append(cols)
-    return render(groups, [k[2] or k[1] for k in kernels])
+    return Made(render(groups, [k[2] or k[1] for k in kernels]), every, rows[0][16])
 
 
 def _summarise(session: Any, kernels: list[tuple], stale: set, code: str) -> dict:

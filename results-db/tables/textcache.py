@@ -26,14 +26,14 @@ if TYPE_CHECKING:
 
 KEY_PREFIX = "cli-"
 
-_FINGERPRINT = (
+FINGERPRINT = (
     "(SELECT count(*) || ':' || coalesce(max(id), 0) FROM kernel_build) || '/' || "
     "(SELECT count(*) || ':' || coalesce(max(id), 0) || ':' || coalesce(sum(id), 0) FROM run "
     "WHERE status = 'done' AND build_id = ANY({ids}))"
 )
 _LOOKUP = (
     "SELECT (SELECT version_num FROM alembic_version), c.result -> 'cli', "
-    + _FINGERPRINT.format(ids="ARRAY(SELECT jsonb_array_elements_text(c.build_ids)::int)")
+    + FINGERPRINT.format(ids="ARRAY(SELECT jsonb_array_elements_text(c.build_ids)::int)")
     + " FROM comparison c WHERE c.key = %s"
 )
 # the same for libpq, with the entry's parts as text: the server hands over the stored text
@@ -42,7 +42,7 @@ _LOOKUP = (
 # would read and decompress the whole stored value again, 2 ms each for a large table
 _QUICK = (
     "SELECT (SELECT version_num FROM alembic_version), e ->> 'fingerprint', "
-    + _FINGERPRINT.format(ids="ARRAY(SELECT jsonb_array_elements_text(c.build_ids)::int)")
+    + FINGERPRINT.format(ids="ARRAY(SELECT jsonb_array_elements_text(c.build_ids)::int)")
     + ", e ->> 'text', e -> 'warnings' FROM (SELECT build_ids, result -> 'cli' AS e "
     "FROM comparison WHERE key = $1 OFFSET 0) c"
 )
@@ -220,6 +220,40 @@ def quick_lookup(view: View, conn: Any = None) -> Hit | None:
     return Hit(text, [str(w) for w in listed] if isinstance(listed, list) else [])
 
 
+def quick_store(conn: Any, view: View, build_ids: list[int], fp: str, text: str) -> bool:
+    """:func:`store` over a libpq connection, the entry built by the server (no JSON
+    document of the table's size to encode here). False when the database does not take
+    it (the table is printed all the same)."""
+    import contextlib
+    import json
+
+    from stackbench.resultsdb import libpq
+
+    params = {
+        "all_rows": view.all_rows,
+        "suite": view.suite,
+        "cli": {k: v for k, v in view._asdict().items() if k != "refs"},
+    }
+    try:
+        conn.execute("BEGIN")
+        conn.execute("SET LOCAL synchronous_commit = off")  # as store(): a lost text is remade
+        conn.execute(_QUICK_STORE, [view.key, json.dumps(build_ids), json.dumps(params), fp, text])
+        conn.execute("COMMIT")
+    except libpq.Error:
+        with contextlib.suppress(libpq.Error):
+            conn.execute("ROLLBACK")
+        return False
+    return True
+
+
+_QUICK_STORE = (
+    "INSERT INTO comparison (key, build_ids, params, result) VALUES ($1, $2::jsonb, "
+    "$3::jsonb, jsonb_build_object('cli', jsonb_build_object('fingerprint', $4::text, "
+    "'text', $5::text, 'warnings', '[]'::jsonb))) ON CONFLICT (key) DO UPDATE SET "
+    "build_ids = EXCLUDED.build_ids, params = EXCLUDED.params, result = EXCLUDED.result"
+)
+
+
 def connect_for_lookup():
     """A psycopg connection (autocommit) to the configured database, or None."""
     try:
@@ -232,7 +266,7 @@ def fingerprint(conn: Any, build_ids: list[int]) -> str:
     """The fingerprint of ``build_ids``' runs now (a psycopg or SQLAlchemy connection)."""
     from stackbench.resultsdb.query import _raw
 
-    sql = "SELECT " + _FINGERPRINT.format(ids="%s::int[]")
+    sql = "SELECT " + FINGERPRINT.format(ids="%s::int[]")
     return _raw(conn).execute(sql, (build_ids,)).fetchone()[0]
 
 

@@ -117,15 +117,16 @@ def quick(args: argparse.Namespace) -> int | None:
     conn = textcache.quick_connect()
     if conn is None:
         return None
-    if _from_columns(args):
+    hit = textcache.quick_lookup(view, conn)
+    if hit is None and _from_columns(args):
         from stackbench.resultsdb.tables import lkp_columns
 
-        text = lkp_columns.quick_render(conn, args.kernels, args.suite)
-        if text is not None:
+        made = lkp_columns.quick_render(conn, args.kernels, args.suite)
+        if made is not None:
+            _print(made.text)
+            textcache.quick_store(conn, view, made.build_ids, made.fingerprint, made.text)
             conn.close()
-            _print(text)
             return 0
-    hit = textcache.quick_lookup(view, conn)
     if hit is None:
         args.quick_conn = conn  # the cold path computes the table on it
         return None
@@ -137,9 +138,9 @@ def quick(args: argparse.Namespace) -> int | None:
 
 
 def _from_columns(args: argparse.Namespace) -> bool:
-    """An LKP ``--all`` table made of kept per-kernel columns (tables/lkp_columns): as
-    quick to make as to look up, so it is made, not kept. The machine and suite-source
-    choices take the full path."""
+    """An LKP ``--all`` table made of kept per-kernel columns (tables/lkp_columns), then
+    kept as a text like any table. The machine and suite-source choices take the full
+    path."""
     return (
         args.style == "lkp"
         and args.all
