@@ -21,14 +21,7 @@ import numpy as np
 
 from stackbench.resultsdb import query
 from stackbench.resultsdb.tables import lkp_columns, lkp_fail, lkp_format, lkp_rule, lkp_unite
-from stackbench.resultsdb.tables.lkp_format import (  # noqa: F401 (the table's names)
-    ABS_WIDTH,
-    COL_WIDTH,
-    COMPARE_AXIS,
-    ERR_WIDTH,
-    FIRST_WIDTH,
-    GROUP_RULE,
-    REL_WIDTH,
+from stackbench.resultsdb.tables.lkp_format import (
     failure_header,
     perf_header,
     uses_absolute_change,
@@ -60,14 +53,6 @@ class Column:
 class Group:
     job: query.JobRow
     columns: list[Column] = field(default_factory=list)
-
-    def common_axes(self) -> dict[str, str]:
-        first = self.columns[0].axes
-        return {
-            k: v
-            for k, v in sorted(first.items())
-            if all(c.axes.get(k) == v for c in self.columns[1:])
-        }
 
 
 @dataclass

@@ -24,11 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from stackbench.resultsdb.tables.lkp_format import (  # noqa: F401 (shared names)
-    MONITORS,
-    is_test_base,
-    stat_base,
-)
+from stackbench.resultsdb.tables.lkp_format import is_test_base, stat_base
 
 MARGIN_SHIFT = 5
 MAX_RATIO = 5
