@@ -220,40 +220,6 @@ def quick_lookup(view: View, conn: Any = None) -> Hit | None:
     return Hit(text, [str(w) for w in listed] if isinstance(listed, list) else [])
 
 
-def quick_store(conn: Any, view: View, build_ids: list[int], fp: str, text: str) -> bool:
-    """:func:`store` over a libpq connection, the entry built by the server (no JSON
-    document of the table's size to encode here). False when the database does not take
-    it (the table is printed all the same)."""
-    import contextlib
-    import json
-
-    from stackbench.resultsdb import libpq
-
-    params = {
-        "all_rows": view.all_rows,
-        "suite": view.suite,
-        "cli": {k: v for k, v in view._asdict().items() if k != "refs"},
-    }
-    try:
-        conn.execute("BEGIN")
-        conn.execute("SET LOCAL synchronous_commit = off")  # as store(): a lost text is remade
-        conn.execute(_QUICK_STORE, [view.key, json.dumps(build_ids), json.dumps(params), fp, text])
-        conn.execute("COMMIT")
-    except libpq.Error:
-        with contextlib.suppress(libpq.Error):
-            conn.execute("ROLLBACK")
-        return False
-    return True
-
-
-_QUICK_STORE = (
-    "INSERT INTO comparison (key, build_ids, params, result) VALUES ($1, $2::jsonb, "
-    "$3::jsonb, jsonb_build_object('cli', jsonb_build_object('fingerprint', $4::text, "
-    "'text', $5::text, 'warnings', '[]'::jsonb))) ON CONFLICT (key) DO UPDATE SET "
-    "build_ids = EXCLUDED.build_ids, params = EXCLUDED.params, result = EXCLUDED.result"
-)
-
-
 def connect_for_lookup():
     """A psycopg connection (autocommit) to the configured database, or None."""
     try:
@@ -274,24 +240,42 @@ def store(conn: Any, view: View, build_ids: list[int], fp: str, text: str, warni
     """Keep ``text`` for ``view``, made from the runs with fingerprint ``fp`` (taken before
     the text was computed, so runs added meanwhile make the entry stale, not wrong).
     ``conn``: psycopg's or SQLAlchemy's; the caller commits."""
-    import json
-
     from stackbench.resultsdb.query import _raw
 
-    entry = {"fingerprint": fp, "text": text, "warnings": warnings}
+    _write(_raw(conn), view, build_ids, fp, text, warnings)
+
+
+def quick_store(conn: Any, view: View, build_ids: list[int], fp: str, text: str) -> bool:
+    """:func:`store` over a libpq connection, in a transaction of its own (no psycopg or
+    query module to import). False when the database does not take it (the table is
+    printed all the same)."""
+    from stackbench.resultsdb import libpq, pgsession
+
+    try:
+        with pgsession.Session(conn).transaction() as session:
+            _write(session, view, build_ids, fp, text, [])
+    except libpq.Error:
+        return False
+    return True
+
+
+def _write(raw: Any, view: View, build_ids: list[int], fp: str, text: str, warnings: list[str]):
+    import json
+
     params = {
         "all_rows": view.all_rows,
         "suite": view.suite,
         "cli": {k: v for k, v in view._asdict().items() if k != "refs"},
     }
-    raw = _raw(conn)
     # a kept table lost in a crash is computed again: its commit need not wait for the WAL
     # to reach the disk (a cold command's last wait, long when the disk is busy)
     raw.execute("SET LOCAL synchronous_commit = off")
+    # the entry is built by the server: no JSON document of the table's size (600 KB for an
+    # LKP --all table) is encoded here
     raw.execute(
-        "INSERT INTO comparison (key, build_ids, params, result) "
-        "VALUES (%s, %s::jsonb, %s::jsonb, jsonb_build_object('cli', %s::jsonb)) "
-        "ON CONFLICT (key) DO UPDATE SET build_ids = EXCLUDED.build_ids, "
-        "params = EXCLUDED.params, result = EXCLUDED.result",
-        (view.key, json.dumps(build_ids), json.dumps(params), json.dumps(entry)),
+        "INSERT INTO comparison (key, build_ids, params, result) VALUES (%s, %s::jsonb, "
+        "%s::jsonb, jsonb_build_object('cli', jsonb_build_object('fingerprint', %s::text, "
+        "'text', %s::text, 'warnings', %s::jsonb))) ON CONFLICT (key) DO UPDATE SET "
+        "build_ids = EXCLUDED.build_ids, params = EXCLUDED.params, result = EXCLUDED.result",
+        (view.key, json.dumps(build_ids), json.dumps(params), fp, text, json.dumps(warnings)),
     )
