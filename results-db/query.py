@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from stackbench.errors import NotFoundError, StackbenchError
+from stackbench.errors import StackbenchError
+from stackbench.resultsdb import kernelrefs
 
 # Functions here take a SQLAlchemy Connection or a psycopg one and run their SQL on the
 # psycopg connection beneath: the CLI reads a comparison without importing SQLAlchemy.
@@ -192,23 +193,13 @@ class Dataset:
 
 def resolve_kernel(conn: Connection, ref: str) -> Kernel:
     """A kernel by exact commit, exact name (mmtests run name), or unique commit prefix."""
-    cols = "id, commit, name, config_name, compiler"
-    for where in ("commit = %(r)s", "name = %(r)s"):
-        rows = _rows(conn, f"SELECT {cols} FROM kernel_build WHERE {where} ORDER BY id", {"r": ref})
-        if len(rows) >= 1:
-            return Kernel(*rows[0])
-    if len(ref) >= 4:
-        rows = _rows(
-            conn,
-            f"SELECT {cols} FROM kernel_build WHERE commit LIKE %(p)s ORDER BY id",
-            {"p": ref.replace("%", r"\%").replace("_", r"\_") + "%"},
-        )
-        if len(rows) == 1:
-            return Kernel(*rows[0])
-        if len(rows) > 1:
-            names = ", ".join(r[1][:12] for r in rows[:5])
-            raise NotFoundError(f"kernel '{ref}' is ambiguous: {names}")
-    raise NotFoundError(f"unknown kernel '{ref}' (not a stored commit, prefix or run name)")
+    rows = _rows(
+        conn,
+        f"SELECT {kernelrefs.COLUMNS} FROM kernel_build "
+        "WHERE commit = %(r)s OR name = %(r)s OR commit LIKE %(p)s ORDER BY id",
+        {"r": ref, "p": kernelrefs.prefix_pattern(ref)},
+    )
+    return Kernel(*kernelrefs.pick(ref, rows))
 
 
 def resolve_kernels(conn: Connection, refs: list[str]) -> list[Kernel]:

@@ -232,3 +232,11 @@ def test_unknown_and_ambiguous_kernels_are_the_full_paths_errors(eng, capsys):
     ig.ingest(eng, _runs())
     assert cli.main(["compare", "--style", "lkp", "--all", KERNELS[0][:8], "f" * 12]) == 1
     assert "unknown kernel 'ffffffffffff'" in capsys.readouterr().err
+    other = "aaaa" + "f" * 36  # shares its first four characters with KERNELS[0]
+    ig.ingest(eng, [ig.RunData(JOB, ig.KernelSpec(other), ig.MachineSpec("qemu-vm"), 0, {})])
+    assert cli.main(["compare", "--style", "lkp", "--all", "aaaa", KERNELS[1][:8]]) == 1
+    err = capsys.readouterr().err
+    assert "kernel 'aaaa' is ambiguous: aaaaaaaaaaaa, aaaaffffffff" in err
+    assert "Traceback" not in err
+    # an exact commit is not a prefix of the other: it names one kernel
+    assert cli.main(["compare", "--style", "lkp", "--all", KERNELS[0], KERNELS[1]]) == 0

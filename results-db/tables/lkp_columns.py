@@ -21,6 +21,7 @@ from __future__ import annotations
 import sys
 from collections import namedtuple
 
+from stackbench.resultsdb import kernelrefs
 from stackbench.resultsdb.tables import lkp_format, textcache
 
 TYPE_CHECKING = False
@@ -251,29 +252,22 @@ _GATHER = _GATHER.replace(
     " FROM (SELECT r.job_id", ", " + _TEXT_FINGERPRINT + " FROM (SELECT r.job_id", 1
 )
 _KERNELS = (
-    "SELECT id, commit, name, config_name, compiler FROM kernel_build "
-    "WHERE commit = ANY(%(refs)s::text[]) OR name = ANY(%(refs)s::text[]) "
-    "OR commit LIKE ANY(%(prefixes)s::text[]) ORDER BY id"
+    f"SELECT {kernelrefs.COLUMNS} FROM kernel_build WHERE commit = ANY(%(refs)s::text[]) "
+    "OR name = ANY(%(refs)s::text[]) OR commit LIKE ANY(%(prefixes)s::text[]) ORDER BY id"
 )
 
 
 def _resolve(session: Any, refs: list[str]) -> list[tuple] | None:
-    """The kernels of ``refs`` as query.resolve_kernel finds them (exact commit, exact name,
-    unique commit prefix), or None when one is unknown or ambiguous (the full path then
-    says which)."""
-    prefixes = [r.replace("%", r"\%").replace("_", r"\_") + "%" for r in refs if len(r) >= 4]
+    """The kernels of ``refs``, picked as query.resolve_kernel picks them, from one query;
+    None when one is unknown or ambiguous (the full path then says which)."""
+    from stackbench.errors import NotFoundError
+
+    prefixes = [p for p in map(kernelrefs.prefix_pattern, refs) if p is not None]
     rows = session.execute(_KERNELS, {"refs": list(refs), "prefixes": prefixes}).fetchall()
-    out = []
-    for ref in refs:
-        found = [r for r in rows if r[1] == ref] or [r for r in rows if r[2] == ref]
-        if not found and len(ref) >= 4:
-            found = [r for r in rows if r[1].startswith(ref)]
-            if len(found) != 1:
-                return None
-        if not found:
-            return None
-        out.append(found[0])
-    return out
+    try:
+        return [kernelrefs.pick(ref, rows) for ref in refs]
+    except NotFoundError:
+        return None
 
 
 def quick_render(conn: libpq.Connection, refs: list[str], suite: str | None) -> Made | None:
