@@ -61,3 +61,18 @@ def test_quick_commands_take_the_socket(pg_cluster, monkeypatch):
     assert conn is not None
     with conn:
         assert conn.execute("SELECT inet_server_addr() IS NULL") == [("t",)]
+
+
+def test_a_socket_that_refuses_falls_back_to_the_password(pg_cluster, monkeypatch, tmp_path):
+    # a home whose secret names a socket this user cannot use (here: none at all)
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "pg").symlink_to(pg_cluster.link.resolve())
+    port, password = pg_cluster._secret()
+    (home / "pg.secret").write_text(f"{port}\n{password}\n{tmp_path / 'nowhere'}\n")
+    monkeypatch.delenv("STACKBENCH_DATABASE_URL", raising=False)
+    monkeypatch.setenv("STACKBENCH_HOME", str(home))
+    conn = textcache.quick_connect()
+    assert conn is not None
+    with conn:
+        assert conn.execute("SELECT inet_server_addr() IS NOT NULL") == [("t",)]
