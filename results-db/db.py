@@ -9,8 +9,8 @@ revision is migrated by ``stackbench migrate`` or ``stackbench up``.
 
 from __future__ import annotations
 
+import _thread
 import re
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     from sqlalchemy import Engine
     from sqlalchemy.orm import Session
 
-_lock = threading.Lock()
+# _thread's lock: threading itself is 0.8 ms of a command that only reads the schema's head
+_lock = _thread.allocate_lock()
 _engines: dict[str, Engine] = {}
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 # an arbitrary constant: the advisory lock that serialises migrations across processes

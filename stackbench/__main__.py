@@ -1,5 +1,3 @@
-import sys
+from stackbench.cli import entry
 
-from stackbench.cli import main
-
-sys.exit(main())
+entry()

@@ -180,12 +180,13 @@ def column_summaries(ds: query.Dataset) -> dict[tuple[int, int], lkp_columns.Col
 
 def summarise_column(job: query.JobRow, col: Column) -> lkp_columns.Column:
     """One kernel's column: its stats' averages and cells over its complete runs (as
-    calc_stats computes them for a group), and its failure stats' sums over every run."""
+    calc_stats computes them for a group), and its failure stats' sums over every run; in
+    the row order of its own stats (lkp_columns.in_row_order)."""
     perf = [k for k in col.matrix if not lkp_rule.is_function_stat(k)]
     fails = [k for k in col.matrix if lkp_rule.is_function_stat(k)]
     rows = calc_stats(perf, lkp_fail.complete_group(Group(job, [col])))
     avgs = [r.avgs[0] for r in rows]
-    return lkp_columns.Column(
+    made = lkp_columns.Column(
         runs=col.runs,
         axes=col.axes,
         perf=perf,
@@ -195,6 +196,7 @@ def summarise_column(job: query.JobRow, col: Column) -> lkp_columns.Column:
         sums=[math.fsum(col.matrix[k]) if col.matrix[k] else 0 for k in fails],
         origins=col.origins,
     )
+    return lkp_columns.in_row_order(made)
 
 
 def changed_stat_keys(group: Group, more: bool = True) -> list[str]:

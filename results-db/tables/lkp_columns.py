@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import sys
 from collections import namedtuple
+from operator import mul, sub, truediv
 
 from stackbench.resultsdb import kernelrefs
 from stackbench.resultsdb.tables import lkp_format, textcache
@@ -34,8 +35,6 @@ if TYPE_CHECKING:
 # every run; origins: (first run id, metric id) of each perf-profile stat, which orders
 # perf-profile rows that LKP's sort leaves tied (lkp_format.row_order)
 Column = namedtuple("Column", "runs axes perf avgs cells fails sums origins")
-# a table made of columns: its text, and the build ids and fingerprint textcache keeps it by
-Made = namedtuple("Made", "text build_ids fingerprint")
 _ABSENT = (0.0, lkp_format.ABSENT_CELL)
 
 
@@ -54,8 +53,12 @@ def render(groups: list[list[tuple[str, Column]]], labels: list[str]) -> str:
 def render_group(columns: list[tuple[str, Column]]) -> str:
     labels = [label for label, _ in columns]
     cols = [c for _, c in columns]
-    fail_keys = _union(c.fails for c in cols)
-    perf_keys = _union(c.perf for c in cols)
+    first = cols[0]
+    # the usual group: every kernel has the same stats, so the columns' own row order (see
+    # in_row_order) is the group's, and there is nothing to unite or sort
+    same = all(c.perf == first.perf and c.fails == first.fails for c in cols[1:])
+    fail_keys = first.fails if same else _union(c.fails for c in cols)
+    perf_keys = first.perf if same else _union(c.perf for c in cols)
     if not fail_keys and not perf_keys:
         return ""
     runs = [c.runs for c in cols]
@@ -74,17 +77,34 @@ def render_group(columns: list[tuple[str, Column]]) -> str:
     if perf_keys:
         if any(k.startswith("perf-profile") for k in perf_keys):
             perf_keys = _first_seen_order(perf_keys, cols)
+            same = False  # tied perf-profile rows are ordered by their changes
         out.append(lkp_format.perf_header(n))
-        out.append(_perf_rows(perf_keys, cols, key))
+        out.append(_perf_rows(perf_keys, cols, key, same))
     out.append("\n")
     return "".join(out)
 
 
-def _perf_rows(keys: list[str], cols: list[Column], key) -> str:
-    """The %stddev rows of ``keys``. Made a column at a time, then formatted by one printf
-    template of the whole section: a row at a time, the same 20,000 cells took 30 ms."""
-    if not any(k.startswith("perf-profile") for k in keys) and all(c.perf == keys for c in cols):
-        # the usual case: every kernel has every stat, in one order; sort once, pick by it
+def in_row_order(col: Column) -> Column:
+    """``col`` with its stats in LKP's row order of its own stats (fails and perf), as
+    columns are made and kept: a group of kernels with the same stats is then in order."""
+    key = lkp_format.row_order([(k, True) for k in col.fails] + [(k, False) for k in col.perf])
+    order = sorted(range(len(col.perf)), key=lambda i: key(col.perf[i], None))
+    return col._replace(
+        perf=[col.perf[i] for i in order],
+        avgs=[col.avgs[i] for i in order],
+        cells=[col.cells[i] for i in order],
+    )
+
+
+def _perf_rows(keys: list[str], cols: list[Column], key, ordered: bool) -> str:
+    """The %stddev rows of ``keys`` (``ordered``: every column has them, in row order).
+    Made a column at a time, then formatted by one printf template of the whole section:
+    a row at a time, the same 20,000 cells took 30 ms."""
+    if ordered:
+        avgs = [c.avgs for c in cols]
+        cells = [c.cells for c in cols]
+    elif not any(k.startswith("perf-profile") for k in keys) and all(c.perf == keys for c in cols):
+        # every kernel has every stat, in one order; sort once, pick by it
         order = sorted(range(len(keys)), key=lambda i: key(keys[i], None))  # unique names
         keys = [keys[i] for i in order]
         avgs = [[c.avgs[i] for i in order] for c in cols]
@@ -101,6 +121,7 @@ def _perf_rows(keys: list[str], cols: list[Column], key) -> str:
         avgs = [[v[0] for v in col] for col in values]
         cells = [[v[1] for v in col] for col in values]
     absolute = [lkp_format.uses_absolute_change(k) for k in keys]
+    points = [i for i, ab in enumerate(absolute) if ab]
     base = avgs[0]
     guarded = [b if b != 0 else 1e-100 for b in base]  # LKP's guard against a zero base
     rows, stride = len(keys), 2 * len(cols)
@@ -108,19 +129,24 @@ def _perf_rows(keys: list[str], cols: list[Column], key) -> str:
     args: list[object] = [None] * (rows * stride)
     pieces[0::stride] = ["%s"] * rows
     args[0::stride] = cells[0]
-    # the spec per row for a change under 100,000 and for a larger one (abs() and a tuple
-    # key per cell took 3 ms)
+    # the spec per row for a change under 100,000 and for a larger one
     small = [lkp_format.CHANGE_SPECS[(True, ab)] for ab in absolute]
     big = [lkp_format.CHANGE_SPECS[(False, ab)] for ab in absolute]
+    hundreds = [100.0] * rows
     for j in range(1, len(cols)):
-        # lkp_format.change on every row, inlined: the same operations, so the same bits
-        changes = [
-            a - b if ab else 100.0 * (a - g) / g
-            for a, b, g, ab in zip(avgs[j], base, guarded, absolute, strict=True)
-        ]
-        pieces[2 * j - 1 :: stride] = [
-            s if -100_000 < p < 100_000 else b for p, s, b in zip(changes, small, big, strict=True)
-        ]
+        # lkp_format.change on every row through map() (a comprehension over the 20,000
+        # cells took 6 ms): the same operations in the same order, so the same bits
+        changes = list(map(truediv, map(mul, hundreds, map(sub, avgs[j], guarded)), guarded))
+        for i in points:
+            changes[i] = avgs[j][i] - base[i]
+        total = sum(changes)
+        if total - total == 0 and max(map(abs, changes)) < 100_000:  # finite, all small
+            pieces[2 * j - 1 :: stride] = small
+        else:
+            pieces[2 * j - 1 :: stride] = [
+                s if -100_000 < p < 100_000 else b
+                for p, s, b in zip(changes, small, big, strict=True)
+            ]
         args[2 * j - 1 :: stride] = changes
         pieces[2 * j :: stride] = ["%s"] * rows
         args[2 * j :: stride] = cells[j]
@@ -167,15 +193,14 @@ _FIELDS = ("runs", "axes", "perf", "avgs", "cells", "fails", "sums", "origins")
 
 def to_row(col: Column) -> dict[str, Any] | None:
     """The column as lkp_column's text fields, or None when a name cannot be kept in them
-    (a newline or tab in a stat name: such a column is summarised afresh each time)."""
-    import json
-
-    names = [*col.perf, *col.fails]
+    (a newline or tab in a stat name or an axis: such a column is summarised afresh each
+    time)."""
+    names = [*col.perf, *col.fails, *col.axes, *col.axes.values()]
     if any("\n" in k or "\t" in k for k in names):
         return None
     return {
         "runs": col.runs,
-        "axes": json.dumps(col.axes),
+        "axes": "\n".join(f"{k}\t{v}" for k, v in col.axes.items()),
         "perf": "\n".join(col.perf),
         "avgs": _pack(col.avgs),
         "cells": "\n".join(col.cells),
@@ -210,23 +235,33 @@ def _lines(text: str) -> list[str]:
 
 
 def from_row(runs: int, axes: str, perf: str, avgs: str, cells: str, fails: str, sums: str,
-             origins: str) -> Column:  # fmt: skip
-    import json
-
+             origins: str, names: dict[str, list[str]] | None = None) -> Column:  # fmt: skip
+    """The kept column; ``names``: lists of stat names already read, shared by the columns
+    that have the same (splitting 2,000 names took 0.15 ms a column, and render_group
+    then compares a list with itself)."""
     pp = {}
     for line in _lines(origins):
         name, run, metric = line.split("\t")
         pp[name] = (int(run), int(metric))
     return Column(
         runs,
-        json.loads(axes),
-        _lines(perf),
+        dict(line.split("\t", 1) for line in _lines(axes)),
+        _names(perf, names),
         _unpack(avgs),
         _lines(cells),
-        _lines(fails),
+        _names(fails, names),
         _unpack(sums),
         pp,
     )
+
+
+def _names(text: str, seen: dict[str, list[str]] | None) -> list[str]:
+    if seen is None:
+        return _lines(text)
+    got = seen.get(text)
+    if got is None:
+        got = seen[text] = _lines(text)
+    return got
 
 
 def fingerprint(run_ids: list[int]) -> str:
@@ -234,10 +269,9 @@ def fingerprint(run_ids: list[int]) -> str:
     return f"{len(run_ids)}:{max(run_ids)}:{sum(run_ids)}"
 
 
-_TEXT_FINGERPRINT = textcache.FINGERPRINT.format(ids="%(all)s::int[]")
 _GATHER = (
     "SELECT (SELECT version_num FROM alembic_version), f.job_id, f.build_id, f.fp, "
-    "f.machines, j.suite, j.test, j.params, "
+    "f.machines, j.suite, j.test, j.params::text, "
     + ", ".join(f"CASE WHEN c.fingerprint = f.fp || %(code)s THEN c.{n} END" for n in _FIELDS)
     + " FROM (SELECT r.job_id, r.build_id, "
     "count(*) || ':' || max(r.id) || ':' || sum(r.id) AS fp, "
@@ -246,10 +280,6 @@ _GATHER = (
     "WHERE r.build_id = ANY(%(ids)s::int[]) AND r.status = 'done' "
     "GROUP BY r.job_id, r.build_id) f JOIN job j ON j.id = f.job_id "
     "LEFT JOIN lkp_column c ON c.job_id = f.job_id AND c.build_id = f.build_id"
-)
-# the kept-text fingerprint of the kernels (textcache), taken with the columns
-_GATHER = _GATHER.replace(
-    " FROM (SELECT r.job_id", ", " + _TEXT_FINGERPRINT + " FROM (SELECT r.job_id", 1
 )
 _KERNELS = (
     f"SELECT {kernelrefs.COLUMNS} FROM kernel_build WHERE commit = ANY(%(refs)s::text[]) "
@@ -270,7 +300,7 @@ def _resolve(session: Any, refs: list[str]) -> list[tuple] | None:
         return None
 
 
-def quick_render(conn: libpq.Connection, refs: list[str], suite: str | None) -> Made | None:
+def quick_render(conn: libpq.Connection, refs: list[str], suite: str | None) -> str | None:
     """The ``--all`` LKP table of ``refs`` from their kept columns, over a libpq connection;
     columns not kept yet (or stale) are made from their samples and kept. None when this
     path cannot serve (a kernel it cannot resolve, no runs, runs of several machines in one
@@ -284,8 +314,7 @@ def quick_render(conn: libpq.Connection, refs: list[str], suite: str | None) -> 
             return None
         code = "/" + textcache.code_version()
         ids = sorted({k[0] for k in kernels})
-        every = [k[0] for k in kernels]
-        rows = session.execute(_GATHER, {"code": code, "ids": ids, "all": every}).fetchall()
+        rows = session.execute(_GATHER, {"code": code, "ids": ids}).fetchall()
         if not rows or rows[0][0] != db.head_revision():
             return None
         rows = [r for r in rows if suite is None or r[5] == suite]
@@ -294,20 +323,29 @@ def quick_render(conn: libpq.Connection, refs: list[str], suite: str | None) -> 
             machines.setdefault(r[1], set()).update(r[4].split("\n"))
         if not rows or any(len(m) > 1 for m in machines.values()):
             return None
-        kept = {(r[1], r[2]): from_row(*r[8:16]) for r in rows if r[8] is not None}
+        names: dict[str, list[str]] = {}
+        kept = {(r[1], r[2]): from_row(*r[8:16], names) for r in rows if r[8] is not None}
         stale = {(r[1], r[2]) for r in rows if r[8] is None}
         if stale:
             kept.update(_summarise(session, kernels, stale, code))
     except libpq.Error:
         return None
-    jobs = {r[1]: job_order(r[5], r[6], r[7]) for r in rows}
+    jobs = {r[1]: r for r in rows}
+    if len(jobs) > 1:
+        jobs = {r[1]: r for r in sorted(jobs.values(), key=_job_key)}
     single = len(kernels) == 1
     groups = []
-    for job_id in sorted(jobs, key=jobs.__getitem__):
+    for job_id in jobs:
         cols = [(k[2] or k[1], kept[(job_id, k[0])]) for k in kernels if (job_id, k[0]) in kept]
         if len(cols) >= 2 or (single and cols):
             groups.append(cols)
-    return Made(render(groups, [k[2] or k[1] for k in kernels]), every, rows[0][16])
+    return render(groups, [k[2] or k[1] for k in kernels])
+
+
+def _job_key(row: tuple) -> tuple:
+    import json  # params arrive as text: only a table of several jobs orders them
+
+    return job_order(row[5], row[6], json.loads(row[7]) if row[7] is not None else None)
 
 
 def _summarise(session: Any, kernels: list[tuple], stale: set, code: str) -> dict:

@@ -239,29 +239,12 @@ def fingerprint(conn: Any, build_ids: list[int]) -> str:
 def store(conn: Any, view: View, build_ids: list[int], fp: str, text: str, warnings: list[str]):
     """Keep ``text`` for ``view``, made from the runs with fingerprint ``fp`` (taken before
     the text was computed, so runs added meanwhile make the entry stale, not wrong).
-    ``conn``: psycopg's or SQLAlchemy's; the caller commits."""
-    from stackbench.resultsdb.query import _raw
-
-    _write(_raw(conn), view, build_ids, fp, text, warnings)
-
-
-def quick_store(conn: Any, view: View, build_ids: list[int], fp: str, text: str) -> bool:
-    """:func:`store` over a libpq connection, in a transaction of its own (no psycopg or
-    query module to import). False when the database does not take it (the table is
-    printed all the same)."""
-    from stackbench.resultsdb import libpq, pgsession
-
-    try:
-        with pgsession.Session(conn).transaction() as session:
-            _write(session, view, build_ids, fp, text, [])
-    except libpq.Error:
-        return False
-    return True
-
-
-def _write(raw: Any, view: View, build_ids: list[int], fp: str, text: str, warnings: list[str]):
+    ``conn``: psycopg's, SQLAlchemy's or a pgsession.Session; the caller commits."""
     import json
 
+    from stackbench.resultsdb.query import _raw
+
+    raw = _raw(conn)
     params = {
         "all_rows": view.all_rows,
         "suite": view.suite,

@@ -103,8 +103,9 @@ def write_plot(path: str, kernels: list[str], metric: str | None, machine: str |
 
 
 def quick(args: argparse.Namespace) -> int | None:
-    """The kept table of an unchanged comparison, printed before the CLI sets up logging:
-    start-up, one libpq connection and one query. None on a miss or when this path cannot
+    """The kept table of an unchanged comparison, or an LKP ``--all`` table made of kept
+    columns, printed before the CLI sets up logging: start-up, one libpq connection and
+    one or two queries. None on a miss or when this path cannot
     serve (a server URL, a plot to draw, no libpq, no database yet): run() then goes on,
     on the connection opened here when there is one."""
     from stackbench import config
@@ -113,20 +114,18 @@ def quick(args: argparse.Namespace) -> int | None:
         return None
     from stackbench.resultsdb.tables import textcache
 
-    view = textcache.View(tuple(args.kernels), **options(args))
     conn = textcache.quick_connect()
     if conn is None:
         return None
-    hit = textcache.quick_lookup(view, conn)
-    if hit is None and _from_columns(args):
+    if _from_columns(args):
         from stackbench.resultsdb.tables import lkp_columns
 
-        made = lkp_columns.quick_render(conn, args.kernels, args.suite)
-        if made is not None:
-            _print(made.text)
-            textcache.quick_store(conn, view, made.build_ids, made.fingerprint, made.text)
+        text = lkp_columns.quick_render(conn, args.kernels, args.suite)
+        if text is not None:
             conn.close()
+            _print(text)
             return 0
+    hit = textcache.quick_lookup(textcache.View(tuple(args.kernels), **options(args)), conn)
     if hit is None:
         args.quick_conn = conn  # the cold path computes the table on it
         return None
@@ -138,9 +137,9 @@ def quick(args: argparse.Namespace) -> int | None:
 
 
 def _from_columns(args: argparse.Namespace) -> bool:
-    """An LKP ``--all`` table made of kept per-kernel columns (tables/lkp_columns), then
-    kept as a text like any table. The machine and suite-source choices take the full
-    path."""
+    """An LKP ``--all`` table made of kept per-kernel columns (tables/lkp_columns). It is
+    not kept as a text: made of columns, it takes no longer than reading the kept text back
+    would. The machine and suite-source choices take the full path."""
     return (
         args.style == "lkp"
         and args.all
