@@ -193,13 +193,13 @@ class Cluster:
             "host all all ::1/128 scram-sha-256\n"
         )
 
-    def socket_url(self) -> str | None:
-        """The libpq URL of the owner's socket connection (no password), or None for a
-        cluster made before it had one."""
+    def socket_path(self) -> str | None:
+        """The socket the home's owner connects to without a password (pgwire.connect as
+        DB_USER to DB_NAME), or None for a cluster made before it had one."""
         lines = self.secret_path.read_text().split("\n")
         if len(lines) < 3 or not lines[2]:
             return None
-        return f"postgresql://{DB_USER}@/{DB_NAME}?host={quote(lines[2])}&port={lines[0]}"
+        return f"{lines[2]}/.s.PGSQL.{lines[0]}"
 
     def _secret(self) -> tuple[int, str]:
         port, password = self.secret_path.read_text().split("\n")[:2]

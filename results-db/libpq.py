@@ -13,14 +13,13 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Sequence
 
+# one error type for both small clients (this and pgwire), so that callers catch either
+from stackbench.resultsdb.pgwire import Error
+
 _CONNECTION_OK = 0
 _PGRES_COMMAND_OK = 1
 _PGRES_TUPLES_OK = 2
 _lib: list[ctypes.CDLL | None] = []
-
-
-class Error(Exception):
-    """A failed connection or query (libpq's message)."""
 
 
 def _load() -> ctypes.CDLL | None:

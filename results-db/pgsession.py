@@ -4,9 +4,10 @@
 its adapters), as much as reading and rendering the LKP data set of issue 16. The tables
 need little of it: ``execute`` with ``%s``/``%(name)s`` parameters, rows of ints, floats,
 strings, booleans and JSON, one binary query for the samples, and transactions. This module
-does that over :mod:`stackbench.resultsdb.libpq` (ctypes). A value or type it does not
-handle raises :class:`Unsupported` (a :class:`libpq.Error`), so the caller can take the
-psycopg path instead of guessing.
+does that over :mod:`stackbench.resultsdb.libpq` (ctypes) or, on the embedded cluster's
+socket, :mod:`stackbench.resultsdb.pgwire`. A value or type it does not handle raises
+:class:`Unsupported` (a :class:`pgwire.Error`, which both clients raise), so the caller can
+take the psycopg path instead of guessing.
 """
 
 from __future__ import annotations
@@ -15,15 +16,17 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
-from stackbench.resultsdb import libpq
+from stackbench.resultsdb import pgwire
 
 # typing costs a quick command 4 ms; Any is only named in annotations
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from stackbench.resultsdb import libpq
 
-class Unsupported(libpq.Error):
+
+class Unsupported(pgwire.Error):
     """A parameter or result type this small client does not convert."""
 
 
@@ -137,9 +140,9 @@ class Result:
 
 
 class Session:
-    """One libpq connection in autocommit mode, used as a psycopg connection."""
+    """One libpq or pgwire connection in autocommit mode, used as a psycopg connection."""
 
-    def __init__(self, conn: libpq.Connection) -> None:
+    def __init__(self, conn: libpq.Connection | pgwire.Connection) -> None:
         self.conn = conn
 
     def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> Result:

@@ -100,3 +100,14 @@ def eng(db_url):
     from stackbench.resultsdb import db
 
     return db.engine()
+
+
+@pytest.fixture
+def wire(pg_cluster, db_url):
+    """A pgwire connection to the test's database over the cluster's socket, as the
+    embedded cluster's owner makes one."""
+    from stackbench.resultsdb import pgwire
+
+    conn = pgwire.connect(pg_cluster.socket_path(), "stackbench", db_url.rsplit("/", 1)[1])
+    yield conn
+    conn.close()

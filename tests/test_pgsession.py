@@ -11,7 +11,7 @@ import pytest
 
 from stackbench.cli import main
 from stackbench.resultsdb import ingest as ig
-from stackbench.resultsdb import libpq, pgsession
+from stackbench.resultsdb import libpq, pgsession, pgwire
 from stackbench.resultsdb.tables import render, textcache
 
 DATA = Path(__file__).parent / "data" / "mmtests"
@@ -69,14 +69,15 @@ def _lkp_runs() -> list:
         (MM, {"style": "mmtests", "table": "counts"}),
     ],
 )
-def test_libpq_session_renders_what_psycopg_renders(eng, refs, opts):
+@pytest.mark.parametrize("client", ["libpq", "pgwire"])
+def test_small_client_sessions_render_what_psycopg_renders(eng, wire, refs, opts, client):
     ig.ingest(eng, _lkp_runs())
     for run in MM:
         _cli("import", "mmtests", str(DATA / run))
     with textcache.connect_for_lookup() as conn:
         want = render.render_on(conn, refs, **opts)
-    conn = textcache.quick_connect()
-    assert conn is not None
+    conn = textcache.quick_connect() if client == "libpq" else wire
+    assert isinstance(conn, libpq.Connection if client == "libpq" else pgwire.Connection)
     with pgsession.Session(conn) as session:
         assert render.render_on(session, refs, **opts) == want
 

@@ -36,8 +36,8 @@ def _same(a: query.Samples, b: query.Samples) -> None:
     np.testing.assert_array_equal(a.value, b.value)  # NaN where NaN, bit for bit elsewhere
 
 
-@pytest.mark.parametrize("client", ["psycopg", "libpq"])
-def test_whole_runs_read_as_the_sample_table_gives_them(eng, db_url, client):
+@pytest.mark.parametrize("client", ["psycopg", "libpq", "pgwire"])
+def test_whole_runs_read_as_the_sample_table_gives_them(eng, db_url, wire, client):
     res = ig.ingest(eng, [_run(0, True), _run(1, False), _run(2, True)], workers=1)
     ids = sorted(res.inserted)
     assert ig.count(eng, "run_samples") == 2  # only the COPYed (large) runs
@@ -45,6 +45,8 @@ def test_whole_runs_read_as_the_sample_table_gives_them(eng, db_url, client):
         raw = query._raw(conn)
         if client == "libpq":
             raw = pgsession.Session(libpq.connect(db_url.replace("+psycopg", "")))
+        if client == "pgwire":
+            raw = pgsession.Session(wire)
         mixed = query.read_samples(raw, ids)
         rows = query._read_rows(raw, ids, None)
         assert len(rows.value) == 2 * (2 * (ig.COPY_THRESHOLD + 1000) + 1) + 7

@@ -29,7 +29,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from stackbench.resultsdb import libpq
+    from stackbench.resultsdb import libpq, pgwire
 
 # perf: stat names, their averages and cells; fails: failure stat names and their sums over
 # every run; origins: (first run id, metric id) of each perf-profile stat, which orders
@@ -300,12 +300,15 @@ def _resolve(session: Any, refs: list[str]) -> list[tuple] | None:
         return None
 
 
-def quick_render(conn: libpq.Connection, refs: list[str], suite: str | None) -> str | None:
-    """The ``--all`` LKP table of ``refs`` from their kept columns, over a libpq connection;
+def quick_render(
+    conn: libpq.Connection | pgwire.Connection, refs: list[str], suite: str | None
+) -> str | None:
+    """The ``--all`` LKP table of ``refs`` from their kept columns, over a small client's
+    connection (pgwire or libpq);
     columns not kept yet (or stale) are made from their samples and kept. None when this
     path cannot serve (a kernel it cannot resolve, no runs, runs of several machines in one
     job, a schema to migrate, a database error): the full path then computes or reports."""
-    from stackbench.resultsdb import db, libpq, pgsession
+    from stackbench.resultsdb import db, pgsession, pgwire
 
     session = pgsession.Session(conn)
     try:
@@ -328,7 +331,7 @@ def quick_render(conn: libpq.Connection, refs: list[str], suite: str | None) -> 
         stale = {(r[1], r[2]) for r in rows if r[8] is None}
         if stale:
             kept.update(_summarise(session, kernels, stale, code))
-    except libpq.Error:
+    except pgwire.Error:
         return None
     jobs = {r[1]: r for r in rows}
     if len(jobs) > 1:
@@ -351,7 +354,7 @@ def _job_key(row: tuple) -> tuple:
 def _summarise(session: Any, kernels: list[tuple], stale: set, code: str) -> dict:
     """The stale columns made from their samples (numpy, lkp.py), and kept when the
     database takes them (a read-only one does not; the table is printed all the same)."""
-    from stackbench.resultsdb import libpq, query
+    from stackbench.resultsdb import pgwire, query
     from stackbench.resultsdb.tables import lkp
 
     wanted = {build for _job, build in stale}
@@ -362,7 +365,7 @@ def _summarise(session: Any, kernels: list[tuple], stale: set, code: str) -> dic
     try:
         with session.transaction():
             store(session, ds, made, code)
-    except libpq.Error:
+    except pgwire.Error:
         pass
     return made
 

@@ -78,7 +78,7 @@ def render_on(
     from stackbench.resultsdb import pgsession
 
     if isinstance(conn, pgsession.Session):
-        errors: tuple[type[Exception], ...] = (pgsession.libpq.Error,)
+        errors: tuple[type[Exception], ...] = (pgsession.pgwire.Error,)
     else:
         import psycopg
 

@@ -161,26 +161,29 @@ def lookup(view: View, conn: Any) -> Hit | None:
 
 
 def quick_connect() -> Any:
-    """A libpq connection (:mod:`stackbench.resultsdb.libpq`) to the configured database,
-    or None (no libpq, no database yet, an error). The embedded cluster is reached over
-    its owner's socket where it has one (no password exchange), else by TCP."""
+    """A small client's connection to the configured database, or None (no libpq, no
+    database yet, an error): the embedded cluster's owner goes over its socket
+    (:mod:`stackbench.resultsdb.pgwire`, no password exchange and no library to load),
+    anyone else through libpq (:mod:`stackbench.resultsdb.libpq`) with the password."""
     from stackbench import config
-    from stackbench.resultsdb import libpq
+    from stackbench.resultsdb import pgwire
 
     try:
         if config.database_url() is None:
-            from stackbench.resultsdb.embedded import Cluster
+            from stackbench.resultsdb.embedded import DB_NAME, DB_USER, Cluster
 
             cluster = Cluster()
-            socket = cluster.socket_url() if cluster.exists else None
+            socket = cluster.socket_path() if cluster.exists else None
             if socket is not None:
                 try:
-                    return libpq.connect(socket)
-                except libpq.Error:
-                    pass  # not the home's owner: the password, over TCP
+                    return pgwire.connect(socket, DB_USER, DB_NAME)
+                except (pgwire.Error, OSError):
+                    pass  # not the home's owner, or the server is down: libpq says which
+        from stackbench.resultsdb import libpq
+
         url = _url()
         return None if url is None else libpq.connect(url)
-    except (libpq.Error, OSError, StackbenchError):
+    except (pgwire.Error, OSError, StackbenchError):
         return None
 
 
@@ -190,7 +193,7 @@ def quick_lookup(view: View, conn: Any = None) -> Hit | None:
     its own. None on a miss and on anything unexpected (no libpq, no database yet, a schema
     to migrate, an error): the caller then takes a path that looks again and reports what
     it meets."""
-    from stackbench.resultsdb import db, libpq
+    from stackbench.resultsdb import db, pgwire
 
     own = conn is None
     if own:
@@ -199,7 +202,7 @@ def quick_lookup(view: View, conn: Any = None) -> Hit | None:
             return None
     try:
         rows = conn.execute(_QUICK, [view.key])
-    except (libpq.Error, OSError):
+    except (pgwire.Error, OSError):
         return None
     finally:
         if own:

@@ -239,7 +239,7 @@ def _without_psycopg(conn, kernels: list[str], opts: dict, view) -> str | None:
     """The table computed and stored over ``conn`` (libpq, through pgsession): a cold
     table without psycopg's start-up. None when this path cannot serve (a schema to
     migrate, a type pgsession does not read, an error): the caller then takes psycopg's."""
-    from stackbench.resultsdb import db, libpq, pgsession
+    from stackbench.resultsdb import db, pgsession, pgwire
     from stackbench.resultsdb.tables import render, textcache
 
     session = pgsession.Session(conn)
@@ -248,7 +248,7 @@ def _without_psycopg(conn, kernels: list[str], opts: dict, view) -> str | None:
         if revision is None or revision[0] != db.head_revision():
             return None
         return render.render_on(session, kernels, warn=_warn, cache=view, **opts)
-    except (textcache.Schema, libpq.Error):
+    except (textcache.Schema, pgwire.Error):
         return None
 
 
