@@ -109,7 +109,7 @@ JOB = ig.JobSpec("vm-scalability", "anon-w-seq", {"test": "anon-w-seq", "runtime
 KERNELS = ["a" * 40, "b" * 40, "c" * 40]
 
 
-def _runs(start: int = 0, level: float = 1000.0, machine: str = "qemu-vm") -> list:
+def _runs(start: int = 0, level: float = 1000.0, machine: str = "qemu-vm", job=JOB) -> list:
     rnd = random.Random(start)
     out = []
     for k, commit in enumerate(KERNELS):
@@ -119,7 +119,7 @@ def _runs(start: int = 0, level: float = 1000.0, machine: str = "qemu-vm") -> li
                 "proc-vmstat.compact_stall": [float(rnd.randrange(0, 5000))],
                 "dmesg.WARNING:at_mm": [float(rnd.randrange(0, 2))],
             }
-            out.append(ig.RunData(JOB, ig.KernelSpec(commit), ig.MachineSpec(machine), it, stats))
+            out.append(ig.RunData(job, ig.KernelSpec(commit), ig.MachineSpec(machine), it, stats))
     return out
 
 
@@ -170,6 +170,22 @@ def test_the_cli_keeps_the_columns_and_reads_them_back(eng, capsys):
         c.execute(text("DELETE FROM lkp_column"))
     # any order and subset of the kernels is a table of the same columns
     assert _cli(capsys, KERNELS[2][:8], KERNELS[0][:8]) == _in_memory(eng, KERNELS[2], KERNELS[0])
+
+
+def test_groups_of_several_jobs_come_in_the_tables_order(eng, capsys):
+    # the jobs stored in the opposite of their table order, one of them on two kernels only
+    jobs = [
+        ig.JobSpec("vm-scalability", "anon-w-seq", {"test": "anon-w-seq", "size": "8T"}),
+        ig.JobSpec("vm-scalability", "anon-w-seq", {"test": "anon-w-seq", "size": "16G"}),
+        ig.JobSpec("thpscale", "thpscale", {"max_threads": 2}),
+    ]
+    runs = [r for n, job in enumerate(jobs) for r in _runs(start=10 * n, job=job)]
+    ig.ingest(eng, [r for r in runs if not (r.job is jobs[1] and r.kernel.commit == KERNELS[1])])
+    table = _cli(capsys)
+    assert table == _in_memory(eng)
+    heads = [line for line in table.splitlines() if line.startswith("  ") and "/" in line]
+    assert heads[0].endswith("/thpscale") and "16G" in heads[1] and "8T" in heads[2], heads
+    assert _cli(capsys, KERNELS[1], KERNELS[0]) == _in_memory(eng, KERNELS[1], KERNELS[0])
 
 
 def test_new_runs_or_new_table_code_make_a_column_again(eng, capsys, monkeypatch):

@@ -269,73 +269,76 @@ def fingerprint(run_ids: list[int]) -> str:
     return f"{len(run_ids)}:{max(run_ids)}:{sum(run_ids)}"
 
 
+_KERNEL = ", ".join("k." + c for c in kernelrefs.COLUMNS.split(", "))
+# the kernels the references may name (kernelrefs picks among them), each with its jobs'
+# run fingerprints and kept columns (those kept by this code from these runs): one query,
+# one round trip. A candidate without runs comes with NULLs, so that pick sees it too.
 _GATHER = (
-    "SELECT (SELECT version_num FROM alembic_version), f.job_id, f.build_id, f.fp, "
+    f"SELECT (SELECT version_num FROM alembic_version), {_KERNEL}, f.job_id, f.fp, "
     "f.machines, j.suite, j.test, j.params::text, "
     + ", ".join(f"CASE WHEN c.fingerprint = f.fp || %(code)s THEN c.{n} END" for n in _FIELDS)
-    + " FROM (SELECT r.job_id, r.build_id, "
+    + " FROM kernel_build k LEFT JOIN LATERAL (SELECT r.job_id, "
     "count(*) || ':' || max(r.id) || ':' || sum(r.id) AS fp, "
     "string_agg(DISTINCT coalesce(m.name, ''), E'\\n') AS machines "
     "FROM run r LEFT JOIN machine m ON m.id = r.machine_id "
-    "WHERE r.build_id = ANY(%(ids)s::int[]) AND r.status = 'done' "
-    "GROUP BY r.job_id, r.build_id) f JOIN job j ON j.id = f.job_id "
-    "LEFT JOIN lkp_column c ON c.job_id = f.job_id AND c.build_id = f.build_id"
+    "WHERE r.build_id = k.id AND r.status = 'done' GROUP BY r.job_id) f ON true "
+    "LEFT JOIN job j ON j.id = f.job_id "
+    "LEFT JOIN lkp_column c ON c.job_id = f.job_id AND c.build_id = k.id "
+    "WHERE k.commit = ANY(%(refs)s::text[]) OR k.name = ANY(%(refs)s::text[]) "
+    "OR k.commit LIKE ANY(%(prefixes)s::text[]) ORDER BY k.id"
 )
-_KERNELS = (
-    f"SELECT {kernelrefs.COLUMNS} FROM kernel_build WHERE commit = ANY(%(refs)s::text[]) "
-    "OR name = ANY(%(refs)s::text[]) OR commit LIKE ANY(%(prefixes)s::text[]) ORDER BY id"
-)
-
-
-def _resolve(session: Any, refs: list[str]) -> list[tuple] | None:
-    """The kernels of ``refs``, picked as query.resolve_kernel picks them, from one query;
-    None when one is unknown or ambiguous (the full path then says which)."""
-    from stackbench.errors import NotFoundError
-
-    prefixes = [p for p in map(kernelrefs.prefix_pattern, refs) if p is not None]
-    rows = session.execute(_KERNELS, {"refs": list(refs), "prefixes": prefixes}).fetchall()
-    try:
-        return [kernelrefs.pick(ref, rows) for ref in refs]
-    except NotFoundError:
-        return None
+# _GATHER's row: the schema's revision, the kernel (kernelrefs.COLUMNS), the job, its
+# runs' fingerprint and machines, suite, test and params, then the kept column's _FIELDS
+_ID, _JOB, _FP, _MACHINES, _SUITE, _COLUMN = 1, 6, 7, 8, 9, 12
 
 
 def quick_render(
     conn: libpq.Connection | pgwire.Connection, refs: list[str], suite: str | None
 ) -> str | None:
     """The ``--all`` LKP table of ``refs`` from their kept columns, over a small client's
-    connection (pgwire or libpq);
-    columns not kept yet (or stale) are made from their samples and kept. None when this
-    path cannot serve (a kernel it cannot resolve, no runs, runs of several machines in one
-    job, a schema to migrate, a database error): the full path then computes or reports."""
+    connection (pgwire or libpq); columns not kept yet (or stale) are made from their
+    samples and kept. None when this path cannot serve (a kernel it cannot resolve, no
+    runs, runs of several machines in one job, a schema to migrate, a database error): the
+    full path then computes or reports."""
+    from stackbench.errors import NotFoundError
     from stackbench.resultsdb import db, pgsession, pgwire
 
     session = pgsession.Session(conn)
     try:
-        kernels = _resolve(session, refs)
-        if kernels is None:
-            return None
         code = "/" + textcache.code_version()
-        ids = sorted({k[0] for k in kernels})
-        rows = session.execute(_GATHER, {"code": code, "ids": ids}).fetchall()
+        prefixes = [p for p in map(kernelrefs.prefix_pattern, refs) if p is not None]
+        params = {"code": code, "refs": list(refs), "prefixes": prefixes}
+        rows = session.execute(_GATHER, params).fetchall()
         if not rows or rows[0][0] != db.head_revision():
             return None
-        rows = [r for r in rows if suite is None or r[5] == suite]
+        candidates = list({r[_ID]: r[_ID:_JOB] for r in rows}.values())
+        try:
+            kernels = [kernelrefs.pick(ref, candidates) for ref in refs]
+        except NotFoundError:
+            return None  # the full path says which
+        picked = {k[0] for k in kernels}
+        rows = [
+            r
+            for r in rows
+            if r[_ID] in picked and r[_JOB] is not None and (suite is None or r[_SUITE] == suite)
+        ]
         machines: dict[int, set[str]] = {}
         for r in rows:
-            machines.setdefault(r[1], set()).update(r[4].split("\n"))
+            machines.setdefault(r[_JOB], set()).update(r[_MACHINES].split("\n"))
         if not rows or any(len(m) > 1 for m in machines.values()):
             return None
         names: dict[str, list[str]] = {}
-        kept = {(r[1], r[2]): from_row(*r[8:16], names) for r in rows if r[8] is not None}
-        stale = {(r[1], r[2]) for r in rows if r[8] is None}
+        kept = {
+            (r[_JOB], r[_ID]): from_row(*r[_COLUMN:], names) for r in rows if r[_COLUMN] is not None
+        }
+        stale = {(r[_JOB], r[_ID]) for r in rows if r[_COLUMN] is None}
         if stale:
             kept.update(_summarise(session, kernels, stale, code))
     except pgwire.Error:
         return None
-    jobs = {r[1]: r for r in rows}
+    jobs = {r[_JOB]: r for r in rows}
     if len(jobs) > 1:
-        jobs = {r[1]: r for r in sorted(jobs.values(), key=_job_key)}
+        jobs = {r[_JOB]: r for r in sorted(jobs.values(), key=_job_key)}
     single = len(kernels) == 1
     groups = []
     for job_id in jobs:
@@ -348,7 +351,8 @@ def quick_render(
 def _job_key(row: tuple) -> tuple:
     import json  # params arrive as text: only a table of several jobs orders them
 
-    return job_order(row[5], row[6], json.loads(row[7]) if row[7] is not None else None)
+    params = row[_SUITE + 2]
+    return job_order(row[_SUITE], row[_SUITE + 1], json.loads(params) if params else None)
 
 
 def _summarise(session: Any, kernels: list[tuple], stale: set, code: str) -> dict:
