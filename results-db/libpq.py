@@ -14,7 +14,7 @@ import ctypes
 from collections.abc import Sequence
 
 # one error type for both small clients (this and pgwire), so that callers catch either
-from stackbench.resultsdb.pgwire import Error
+from stackbench.resultsdb.pgwire import Client, Error
 
 _CONNECTION_OK = 0
 _PGRES_COMMAND_OK = 1
@@ -63,23 +63,16 @@ def _load() -> ctypes.CDLL | None:
     return _lib[0]
 
 
-class Connection:
-    """One libpq connection; rows come back as tuples of str (None for NULL)."""
+class Connection(Client):
+    """One libpq connection."""
 
     def __init__(self, lib: ctypes.CDLL, handle: int) -> None:
         self._lib = lib
         self._handle: int | None = handle
 
-    def execute(self, sql: str, params: Sequence[str | None] = ()) -> list[tuple[str | None, ...]]:
-        """Run ``sql`` with ``$1``-style text parameters; raises :class:`Error`."""
-        return self.query(sql, params)[1]
-
     def query(
         self, sql: str, params: Sequence[str | None] = (), binary: bool = False
     ) -> tuple[list[int], list[tuple]]:
-        """Run ``sql`` with ``$1``-style text parameters: the columns' type oids and the rows,
-        values as str (bytes in PostgreSQL's binary forms with ``binary``; None for NULL).
-        A command without rows gives no columns and no rows. Raises :class:`Error`."""
         lib = self._lib
         values = (ctypes.c_char_p * max(len(params), 1))(
             *[None if p is None else p.encode() for p in params]
@@ -126,12 +119,6 @@ class Connection:
         if self._handle is not None:
             self._lib.PQfinish(self._handle)
             self._handle = None
-
-    def __enter__(self) -> Connection:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def connect(url: str, timeout: int = 3) -> Connection | None:

@@ -23,8 +23,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from stackbench.resultsdb import libpq
-
 
 class Unsupported(pgwire.Error):
     """A parameter or result type this small client does not convert."""
@@ -142,7 +140,7 @@ class Result:
 class Session:
     """One libpq or pgwire connection in autocommit mode, used as a psycopg connection."""
 
-    def __init__(self, conn: libpq.Connection | pgwire.Connection) -> None:
+    def __init__(self, conn: pgwire.Client) -> None:
         self.conn = conn
 
     def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> Result:

@@ -66,13 +66,9 @@ def connect(path: str, user: str, database: str, timeout: float = 3.0) -> Connec
     return conn
 
 
-class Connection:
-    """One connection; rows come back as tuples of str (bytes with ``binary``; None for
-    NULL), as :class:`stackbench.resultsdb.libpq.Connection` gives them."""
-
-    def __init__(self, sock: _Socket) -> None:
-        self._sock: _Socket | None = sock
-        self._buf = bytearray()
+class Client:
+    """What both small clients offer (this module's :class:`Connection` and libpq's): one
+    statement at a time; rows as tuples of str (bytes with ``binary``; None for NULL)."""
 
     def execute(self, sql: str, params: Sequence[str | None] = ()) -> list[tuple[str | None, ...]]:
         """Run ``sql`` with ``$1``-style text parameters; raises :class:`Error`."""
@@ -84,6 +80,28 @@ class Connection:
         """Run ``sql`` with ``$1``-style text parameters: the columns' type oids and the rows,
         values as str (bytes in PostgreSQL's binary forms with ``binary``; None for NULL).
         A command without rows gives no columns and no rows. Raises :class:`Error`."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Connection(Client):
+    """One connection over a socket."""
+
+    def __init__(self, sock: _Socket) -> None:
+        self._sock: _Socket | None = sock
+        self._buf = bytearray()
+
+    def query(
+        self, sql: str, params: Sequence[str | None] = (), binary: bool = False
+    ) -> tuple[list[int], list[tuple]]:
         if self._sock is None:
             raise Error("the connection is closed")
         parse = _cstring("") + _cstring(sql) + b"\x00\x00"
@@ -116,12 +134,6 @@ class Connection:
                 self._sock.sendall(_TERMINATE)
             self._sock.close()
             self._sock = None
-
-    def __enter__(self) -> Connection:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _startup(self) -> None:
         failure = None

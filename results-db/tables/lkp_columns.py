@@ -29,7 +29,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from stackbench.resultsdb import libpq, pgwire
+    from stackbench.resultsdb import pgwire
 
 # perf: stat names, their averages and cells; fails: failure stat names and their sums over
 # every run; origins: (first run id, metric id) of each perf-profile stat, which orders
@@ -294,9 +294,7 @@ _GATHER = (
 _ID, _JOB, _FP, _MACHINES, _SUITE, _COLUMN = 1, 6, 7, 8, 9, 12
 
 
-def quick_render(
-    conn: libpq.Connection | pgwire.Connection, refs: list[str], suite: str | None
-) -> str | None:
+def quick_render(conn: pgwire.Client, refs: list[str], suite: str | None) -> str | None:
     """The ``--all`` LKP table of ``refs`` from their kept columns, over a small client's
     connection (pgwire or libpq); columns not kept yet (or stale) are made from their
     samples and kept. None when this path cannot serve (a kernel it cannot resolve, no
