@@ -39,11 +39,6 @@ class Error(Exception):
     """A failed connection or statement (the server's message), for this client and libpq's."""
 
 
-def socket_path(directory: str, port: int) -> str:
-    """Where a server listening on ``port`` keeps its socket in ``directory``."""
-    return f"{directory}/.s.PGSQL.{port}"
-
-
 def connect(path: str, user: str, database: str, timeout: float = 3.0) -> Connection:
     """A connection over the socket at ``path``, which the server must accept without a
     password. Raises :class:`Error` when it asks for one or refuses, OSError when there is
