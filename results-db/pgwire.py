@@ -131,18 +131,14 @@ class Connection(Client):
             self._sock = None
 
     def _startup(self) -> None:
-        failure = None
         while True:
             kind, body = self._message()
             if kind == b"R" and body[:4] != b"\x00\x00\x00\x00":
                 raise Error("the server asks for a password on its socket")
-            if kind == b"E":
-                failure = _failure(body)
-                break  # the server closes the connection after a startup error
+            if kind == b"E":  # the server closes the connection after a startup error
+                raise Error(_failure(body))
             if kind == b"Z":
-                break
-        if failure is not None:
-            raise Error(failure)
+                return
 
     def _send(self, data: bytes) -> None:
         try:

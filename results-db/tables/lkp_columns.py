@@ -266,6 +266,11 @@ def _names(text: str, seen: dict[str, list[str]] | None) -> list[str]:
     return got
 
 
+def _code() -> str:
+    """The table code's part of a column's fingerprint."""
+    return "/" + textcache.code_version()
+
+
 def fingerprint(run_ids: list[int]) -> str:
     """The runs' part of a column's fingerprint, as _GATHER computes it."""
     return f"{len(run_ids)}:{max(run_ids)}:{sum(run_ids)}"
@@ -276,8 +281,8 @@ _KERNEL = ", ".join("k." + c for c in kernelrefs.COLUMNS.split(", "))
 # run fingerprints and kept columns (those kept by this code from these runs): one query,
 # one round trip. A candidate without runs comes with NULLs, so that pick sees it too.
 _GATHER = (
-    f"SELECT (SELECT version_num FROM alembic_version), {_KERNEL}, f.job_id, f.fp, "
-    "f.machines, j.suite, j.test, j.params::text, "
+    f"SELECT (SELECT version_num FROM alembic_version), {_KERNEL}, f.job_id, f.machines, "
+    "j.suite, j.test, j.params::text, "
     + ", ".join(f"CASE WHEN c.fingerprint = f.fp || %(code)s THEN c.{n} END" for n in _FIELDS)
     + " FROM kernel_build k LEFT JOIN LATERAL (SELECT r.job_id, "
     "count(*) || ':' || max(r.id) || ':' || sum(r.id) AS fp, "
@@ -289,9 +294,9 @@ _GATHER = (
     "WHERE k.commit = ANY(%(refs)s::text[]) OR k.name = ANY(%(refs)s::text[]) "
     "OR k.commit LIKE ANY(%(prefixes)s::text[]) ORDER BY k.id"
 )
-# _GATHER's row: the schema's revision, the kernel (kernelrefs.COLUMNS), the job, its
-# runs' fingerprint and machines, suite, test and params, then the kept column's _FIELDS
-_ID, _JOB, _FP, _MACHINES, _SUITE, _COLUMN = 1, 6, 7, 8, 9, 12
+# _GATHER's row: the schema's revision, the kernel (kernelrefs.COLUMNS), the job, its runs'
+# machines, suite, test and params, then the kept column's _FIELDS
+_ID, _JOB, _MACHINES, _SUITE, _TEST, _PARAMS, _COLUMN = 1, 6, 7, 8, 9, 10, 11
 
 
 def quick_render(conn: pgwire.Client, refs: list[str], suite: str | None) -> str | None:
@@ -305,7 +310,7 @@ def quick_render(conn: pgwire.Client, refs: list[str], suite: str | None) -> str
 
     session = pgsession.Session(conn)
     try:
-        code = "/" + textcache.code_version()
+        code = _code()
         prefixes = [p for p in map(kernelrefs.prefix_pattern, refs) if p is not None]
         params = {"code": code, "refs": list(refs), "prefixes": prefixes}
         rows = session.execute(_GATHER, params).fetchall()
@@ -351,8 +356,8 @@ def quick_render(conn: pgwire.Client, refs: list[str], suite: str | None) -> str
 def _job_key(row: tuple) -> tuple:
     import json  # params arrive as text: only a table of several jobs orders them
 
-    params = row[_SUITE + 2]
-    return job_order(row[_SUITE], row[_SUITE + 1], json.loads(params) if params else None)
+    params = row[_PARAMS]
+    return job_order(row[_SUITE], row[_TEST], json.loads(params) if params else None)
 
 
 def _summarise(session: Any, kernels: list[tuple], stale: set, code: str) -> dict:
@@ -406,11 +411,11 @@ def refresh(conn: Any, build_ids: list[int]) -> int:
     table of them is as quick as the next). ``conn``: psycopg's or SQLAlchemy's, committed
     by the caller. Returns how many columns were kept."""
     from stackbench.resultsdb import query
-    from stackbench.resultsdb.tables import lkp, textcache
+    from stackbench.resultsdb.tables import lkp
 
     ds = query.load(conn, query.kernels_by_id(conn, build_ids))
     if not ds.runs:
         return 0
     made = lkp.column_summaries(ds)
-    store(query._raw(conn), ds, made, "/" + textcache.code_version())
+    store(query._raw(conn), ds, made, _code())
     return len(made)

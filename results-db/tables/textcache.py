@@ -26,14 +26,14 @@ if TYPE_CHECKING:
 
 KEY_PREFIX = "cli-"
 
-FINGERPRINT = (
+_FINGERPRINT = (
     "(SELECT count(*) || ':' || coalesce(max(id), 0) FROM kernel_build) || '/' || "
     "(SELECT count(*) || ':' || coalesce(max(id), 0) || ':' || coalesce(sum(id), 0) FROM run "
     "WHERE status = 'done' AND build_id = ANY({ids}))"
 )
 _LOOKUP = (
     "SELECT (SELECT version_num FROM alembic_version), c.result -> 'cli', "
-    + FINGERPRINT.format(ids="ARRAY(SELECT jsonb_array_elements_text(c.build_ids)::int)")
+    + _FINGERPRINT.format(ids="ARRAY(SELECT jsonb_array_elements_text(c.build_ids)::int)")
     + " FROM comparison c WHERE c.key = %s"
 )
 # the same for libpq, with the entry's parts as text: the server hands over the stored text
@@ -42,7 +42,7 @@ _LOOKUP = (
 # would read and decompress the whole stored value again, 2 ms each for a large table
 _QUICK = (
     "SELECT (SELECT version_num FROM alembic_version), e ->> 'fingerprint', "
-    + FINGERPRINT.format(ids="ARRAY(SELECT jsonb_array_elements_text(c.build_ids)::int)")
+    + _FINGERPRINT.format(ids="ARRAY(SELECT jsonb_array_elements_text(c.build_ids)::int)")
     + ", e ->> 'text', e -> 'warnings' FROM (SELECT build_ids, result -> 'cli' AS e "
     "FROM comparison WHERE key = $1 OFFSET 0) c"
 )
@@ -240,7 +240,7 @@ def fingerprint(conn: Any, build_ids: list[int]) -> str:
     """The fingerprint of ``build_ids``' runs now (a psycopg or SQLAlchemy connection)."""
     from stackbench.resultsdb.query import _raw
 
-    sql = "SELECT " + FINGERPRINT.format(ids="%s::int[]")
+    sql = "SELECT " + _FINGERPRINT.format(ids="%s::int[]")
     return _raw(conn).execute(sql, (build_ids,)).fetchone()[0]
 
 

@@ -104,10 +104,10 @@ def write_plot(path: str, kernels: list[str], metric: str | None, machine: str |
 
 def quick(args: argparse.Namespace) -> int | None:
     """The kept table of an unchanged comparison, or an LKP ``--all`` table made of kept
-    columns, printed before the CLI sets up logging: start-up, one libpq connection and
-    one or two queries. None on a miss or when this path cannot
-    serve (a server URL, a plot to draw, no libpq, no database yet): run() then goes on,
-    on the connection opened here when there is one."""
+    columns, printed before the CLI sets up logging: start-up, one small client's
+    connection (textcache.quick_connect) and one or two queries. None on a miss or when
+    this path cannot serve (a server URL, a plot to draw, no database yet): run() then
+    goes on, on the connection opened here when there is one."""
     from stackbench import config
 
     if config.server_url() or args.plot:
@@ -143,7 +143,7 @@ def _from_columns(args: argparse.Namespace) -> bool:
     return (
         args.style == "lkp"
         and args.all
-        and not (args.machine or args.pool_machines or args.suite_source or args.plot)
+        and not (args.machine or args.pool_machines or args.suite_source)
     )
 
 
