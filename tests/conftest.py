@@ -111,3 +111,28 @@ def wire(pg_cluster, db_url):
     conn = pgwire.connect(pg_cluster.socket_path(), "stackbench", db_url.rsplit("/", 1)[1])
     yield conn
     conn.close()
+
+
+@pytest.fixture
+def refuse_writes(eng):
+    """``refuse_writes(message, *tables)``: every INSERT and UPDATE on ``tables`` fails with
+    ``message``, as in a database that is read-only to stackbench."""
+    from sqlalchemy import text
+
+    def refuse(message: str, *tables: str) -> None:
+        with eng.begin() as c:
+            c.execute(
+                text(
+                    "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS "
+                    f"$$BEGIN RAISE EXCEPTION '{message}'; END$$"
+                )
+            )
+            for table in tables:
+                c.execute(
+                    text(
+                        f"CREATE TRIGGER refuse BEFORE INSERT OR UPDATE ON {table} "
+                        "FOR EACH ROW EXECUTE FUNCTION refuse()"
+                    )
+                )
+
+    return refuse

@@ -152,21 +152,9 @@ def test_unknown_kernel_is_an_error_and_stores_nothing(eng, capsys):
         assert c.execute(text("SELECT count(*) FROM comparison")).scalar() == 0
 
 
-def test_table_is_printed_when_it_cannot_be_kept(eng, capsys):
+def test_table_is_printed_when_it_cannot_be_kept(eng, capsys, refuse_writes):
     ig.ingest(eng, _runs())
-    with eng.begin() as c:
-        c.execute(
-            text(
-                "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS "
-                "$$BEGIN RAISE EXCEPTION 'comparisons are read-only here'; END$$"
-            )
-        )
-        c.execute(
-            text(
-                "CREATE TRIGGER refuse BEFORE INSERT OR UPDATE ON comparison "
-                "FOR EACH ROW EXECUTE FUNCTION refuse()"
-            )
-        )
+    refuse_writes("comparisons are read-only here", "comparison")
     out = _compare(capsys)
     assert _row(out.out)[:3] == ["1001", "+10.0%", "1101"]
     assert "could not keep the table for next time" in out.err

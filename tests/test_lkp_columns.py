@@ -216,22 +216,9 @@ def test_import_keeps_the_columns_of_the_kernels_it_imported(eng, tmp_path):
     assert len(_kept(eng)) == 2
 
 
-def test_the_table_is_printed_when_columns_cannot_be_kept(eng, capsys):
+def test_the_table_is_printed_when_columns_cannot_be_kept(eng, capsys, refuse_writes):
     ig.ingest(eng, _runs())
-    with eng.begin() as c:
-        c.execute(
-            text(
-                "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS "
-                "$$BEGIN RAISE EXCEPTION 'read-only here'; END$$"
-            )
-        )
-        for table in ("lkp_column", "comparison"):
-            c.execute(
-                text(
-                    f"CREATE TRIGGER refuse BEFORE INSERT OR UPDATE ON {table} "
-                    "FOR EACH ROW EXECUTE FUNCTION refuse()"
-                )
-            )
+    refuse_writes("read-only here", "lkp_column", "comparison")
     assert _cli(capsys) == _in_memory(eng)
     assert _kept(eng) == []
     with eng.connect() as c:
