@@ -188,6 +188,42 @@ def test_groups_of_several_jobs_come_in_the_tables_order(eng, capsys):
     assert _cli(capsys, KERNELS[1], KERNELS[0]) == _in_memory(eng, KERNELS[1], KERNELS[0])
 
 
+def _program(*refs: str) -> dict:
+    """Popen's arguments for the program's table of ``refs``, its output buffered as a
+    user's is (PYTHONUNBUFFERED, set here, would hide what the buffers keep)."""
+    import os
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    cmd = [sys.executable, "-m", "stackbench", "compare", "--style", "lkp", "--all", *refs]
+    return {"args": cmd, "env": env}
+
+
+def test_the_program_prints_the_whole_table_before_it_ends(eng, capsys):
+    # the program ends with os._exit after a quick path: what print() buffered (a table of
+    # a few KB, less than the buffer) must be flushed first
+    import subprocess
+
+    ig.ingest(eng, _runs())
+    want = _cli(capsys)
+    got = subprocess.run(**_program(*KERNELS), capture_output=True, text=True, timeout=120)
+    assert (got.returncode, got.stdout, got.stderr) == (0, want, "")
+
+
+def test_a_reader_that_stops_early_gets_no_error(eng, capsys):
+    import subprocess
+
+    stats = {f"proc-vmstat.n_{i}": [float(i)] for i in range(3000)}
+    ig.ingest(eng, [ig.RunData(JOB, ig.KernelSpec(k), ig.MachineSpec("qemu-vm"), 0, stats)
+                    for k in KERNELS])  # fmt: skip
+    assert len(_cli(capsys)) > 4 * 65536  # more than a pipe holds
+    proc = subprocess.Popen(**_program(*KERNELS), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.read(10)
+    proc.stdout.close()  # as `| head -c 10` does
+    assert proc.wait(timeout=120) == 0
+    assert proc.stderr.read() == b""
+
+
 def test_new_runs_or_new_table_code_make_a_column_again(eng, capsys, monkeypatch):
     ig.ingest(eng, _runs())
     _cli(capsys)
