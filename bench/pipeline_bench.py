@@ -158,6 +158,7 @@ def measure_buildbot(eng, sid: int, args: argparse.Namespace, in_process_s: floa
     from stackbench.jobs import dispatcher_service, lifecycle, watch
     from stackbench.jobs import services as bb
     from stackbench.jobs.buildbot import client
+    from stackbench.resultsdb import db, series_runs_store
 
     print("\n== the default path: dispatcher, embedded Buildbot master + local QEMU worker ==")
     t0 = time.monotonic()
@@ -171,8 +172,9 @@ def measure_buildbot(eng, sid: int, args: argparse.Namespace, in_process_s: floa
         lifecycle.hand_over(eng, sid, source="bench", fresh=True)
         state = watch.follow(eng, sid, say=lambda line: None, poll=0.2)
         total = time.monotonic() - t0
-        dispatch = lifecycle.update_meta(eng, sid)["dispatch"]
-        steps, builds = step_seconds(master, dispatch["submission"])
+        with db.session(eng) as s:
+            submission = series_runs_store.dispatch(s, sid).submission
+        steps, builds = step_seconds(master, submission)
     finally:
         print(dispatcher_service.stop())
         print(bb.stop())

@@ -177,11 +177,11 @@ def main() -> int:
         commits = sorted({r.kernel.commit for r in runs})
         from sqlalchemy.orm import Session
 
-        from stackbench.web import auth
+        from stackbench.mail import accounts
 
         with Session(eng) as s, s.begin():
             # starting a comparison needs an account (viewing one does not)
-            token = auth.create_token(s, auth.create_user(s, "bench"), "bench")
+            token = accounts.create_token(s, accounts.create_user(s, "bench"), "bench")
         with app.test_client() as c:
             r = c.post(
                 "/api/comparisons",

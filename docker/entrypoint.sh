@@ -1,11 +1,16 @@
 #!/bin/sh
-# Container roles: web | dispatcher | master | worker (configuration comes from the environment).
+# Container roles: web | proxy | dispatcher | master | worker (configuration comes from the
+# environment).
 set -eu
 home=${STACKBENCH_HOME:-/var/lib/stackbench}
 case "${1:-}" in
   web)
     stackbench migrate
-    exec gunicorn --workers "${STACKBENCH_WEB_WORKERS:-4}" --bind 0.0.0.0:8000 "stackbench.web:create_app()"
+    exec stackbench web --host 0.0.0.0 --port 8000 --workers "${STACKBENCH_WEB_WORKERS:-4}"
+    ;;
+  proxy)
+    # nginx in front of the web container: it reads every request whole before gunicorn does
+    exec stackbench proxy --listen 0.0.0.0:8000 --upstream web:8000
     ;;
   dispatcher)
     # takes every submitted series to done or failed through the master's REST API

@@ -62,14 +62,22 @@ class MoreRounds:
     undecided: list[Undecided] = field(default_factory=list)
 
     def reason(self) -> str:
-        shown = "; ".join(u.describe() for u in self.undecided[:3])
-        more = len(self.undecided) - 3
+        """One short line for a terminal and the events list: the rounds, and the largest
+        undecided change; every metric and job is in :meth:`details` (the series page)."""
+        shown = self.undecided[0].describe() if self.undecided else "-"
+        more = len(self.undecided) - 1
         if more > 0:
-            shown += f"; {more} more"
+            shown += f" and {more} more (series page)"
         return (
-            f"{self.boots} more round{'s' if self.boots != 1 else ''} ({self.have} -> {self.have + self.boots} boots per kernel,"
-            f" cap {self.cap}) for {', '.join(self.subjobs)}: headline undecided: {shown}"
+            f"{self.boots} more round{'s' if self.boots != 1 else ''} ({self.have} -> "
+            f"{self.have + self.boots} boots per kernel, cap {self.cap}): headline undecided: "
+            f"{shown}"
         )
+
+    def details(self) -> dict[str, list[str]]:
+        """What the series page lists under the short line: the jobs measured again and every
+        undecided headline metric with its change so far."""
+        return {"jobs": list(self.subjobs), "undecided": [u.describe() for u in self.undecided]}
 
     def plan(self, subjobs: list[Any]) -> list[Any]:
         """The series' sub-jobs that are re-measured, each with its runs for the new boots:
@@ -159,8 +167,12 @@ def more_rounds(
 def record(eng: Engine, series_id: int, more: MoreRounds) -> None:
     """The series is running more rounds, and why: its state message (an event) and
     ``series.meta["more_rounds"]``, which the series page shows while it runs."""
-    from stackbench.jobs.series_state import set_state
+    from stackbench.jobs.lifecycle import set_state
 
     with db.session(eng) as s:
-        series_store.merge_meta(series_store.get(s, series_id), more_rounds=more.reason())
+        series_store.merge_meta(
+            series_store.get(s, series_id),
+            more_rounds=more.reason(),
+            more_rounds_detail=more.details(),
+        )
     set_state(eng, series_id, "running", more.reason())

@@ -6,20 +6,20 @@ from __future__ import annotations
 import base64
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from stackbench.errors import NotFoundError, StackbenchError
+from stackbench.errors import InputError, NotFoundError, StackbenchError
+from stackbench.jobs.lifecycle import set_state
 from stackbench.jobs.progress import ProgressFn
-from stackbench.jobs.series_state import KernelTask, SeriesRun, event
+from stackbench.jobs.series_state import KernelTask, SeriesRun
 from stackbench.jobs.settings import Settings
 from stackbench.kernels import paths as kpaths
 from stackbench.kernels import trees
-from stackbench.resultsdb import db, kernels_store, series_store
+from stackbench.patches.parser import ParsedPatch
+from stackbench.resultsdb import db, kernels_store, series_runs_store, series_store
 
 
 def apply_only(
@@ -51,30 +51,51 @@ def apply_stage(
     tasks = _apply(eng, sr, repo, base, tree)
     sr.timings["apply_s"] = time.monotonic() - t0
     if tasks is None:
+        with db.session(eng) as s:  # record_apply stored the state: the attempt ends with it
+            series_runs_store.end(s, sr.series_id, "apply-failed")
         sr.emit("failed", 0, 0, f"series {sr.series_id}", "apply failed: nothing built")
     return tasks
 
 
-def _series_mails(s: Session, series: series_store.Series) -> list[Any]:
+def _series_mails(s: Session, series: series_store.Series) -> list[ParsedPatch]:
     """The patches to ``git am``: the submitted mails when kept, else mails rebuilt from the
-    stored patch rows (series created by other front ends)."""
+    stored patch rows (series created by other front ends, or stored before the parser
+    refused what they hold, or when a parser of another version shows other diffs): each
+    patch's diff is the one its row holds and the pages show, which the apply step checks
+    every commit against."""
     from stackbench.patches.parser import parse_mbox
 
+    rows = sorted(series.patches, key=lambda p: p.idx)
     # series.mbox for every door since the hostile-input migration; meta's copy for older
     # CLI series
     raw = series.mbox or (
         base64.b64decode(series.meta["mbox_b64"]) if "mbox_b64" in series.meta else None
     )
     if raw:
-        parsed = parse_mbox(raw, source=f"series {series.id}")
-        if len(parsed.patches) == len(series.patches):
-            return parsed.patches
-    return [_RebuiltPatch(mail_from_patch(p)) for p in sorted(series.patches, key=lambda p: p.idx)]
-
-
-@dataclass
-class _RebuiltPatch:
-    raw: bytes
+        try:
+            parsed = parse_mbox(raw, source=f"series {series.id}").patches
+        except InputError:
+            parsed = []
+        if len(parsed) == len(rows) and all(
+            p.diff == row.diff for p, row in zip(parsed, rows, strict=True)
+        ):
+            return parsed
+    return [
+        ParsedPatch(
+            idx=p.idx,
+            total=p.total,
+            subject=p.subject,
+            author=p.author,
+            author_email=p.author_email,
+            date=p.date,
+            message_id=p.message_id,
+            in_reply_to=p.in_reply_to,
+            body=p.body,
+            diff=p.diff,
+            raw=mail_from_patch(p),
+        )
+        for p in rows
+    ]
 
 
 def mail_from_patch(p: series_store.Patch) -> bytes:
@@ -134,11 +155,10 @@ def _apply(
         if applied and series.base_commit:
             base_sha = series.base_commit
         else:
-            series_store.save(series, state="applying")
-            event(s, sid, f"series:{sid}", "applying", f"git am onto {base}")
             mails = _series_mails(s, series)
             applied = False
     if not applied:
+        set_state(eng, sid, "applying", f"git am onto {base}")
         workdir = Path(tempfile.mkdtemp(prefix=f"apply-{sid}-", dir=kpaths.cache_root()))
         workdir.rmdir()
         try:

@@ -1,12 +1,11 @@
 """Bisect on real kernels: the Measurer that builds, boots and runs, and the stored records.
 
-Where kernels and runs come from is a :class:`Lab`: :class:`KernelLab` builds with
-stackbench.kernels (one object dir per tree and config, so neighbouring commits rebuild
-incrementally), boots each kernel under QEMU with the job through the pipeline's
-``run_kernel`` and ingests the runs. Everything measured is stored, and every step first
-looks at what is stored: a kernel built earlier (artifact store) is not built again, a commit
-that failed to build is not tried again, and runs already in the database count toward the
-number a verdict asks for. Tests that are not about kernels plug in a lab that ingests
+Where kernels and runs come from is a :class:`Lab`: the real one is
+:class:`stackbench.jobs.driver.Driver`, which builds and boots through the series pipeline's
+stages (one object dir per tree and config, so neighbouring commits rebuild incrementally).
+Everything measured is stored, and every step first looks at what is stored: a kernel built
+earlier (artifact store) is not built again, a commit that failed to build is not tried
+again, and runs already in the database count toward the number a verdict asks for. Tests that are not about kernels plug in a lab that ingests
 synthetic runs; the reading side (this module's queries) is the same for both.
 
 Records: one ``bisect`` row per bisection (steps as they happen, culprit, confidence, kernels
@@ -16,20 +15,16 @@ built) and, when it bisects a regression, the regression's state and culprit.
 from __future__ import annotations
 
 import logging
-import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, Protocol
 
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from stackbench import config as sbconfig
-from stackbench import proc
-from stackbench.errors import InputError, NotFoundError, StackbenchError
+from stackbench.errors import InputError, NotFoundError
 from stackbench.jobs import bisect as logic
 from stackbench.jobs import jobspecs
 from stackbench.jobs import plan as boot_plan
@@ -91,31 +86,6 @@ class Lab(Protocol):
 
 
 # ---- stored data ----------------------------------------------------------------------------
-
-
-def record_build(
-    eng: Engine, tree: str, commit: str, *, status: str, name: str = "", **fields: Any
-) -> int:
-    """Create or update the kernel_build row of ``commit`` (identity: commit, config hash,
-    compiler) and return its id."""
-    spec = ig.KernelSpec(
-        commit=commit,
-        name=name or commit[:12],
-        config_name=fields.pop("config_name", ""),
-        config_hash=fields.pop("config_hash", ""),
-        compiler=fields.pop("compiler", ""),
-        tree=tree,
-        status=status,
-    )
-    with db.session(eng) as s:
-        bid = ig.kernel_id(s.connection(), spec)
-    with db.session(eng) as s:
-        row = kernels_q.get(s, bid)
-        if name and (not row.name or row.name == commit):
-            fields["name"] = name
-        meta = fields.pop("meta", None)
-        kernels_store.update_build(row, status=status, meta=meta or None, **fields)
-    return bid
 
 
 def failed_build(eng: Engine, commit: str, config: str) -> kernels_store.KernelBuild | None:
@@ -272,139 +242,6 @@ class StoredMeasurer:
     def _say(self, msg: str) -> None:
         if self.progress:
             self.progress(msg)
-
-
-# ---- the real lab ---------------------------------------------------------------------------
-
-
-@dataclass
-class KernelLab:
-    """Real kernels: stackbench.kernels builds, QEMU boots through the pipeline."""
-
-    settings: Any = None  # stackbench.jobs.pipeline.Settings
-    config: str = "tiny-guest"
-    # runs per boot: the verdict's unit is the boot, so more runs in one boot buy little
-    # (its offset is shared); two let the warm-up rule compare a boot's first run with the
-    # next one
-    runs_per_boot: int = 2
-    progress: Progress | None = None
-    _built: set[str] = field(default_factory=set)
-    seconds: dict[str, float] = field(default_factory=lambda: {"build": 0.0, "run": 0.0})
-
-    def __post_init__(self) -> None:
-        from stackbench.jobs import pipeline
-
-        if self.settings is None:
-            self.settings = pipeline.Settings(config=self.config)
-        self.config = self.settings.config
-
-    @property
-    def built(self) -> int:
-        return len(self._built)
-
-    def repo(self, tree: str) -> Path:
-        from stackbench.kernels import trees
-
-        return trees.ensure_repo(trees.load_tree(tree))
-
-    def resolve(self, tree: str, ref: str) -> str:
-        from stackbench.kernels import trees
-
-        return trees.resolve(self.repo(tree), ref)
-
-    def commits(self, tree: str, good: str, bad: str) -> list[str]:
-        return rev_list(self.repo(tree), good, bad)
-
-    def subject(self, tree: str, commit: str) -> str:
-        return commit_subject(self.repo(tree), commit)
-
-    def build(self, eng: Engine, tree: str, commit: str) -> int | None:
-        from stackbench.kernels import build as kbuild
-
-        repo = self.repo(tree)
-        commit = self.resolve(tree, commit)
-        if failed_build(eng, commit, self.config) is not None:
-            return None
-        subject = commit_subject(repo, commit)
-        started = time.monotonic()
-        try:
-            res = kbuild.build(
-                repo, commit, config=self.config, tree=tree, module_builder=None,
-                jobs=self.settings.make_jobs,
-            )  # fmt: skip
-        except (StackbenchError, OSError) as exc:
-            self._built.add(commit)
-            record_build(
-                eng, tree, commit, status="build-failed", config_name=self.config,
-                log=str(exc)[-8000:], meta={"subject": subject},
-            )  # fmt: skip
-            return None
-        finally:
-            self.seconds["build"] += time.monotonic() - started
-        if not res.reused:
-            self._built.add(commit)
-        if not res.ok:
-            record_build(
-                eng, tree, commit, status="build-failed", config_name=self.config,
-                config_hash=res.config_hash, compiler=res.compiler, log=res.log_tail,
-                duration_s=res.duration_s, meta={"subject": subject},
-            )  # fmt: skip
-            return None
-        return record_build(
-            eng, tree, commit, status="built", name=commit[:12],
-            config_name=res.config_name, config_hash=res.config_hash, compiler=res.compiler,
-            artifact_path=str(res.artifact_dir), log="",
-            meta={"subject": subject, "artifact": res.key, "kernel_release": res.kernel_release},
-        )  # fmt: skip
-
-    def run(
-        self, eng: Engine, tree: str, build_id: int, job: str, runs: int, boot: Boot | None = None
-    ) -> None:
-        from stackbench.jobs import pipeline
-
-        with db.session(eng) as s:
-            row = kernels_q.get(s, build_id)
-            if row is None or not row.artifact_path:
-                raise NotFoundError(f"kernel build {build_id} has no artifact")
-            kernel = ig.KernelSpec(
-                commit=row.commit, name=row.name, config_name=row.config_name,
-                config_hash=row.config_hash, compiler=row.compiler, tree=tree, status="built",
-            )  # fmt: skip
-            art = Path(row.artifact_path)
-        modules = {p.stem: p for p in sorted((art / "modules").glob("*.ko"))}
-        plan = pipeline.plan_for(pipeline.resolve_jobs([job], runs), self.settings)
-        boot_id = boot.boot_id if boot else f"bisect-{row.commit[:12]}-{time.time_ns()}"
-        workdir = sbconfig.home() / "work" / "nightly" / boot_id
-        started = time.monotonic()
-        try:
-            _res, data = pipeline.run_kernel(
-                art / "bzImage", modules, plan, kernel=kernel, settings=self.settings,
-                workdir=workdir, boot_id=boot_id,
-            )  # fmt: skip
-            if boot is not None:
-                data = [boot_plan.stamp(r, boot, 0) for r in data]
-            for r in data:
-                r.source = "nightly"
-            ig.ingest(eng, data)
-        finally:
-            self.seconds["run"] += time.monotonic() - started
-            shutil.rmtree(workdir, ignore_errors=True)
-
-
-def rev_list(repo: Path, good: str, bad: str) -> list[str]:
-    """First-parent commits after ``good`` up to ``bad``, oldest first."""
-    anc = proc.run(["git", "-C", repo, "merge-base", "--is-ancestor", good, bad], check=False)
-    if anc.returncode != 0:
-        raise InputError(f"{repo.name}", f"{good[:12]} is not an ancestor of {bad[:12]}")
-    out = proc.run(
-        ["git", "-C", repo, "rev-list", "--reverse", "--first-parent", f"{good}..{bad}"]
-    ).stdout
-    return out.split()
-
-
-def commit_subject(repo: Path, commit: str) -> str:
-    res = proc.run(["git", "-C", repo, "log", "-1", "--format=%s", commit], check=False)
-    return res.stdout.strip()
 
 
 # ---- one bisection, recorded -----------------------------------------------------------------

@@ -27,7 +27,7 @@ from stackbench.jobs.series_state import KernelTask, SeriesRun, event
 from stackbench.jobs.settings import Settings
 from stackbench.kernels import qemu
 from stackbench.resultsdb import db
-from stackbench.resultsdb.ingest import KernelSpec, MachineSpec, RunData
+from stackbench.resultsdb.ingest import KernelSpec, MachineSpec, RunData, ingest
 
 # what the guest prints once /init runs (jobs/guest/init.sh): the boot did not hang
 GUEST_BANNER = "stackbench: guest up"
@@ -222,7 +222,7 @@ def boot_one(
         compiler=b.compiler,
         tree=b.tree,
         status="built",
-        meta={"series": sr.series_id},
+        meta={} if sr.series_id is None else {"series": sr.series_id},
     )
     here = subjobs_of(plan, boot)
     first_of = {sj.name: first for sj, first in here}
@@ -248,7 +248,8 @@ def boot_one(
         t.name,
         f"round {boot.round}, {total_runs} runs in this boot",
     )
-    workdir = sbconfig.home() / "work" / f"series-{sr.series_id}" / f"{b.commit[:12]}"
+    where = f"series-{sr.series_id}" if sr.series_id is not None else "lab"
+    workdir = sbconfig.home() / "work" / where / f"{b.commit[:12]}"
     shutil.rmtree(workdir, ignore_errors=True)
     res, runs = run_kernel(
         b.bzimage,
@@ -272,6 +273,8 @@ def boot_one(
         outcome = "runs-failed"
     if t.outcome in ("", "built", "ok"):  # a kernel's outcome is its first failed boot's
         t.outcome, t.error = outcome, error
+    if sr.series_id is None:
+        return runs
     with db.session(eng) as s:
         event(
             s,
@@ -282,6 +285,48 @@ def boot_one(
             f"{res.duration_s:.0f}s" + (f": {res.reason}" if res.reason else ""),
         )
     return runs
+
+
+def boot_and_store(
+    eng: Engine,
+    sr: SeriesRun,
+    t: KernelTask,
+    plan: list[SubJob],
+    boot: Boot,
+    total: int,
+    *,
+    source: str | None = None,
+) -> list[RunData]:
+    """One boot of a plan's rounds, as every comparison makes it (a series' pipeline, a
+    nightly night, a bisect step): boot ``t`` as ``boot`` (:func:`boot_one`), store its runs
+    (``source`` names where they come from, else the executor's) and, for a series, say how
+    it went in an event. Returns the runs."""
+    runs = boot_one(eng, sr, t, [sj for sj in plan if t.runs_subjob(sj)], boot, total)
+    sr.boots_done += 1
+    sr.emit("ingest", sr.boots_done, total, t.name, f"{len(runs)} runs")
+    for r in runs if source else []:
+        r.source = source
+    t0 = time.monotonic()
+    res = ingest(eng, runs)
+    sr.timings["ingest_s"] += time.monotonic() - t0
+    if sr.series_id is not None:
+        with db.session(eng) as s:
+            event(
+                s,
+                sr.series_id,
+                f"build:{t.build_id}",
+                t.outcome,
+                f"{t.name} round {boot.round}: {_run_summary(runs)}; "
+                f"{len(res.inserted)} runs stored",
+            )
+    return runs
+
+
+def _run_summary(runs: list[RunData]) -> str:
+    counts: dict[str, int] = {}
+    for r in runs:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    return ", ".join(f"{n} {st}" for st, n in sorted(counts.items())) or "no runs"
 
 
 # ---- single job on a given artifact (Buildbot workers) --------------------------------------

@@ -14,7 +14,7 @@ back with a non-``done`` status and a one-line error instead of stopping the col
 from __future__ import annotations
 
 import hashlib
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -34,6 +34,7 @@ SNAPSHOTS = (
     "extfrag_index",
     "unusable_index",
     "kcompactd",
+    "clock",
 )
 # USER_HZ: the clock ticks of /proc/<pid>/stat's utime and stime
 CLOCK_TICKS = 100
@@ -42,7 +43,25 @@ SNAPSHOT_KEYS = {
     "extfrag_index": "/sys/kernel/debug/extfrag/extfrag_index",
     "unusable_index": "/sys/kernel/debug/extfrag/unusable_index",
     "kcompactd": "kcompactd",
+    "clock": "clock",
 }
+# clocksources that advance once per timer tick (4 ms at the guest's HZ=250)
+JIFFIES_CLOCKS = ("jiffies", "refined-jiffies")
+# a clock read in steps this coarse cannot time a single allocation or fault
+COARSE_STEP_NS = 1_000_000
+# the watchdog's console lines that mean the clocksource changed
+CLOCK_CHANGE_WORDS = ("Switched to clocksource", "as unstable")
+# clocksources that read the same counter: the kernel boots on "tsc-early" and switches to
+# "tsc" once the TSC's calibration is refined (later under a loaded TCG host, so a run that
+# starts early sees the switch); the counter and its resolution stay the same
+SAME_COUNTER = {"tsc-early": "tsc"}
+
+
+def clock_counter(source: str) -> str:
+    """The counter a clocksource reads: what runs are kept apart by."""
+    return SAME_COUNTER.get(source, source)
+
+
 # the snapshot suffixes: before the scenario stage, before and after the benchmark
 STAGES = {"scenario-before": "scenario_start", "before": "start", "after": "end"}
 # the status file's rc when `timeout -s KILL` stopped the run (128 + SIGKILL)
@@ -125,6 +144,69 @@ def snapshots(run_dir: Path) -> dict[str, dict[str, str]]:
             if p.is_file():
                 out[key][where] = p.read_text(errors="replace")
     return out
+
+
+@dataclass
+class ClockSnapshot:
+    """One ``clock.<stage>`` file (jobs/guest/init.sh)."""
+
+    source: str = ""
+    res_ns: int | None = None  # clock_getres(CLOCK_MONOTONIC)
+    step_ns: int = 0  # the smallest step clock_gettime() was seen to take
+    log: list[str] = field(default_factory=list)  # the kernel's clocksource lines so far
+
+
+def parse_clock(text: str) -> ClockSnapshot:
+    snap = ClockSnapshot()
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "log":
+            snap.log.append(value.strip())
+        elif key == "source":
+            snap.source = value.strip()
+        elif key in ("res_ns", "step_ns") and value.strip().isdigit():
+            setattr(snap, key, int(value))
+    return snap
+
+
+def clock_state(stages: dict[str, dict[str, str]]) -> dict[str, object] | None:
+    """The run's clock: ``source`` (at its start) and ``source_end``, ``resolution_ns``,
+    ``step_ns``, ``changes`` (the clocksource lines the kernel logged during the run) and
+    ``coarse``: why its latencies cannot be trusted, "" when they can. None for a run
+    without clock snapshots (results of a guest older than the clock records)."""
+    first = stages["scenario_start"].get("clock") or stages["start"].get("clock")
+    last = stages["end"].get("clock")
+    if first is None or last is None:
+        return None
+    a, b = parse_clock(first), parse_clock(last)
+    seen = set(a.log)
+    changes = [line for line in b.log if line not in seen]
+    step = max(a.step_ns, b.step_ns)
+    start, end = clock_counter(a.source), clock_counter(b.source)
+    # a switch to the counter the run started on (tsc-early to tsc) changes nothing
+    moved = [
+        line
+        for line in changes
+        if any(w in line for w in CLOCK_CHANGE_WORDS)
+        and not line.rstrip().endswith(f"Switched to clocksource {start}")
+    ]
+    coarse = ""
+    if a.source in JIFFIES_CLOCKS or b.source in JIFFIES_CLOCKS:
+        coarse = f"jiffies clocksource ({b.source if b.source in JIFFIES_CLOCKS else a.source})"
+    elif start != end:
+        coarse = f"clocksource that changed during the run ({a.source} to {b.source})"
+    elif moved:
+        coarse = "clocksource that changed during the run"
+    elif step >= COARSE_STEP_NS:
+        coarse = f"clock that advances in {step / 1e6:g} ms steps"
+    return {
+        "source": start,
+        "source_end": end,
+        "resolution_ns": b.res_ns,
+        "step_ns": step,
+        "changes": changes,
+        "coarse": coarse,
+    }
 
 
 def kcompactd_seconds(text: str) -> float:
@@ -245,6 +327,9 @@ def collect_run(
     data.sysstate = {"test": sj.name, "start": start, "end": end}
     if stages["scenario_start"]:
         data.sysstate["scenario_start"] = stages["scenario_start"]
+    clock = clock_state(stages)
+    if clock is not None:
+        data.sysstate["clock"] = clock
     try:
         status = parse_status(run_dir / "status")
         got = check_setup(run_dir, sj)

@@ -162,13 +162,12 @@ def names() -> list[str]:
 
 
 def load(name: str) -> JobDef:
-    """The definition jobs/defs/<name>.yaml (or a path to a YAML file)."""
-    path = Path(name)
-    if path.suffix not in (".yaml", ".yml"):
-        path = DEFS_DIR / f"{name}.yaml"
-        if not path.is_file() or name == "schema":
-            raise NotFoundError(f"no job definition {name!r} (known: {', '.join(names())})")
-    return load_file(path)
+    """The shipped definition jobs/defs/<name>.yaml. Never a path: names arrive from requests,
+    and a file of the server's choosing must not be read for them (``load_file`` reads one)."""
+    known = names()
+    if name not in known:
+        raise NotFoundError(f"no job definition {name[:80]!r} (known: {', '.join(known)})")
+    return load_file(DEFS_DIR / f"{name}.yaml")
 
 
 def load_all() -> list[JobDef]:

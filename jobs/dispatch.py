@@ -1,21 +1,17 @@
 """The dispatcher: the service that takes every submitted series to ``done`` or ``failed``.
 
-``stackbench up`` runs it (``stackbench dispatcher``, a process beside the web UI and the
-Buildbot master; ``down`` stops it). It looks at what is stored, never at a client:
+``stackbench up`` runs it beside the web UI and the master. It looks at what is stored:
 
 - a series in ``new`` is applied (``git am``) here: ``applied`` or ``apply-failed``;
 - an ``applied`` series goes to Buildbot (the executor of record whenever a master is
   configured: ``$STACKBENCH_BUILDBOT_URL`` or the embedded one), with a submission key of its
   own so a restarted dispatcher finds its buildset instead of submitting a second one; with
   no Buildbot it runs in this process (the in-process pipeline, one series at a time);
-- a series at Buildbot advances from its builds and from the runs the workers stored
-  (``building k/N``, ``running k/M``) and ends when its last build has ended: ``failed`` with
-  every reason (the failing step's log tail and the Buildbot log's address, a stored
-  ``build-failed`` kernel, runs that crashed) or ``done``;
-- a finished series gets its report mail queued (see :func:`lifecycle.queue_report`).
+- a series at Buildbot advances from its builds and its stored runs (``building k/N``,
+  ``running k/M``) and ends with its last build: ``failed`` with every reason (log tails and
+  addresses, ``build-failed`` kernels, crashed runs) or ``done``, and its report is queued.
 
-Only one dispatcher works on a database at a time (a PostgreSQL advisory lock), so a second
-``stackbench up`` elsewhere waits instead of doubling the work.
+One dispatcher works on a database at a time (an advisory lock): a second waits.
 """
 
 from __future__ import annotations
@@ -25,22 +21,30 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from typing import Any
 
 from sqlalchemy import Engine
 
 from stackbench import config
 from stackbench.errors import StackbenchError
-from stackbench.jobs import lifecycle, rounds
+from stackbench.jobs import build_stage, lifecycle, rounds
 from stackbench.jobs import plan as boot_plan
-from stackbench.resultsdb import db, kernels_store, series_store, signals
+from stackbench.jobs.faults import first_error, host_fault
+from stackbench.jobs.faults import first_line as _first_line
+from stackbench.resultsdb import db, kernels_store, series_runs_store, series_store, signals
 
 log = logging.getLogger(__name__)
 
-LOCK_KEY = 0x5B_D15_9A7  # pg_advisory_lock key: one dispatcher per database
+LOCK_KEY = signals.DISPATCHER_LOCK
 DISPATCH_RETRY_S = 5.0  # how long one Buildbot request of the dispatcher retries
 PASSED = (0, 1)  # buildbot.process.results SUCCESS, WARNINGS
 RETRY = 5
+# between looks when nothing woke it: a submission, the end of local work and the master's
+# reporter (every build's start and end, jobs.buildbot.reporter) NOTIFY it at once
+POLL_S = 10.0
+RECONNECT_MIN_S, RECONNECT_MAX_S = 0.5, 30.0  # backoff of a dispatcher that lost its database
+HOST_RETRY_MIN_S, HOST_RETRY_MAX_S = 2.0, 300.0  # and of a series waiting on a host fault
 RESULT_NAMES = {2: "failure", 3: "skipped", 4: "exception", 6: "cancelled"}
 LOG_TAIL_LINES = 25
 
@@ -108,16 +112,15 @@ class BuildbotExecutor:
         return int(sub["buildset"])
 
     def submit_rounds(self, series_id: int, submission: str, key: str,
-                      boots: list[dict[str, Any]]) -> int:  # fmt: skip
+                      boots: list[dict[str, Any]], avoid: list[str] | None = None) -> int:  # fmt: skip
         from stackbench.jobs.buildbot.client import submit_rounds
 
-        return submit_rounds(
-            self.master, series=series_id, submission=submission, rounds_key=key, boots=boots
-        )
+        return submit_rounds(self.master, series=series_id, submission=submission,
+                             rounds_key=key, boots=boots, avoid=avoid or [])  # fmt: skip
 
     def builds(self, submission: str, since: int) -> list[dict[str, Any]]:
         wanted = ("submission", "kernel_name", "commit", "job", "position", "tree",
-                  "kernel_config", "round")  # fmt: skip
+                  "kernel_config", "round", "boots", "kernel")  # fmt: skip
         q = "&".join(f"property={p}" for p in wanted)
         builds = self.master.get(f"builds?buildid__gt={since}&{q}")["builds"]
         return [b for b in builds if _props(b).get("submission") == submission]
@@ -126,6 +129,23 @@ class BuildbotExecutor:
         """Build requests of this submission not finished yet (queued or running)."""
         reqs = self.master.get("buildrequests?complete=false")["buildrequests"]
         return sum(1 for r in reqs if self._submission_of(int(r["buildsetid"])) == submission)
+
+    def lost_workers(self, builds: list[dict[str, Any]]) -> list[str]:
+        """A line for each worker that went away mid-build and is not back: Buildbot ends
+        its build RETRY and runs it again when a worker returns, which the page must say."""
+        out = []
+        for b in builds:
+            if b.get("results") != RETRY or not b.get("workerid"):
+                continue
+            workers = self.master.get(f"workers/{b['workerid']}")["workers"]
+            if not workers or workers[0].get("connected_to"):
+                continue
+            p = _props(b)
+            what = " ".join(str(x) for x in (p.get("kernel_name"), p.get("job")) if x)
+            out.append(f"worker {workers[0]['name']} lost during {self.builder(b['builderid'])}"
+                       f"{' ' + what if what else ''} (build {b['buildid']}): Buildbot runs it "
+                       "again when a worker is back")  # fmt: skip
+        return sorted(set(out))
 
     def failure(self, build: dict[str, Any]) -> str:
         """One line saying which build failed, where, why (the failing step's last error
@@ -175,14 +195,45 @@ class Dispatcher:
         self._local: queue.Queue[tuple[str, int]] = queue.Queue()
         self._queued: set[int] = set()
         self._warned: set[int] = set()
+        self._retry_at: dict[int, float] = {}  # series waiting on a host fault: next try
+        self._backoff: dict[int, float] = {}
         self.stop = threading.Event()
         self._thread = threading.Thread(target=self._local_worker, daemon=True)
 
     # -- the loop
 
-    def run(self, poll: float = 2.0) -> None:
-        """Work until stopped: a tick at every notification, and every ``poll`` seconds."""
-        self._thread.start()
+    def serve(self, poll: float = POLL_S) -> None:
+        """Work until stopped, through database restarts: holding the one-dispatcher lock,
+        and when the connection is lost, connecting again with backoff (0.5 s doubling to
+        RECONNECT_MAX_S) and taking the lock again."""
+        delay = RECONNECT_MIN_S
+        while not self.stop.is_set():
+            try:
+                lock = hold_lock(self.eng, lambda: not self.stop.is_set())
+                if lock is None:
+                    return
+                delay = RECONNECT_MIN_S
+                log.info("dispatcher: working on %s",
+                         self.eng.url.render_as_string(hide_password=True))  # fmt: skip
+                try:
+                    self.run(poll)
+                    return
+                finally:
+                    with suppress(Exception):  # the lock's connection may be gone already
+                        lock.close()
+            except Exception as exc:
+                if not db.connection_lost(exc):
+                    raise
+                log.warning("dispatcher: database connection lost (%s); trying again in "
+                            "%.1f s", _first_line(exc), delay)  # fmt: skip
+                self.stop.wait(delay)
+                delay = min(delay * 2, RECONNECT_MAX_S)
+
+    def run(self, poll: float = POLL_S) -> None:
+        """Work until stopped: a tick at every notification, and every ``poll`` seconds.
+        A lost database connection ends it (``serve`` connects again)."""
+        if not self._thread.is_alive():
+            self._thread.start()
         conn = signals.listen(db.resolve_url(start=False), lifecycle.CHANNEL)
         try:
             while not self.stop.is_set():
@@ -190,16 +241,18 @@ class Dispatcher:
                     self.tick()
                 except StackbenchError as exc:
                     log.warning("dispatcher: %s", exc)
-                except Exception:  # a bad series must not stop the service for the others
+                except Exception as exc:  # a bad series must not stop the service for the others
+                    if db.connection_lost(exc):
+                        raise
                     log.exception("dispatcher tick failed")
                 for _ in conn.notifies(timeout=poll, stop_after=1):
                     pass
         finally:
-            conn.close()
+            with suppress(Exception):
+                conn.close()
 
     def tick(self) -> None:
-        for sid, state, meta in self._active():
-            how = (meta.get("dispatch") or {}).get("executor")
+        for sid, state, meta, how in self._active():
             if state in ("new", "applying") and not how:
                 self._enqueue("apply", sid)
             elif state == "applied" and not how and meta.get("push") and "fetched" not in meta:
@@ -213,11 +266,11 @@ class Dispatcher:
         for sid in self._unreported():  # finished while no dispatcher was there to report
             self._report(sid, "finished")
 
-    def _active(self) -> list[tuple[int, str, dict[str, Any]]]:
-        # only series a front door handed over (lifecycle.create marks them): a foreground
+    def _active(self) -> list[tuple[int, str, dict[str, Any], str]]:
+        # only series a front door handed over (an open attempt): a foreground
         # `stackbench demo` or `submit` runs its own
         with db.session(self.eng) as s:
-            return series_store.handed_over(s, lifecycle.PENDING)
+            return series_runs_store.active(s, lifecycle.PENDING)
 
     def _unreported(self) -> list[int]:
         with db.session(self.eng) as s:
@@ -226,9 +279,10 @@ class Dispatcher:
     # -- local work: apply, and the in-process executor
 
     def _enqueue(self, what: str, sid: int) -> None:
-        if sid not in self._queued:
-            self._queued.add(sid)
-            self._local.put((what, sid))
+        if sid in self._queued or self._retry_at.get(sid, 0.0) > time.monotonic():
+            return
+        self._queued.add(sid)
+        self._local.put((what, sid))
 
     def _local_worker(self) -> None:
         while not self.stop.is_set():
@@ -237,24 +291,67 @@ class Dispatcher:
             except queue.Empty:
                 continue
             try:
-                if what == "apply":
-                    self._apply(sid)
-                elif what == "fetch":
-                    self._fetch(sid)
-                else:
-                    self._run_in_process(sid)
-            except Exception as exc:  # recorded on the series; the service goes on
+                self._work(what, sid)
+            except Exception:  # the thread must outlive any series and any outage
                 log.exception("series %s: %s failed", sid, what)
-                reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-                lifecycle.set_state(self.eng, sid, "failed", f"{what} failed: {reason}",
-                                    error=f"{what} failed: {reason}")  # fmt: skip
             finally:
                 self._queued.discard(sid)
+            # the loop waits for a NOTIFY: the next step (the hand-over after an apply)
+            # starts now instead of at the next poll
+            with suppress(Exception), db.session(self.eng) as s:
+                lifecycle.notify(s)
+
+    def _work(self, what: str, sid: int) -> None:
+        try:
+            if what == "apply":
+                self._apply(sid)
+            elif what == "fetch":
+                self._fetch(sid)
+            else:
+                self._run_in_process(sid)
+        except Exception as exc:
+            if db.connection_lost(exc):
+                # nothing to record while the database is away: the series keeps its
+                # state, and the next tick after the reconnection takes it up again
+                log.warning("series %s: %s stopped, database lost: %s", sid, what,
+                            _first_line(exc))  # fmt: skip
+                return
+            fault = host_fault(exc)
+            if fault is None:  # the series' own fault: recorded on it, for good
+                log.exception("series %s: %s failed", sid, what)
+                reason = _first_line(exc)
+                lifecycle.set_state(self.eng, sid, "failed", f"{what} failed: {reason}",
+                                    error=f"{what} failed: {reason}")  # fmt: skip
+                return
+            self._wait_on_host(sid, what, fault)
+            return
+        if sid in self._retry_at:
+            self._retry_at.pop(sid)
+            self._backoff.pop(sid, None)
+            lifecycle.update_meta(self.eng, sid, host_fault=None)
+
+    def _wait_on_host(self, sid: int, what: str, fault: str) -> None:
+        """A fault of this machine (a read-only or full disk, a permission): the series is
+        not to blame, so it keeps its state and is tried again, less often each time, until
+        the host is fixed; its page says what it waits on."""
+        delay = min(self._backoff.get(sid, HOST_RETRY_MIN_S / 2) * 2, HOST_RETRY_MAX_S)
+        self._backoff[sid] = delay
+        self._retry_at[sid] = time.monotonic() + delay
+        log.warning("series %s: %s waits on a host fault (retry in %.0f s): %s",
+                    sid, what, delay, fault)  # fmt: skip
+        meta = lifecycle.update_meta(self.eng, sid)
+        if (meta.get("host_fault") or {}).get("error") != fault:
+            lifecycle.update_meta(self.eng, sid, host_fault={"error": fault, "step": what})
+            lifecycle.event(self.eng, sid, f"series:{sid}", "waiting",
+                            f"{what}: waiting on a host fault, retried until fixed: {fault}")  # fmt: skip
 
     def _apply(self, sid: int) -> None:
         from stackbench.jobs import pipeline
 
         pipeline.apply_only(self.eng, sid)  # records applied / apply-failed itself
+        line = lifecycle.report_apply_failed(self.eng, sid)
+        if line:
+            log.info("series %s: apply-failed; %s", sid, line)
 
     def _fetch(self, sid: int) -> None:
         """Pushed commits live in the intake repository: copy them into the tree's
@@ -276,7 +373,7 @@ class Dispatcher:
     def _run_in_process(self, sid: int) -> None:
         from stackbench.jobs import pipeline
 
-        state = pipeline.run_series(self.eng, sid)
+        state = pipeline.run_series(self.eng, sid, executor="in-process")
         if state in ("done", "failed"):
             self._report(sid, state)
 
@@ -297,9 +394,10 @@ class Dispatcher:
     def _hand_over(self, sid: int, meta: dict[str, Any]) -> None:
         bb = self._buildbot()
         if bb is None:
-            lifecycle.update_meta(self.eng, sid, dispatch={"executor": "in-process"})
-            lifecycle.event(self.eng, sid, f"series:{sid}", "applied",
-                            "no Buildbot master configured: running it in the dispatcher")  # fmt: skip
+            with db.session(self.eng) as s:
+                series_runs_store.take(s, sid, "in-process")
+                series_store.add_event(s, sid, f"series:{sid}", "applied",
+                                       "no Buildbot master configured: running it in the dispatcher")  # fmt: skip
             self._enqueue("run", sid)
             return
         from stackbench.jobs import pipeline
@@ -307,7 +405,9 @@ class Dispatcher:
         kernels = series_kernels(self.eng, sid)
         jobs = list(meta.get("jobs") or pipeline.DEFAULT_JOBS)
         runs = int(meta.get("runs") or lifecycle.DEFAULT_RUNS)
-        submission = f"stackbench-series-{sid}-{int(meta.get('attempts', 0)) + 1}"
+        with db.session(self.eng) as s:
+            number = series_runs_store.current(s, sid).number
+        submission = f"stackbench-series-{sid}-{number}"
         try:
             since = bb.last_build_id()
             bsid = bb.submit(sid, submission, kernels, jobs, runs)
@@ -320,65 +420,70 @@ class Dispatcher:
             return
         self._warned.discard(sid)
         dispatch = {
-            "executor": "buildbot",
-            "submission": submission,
-            "buildset": bsid,
-            "since_build": since,
-            "first_run": _last_run_id(self.eng) + 1,
-            "kernels": len(kernels),
+            "submission": submission, "buildset": bsid, "since_build": since,
+            "first_run": _last_run_id(self.eng) + 1, "kernels": len(kernels),
             # one benchmark build per boot, every job in it (jobs.rounds)
             "benchmarks": len(kernels) * boot_plan.boots_for(runs),
             "buildbot": bb.master.url,
-            "rounds_by": "dispatcher",
-        }
+        }  # fmt: skip
         lifecycle.set_state(
             self.eng, sid, "building",
             f"handed to Buildbot (buildset {bsid}): {len(kernels)} kernels, "
             f"{len(jobs)} job(s) x {runs} run(s)",
-            progress=f"0/{len(kernels)}", meta={"dispatch": dispatch},
+            progress=f"0/{len(kernels)}",
+            record=lambda s: series_runs_store.take(s, sid, "buildbot", **dispatch),
         )  # fmt: skip
 
     def _reconcile(self, sid: int, meta: dict[str, Any]) -> None:
         bb = self._buildbot()
-        d = meta["dispatch"]
-        if bb is None:
+        with db.session(self.eng) as s:
+            d = series_runs_store.dispatch(s, sid)
+        if bb is None or d is None:
             return
         try:
-            builds = bb.builds(d["submission"], int(d.get("since_build", 0)))
-            pending = bb.pending(d["submission"])
+            builds = bb.builds(d.submission, d.since_build)
+            pending = bb.pending(d.submission)
         except StackbenchError as exc:
             log.warning("series %s: Buildbot not reachable: %s", sid, exc)
             return
-        attach_builds(self.eng, sid)
         names = {b["buildid"]: bb.builder(b["builderid"]) for b in builds}
         kernel_builds = [b for b in builds if names[b["buildid"]].startswith("build-")]
+        build_stage.record_built(self.eng, sid, kernel_builds)  # on the page at once
+        every = builds
+        rounds.record(self.eng, bb, sid, every, names)
         builds = rounds.latest_attempts(builds, names)
         benches = [b for b in builds if names[b["buildid"]].startswith("bench-")]
         built = sum(1 for b in kernel_builds if b["complete"] and b["results"] != RETRY)
-        measured = sum(1 for b in benches if b["complete"] and b["results"] != RETRY)
-        n, m = int(d.get("kernels", 0)), int(d.get("benchmarks", 0))
+        measured = sum(
+            rounds.boots_of(b) for b in benches if b["complete"] and b["results"] != RETRY
+        )
+        n, m = d.kernels, d.benchmarks
         finished = bool(builds) and not pending and all(b["complete"] for b in builds)
-        if d.get("rounds_by") == "dispatcher" and built >= n:
-            if not d.get("batches") and rounds.start(self.eng, bb, sid, meta, builds):
+        if built >= n:
+            if not d.batches and rounds.start(self.eng, bb, sid, meta, builds):
                 return
             failing = any(b["results"] not in (*PASSED, RETRY) for b in builds if b["complete"])
             if finished and not failing and rounds.go_on(self.eng, bb, sid, meta, builds):
                 return
         if not finished:
+            try:
+                lost = {"lost_workers": bb.lost_workers(every)}
+            except StackbenchError:
+                lost = None  # said on the next tick
             if built < n:
                 lifecycle.set_state(self.eng, sid, "building", f"{built} of {n} kernels built",
-                                    progress=f"{built}/{n}")  # fmt: skip
+                                    progress=f"{built}/{n}", meta=lost)  # fmt: skip
             else:
                 lifecycle.set_state(self.eng, sid, "running",
                                     f"{measured} of {m} benchmarks measured",
-                                    progress=f"{measured}/{m}")  # fmt: skip
+                                    progress=f"{measured}/{m}", meta=lost)  # fmt: skip
             return
         # a rounds build fails (or is cut short) with its boots: they say why, not it
         failed = [b for b in builds if b["results"] not in (*PASSED, RETRY)
                   and names[b["buildid"]] != "rounds"]  # fmt: skip
         reasons = [bb.failure(b) for b in failed]
-        reasons += stored_failures(self.eng, sid, int(d.get("first_run", 0)))
-        if d.get("batches") and not reasons and measured < m:
+        reasons += stored_failures(self.eng, sid, d.first_run)
+        if d.batches and not reasons and measured < m:
             # never a silent gap: a rounds build that ended without running all its boots
             reasons.append(f"{m - measured} of {m} planned boots did not run: submit the "
                            "series again to measure them")  # fmt: skip
@@ -398,7 +503,10 @@ class Dispatcher:
         self._report(sid, "done")
 
     def _report(self, sid: int, state: str) -> None:
-        log.info("series %s: %s; %s", sid, state, lifecycle.queue_report(self.eng, sid))
+        # the series' own comparison first: the page links it, nobody needs an account
+        key = lifecycle.publish_comparison(self.eng, sid)
+        log.info("series %s: %s; comparison %s; %s", sid, state, key or "none",
+                 lifecycle.queue_report(self.eng, sid))  # fmt: skip
 
     def _record_failed_builds(self, sid: int, failed: list[dict], reasons: list[str]) -> None:
         """A kernel whose build failed at Buildbot gets its ``build-failed`` row (with the log
@@ -460,22 +568,6 @@ def stored_failures(eng: Engine, sid: int, first_run: int) -> list[str]:
         why = (error or "").splitlines()[0] if error else ""
         out.append(f"{name}: {n} run(s) {status}" + (f" ({why})" if why else ""))
     return out
-
-
-def first_error(tail: str) -> str:
-    """The line that says why: the compiler's first ``error:``, else make's last error
-    line, else the last line."""
-    lines = [ln.strip() for ln in tail.splitlines() if ln.strip()]
-    for pick in (
-        lambda: next(ln for ln in lines if "error:" in ln),
-        lambda: next(ln for ln in reversed(lines) if "error" in ln.lower()),
-        lambda: lines[-1],
-    ):
-        try:
-            return pick()[:300]
-        except (StopIteration, IndexError):
-            continue
-    return ""
 
 
 def _last_run_id(eng: Engine) -> int:

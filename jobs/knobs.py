@@ -46,15 +46,6 @@ RECORDED = (
 _SYSCTL = re.compile(r"^vm\.([a-z0-9_]+)$")
 
 
-def is_system_param(key: str) -> bool:
-    return (
-        key in FILES
-        or key in STAGE_PARAMS
-        or key in ("cmdline", "kconfig")
-        or bool(_SYSCTL.match(key))
-    )
-
-
 def knob_path(name: str) -> str:
     """The guest file behind a knob name (``thp_enabled``, ``vm.compaction_proactiveness``)."""
     if name in FILES:

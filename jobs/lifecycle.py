@@ -4,8 +4,11 @@ states it goes through until the dispatcher (stackbench.jobs.dispatch) finishes 
     new -> applying -> applied -> building k/N -> running k/M -> done | failed (reason)
                \\-> apply-failed
 
-``series.state`` holds the word (``building``); the ``k/N`` part lives in
-``series.meta["progress"]`` so filters and badges keep working on the word alone.
+``series.state`` holds the word (``building``), what filters and badges use; the ``k/N``
+part is the running attempt's. Who runs the series and how far it got (each hand-over's
+attempt, its progress, its batches of rounds, each round's try) is typed, in
+``stackbench.resultsdb.series_runs_store``; :func:`set_state` is the one writer of the
+state, and ends the attempt when the series ends.
 
 CLI ``submit``, the web form, ``POST /api/series`` and ``git push`` (HTTP and SSH) all go
 through :func:`check` (one validation: tree, base, jobs with overrides, runs) and
@@ -15,7 +18,9 @@ the request: the dispatcher that ``stackbench up`` runs picks the series up.
 
 from __future__ import annotations
 
+import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +28,18 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from stackbench.errors import InputError, NotFoundError, StackbenchError
-from stackbench.resultsdb import accounts_q, db, series_store, signals, trees_q
+from stackbench.resultsdb import (
+    accounts_q,
+    comparisons_q,
+    db,
+    kernels_store,
+    series_runs_store,
+    series_store,
+    signals,
+    trees_q,
+)
+
+log = logging.getLogger(__name__)
 
 MAX_RUNS = 30
 DEFAULT_RUNS = 3
@@ -159,6 +175,32 @@ def check(
     return Checked(tree=tree, base=base, jobs=cleaned, runs=n_runs)
 
 
+def already_stored(s: Session, parsed: Any, checked: Checked) -> series_store.Series | None:
+    """The stored series this submission is (same Message-ID, patches, tree and base), if
+    any: :func:`create` would answer with it instead of storing a new one."""
+    from stackbench.patches.store import resolve_base, series_key
+
+    row = trees_q.named(s, checked.tree)
+    base = resolve_base(parsed, checked.base or None, row.default_base if row else None)
+    return series_store.by_key(s, series_key(parsed, checked.tree, base))
+
+
+def resubmission_note(stored: series_store.Series, parsed: Any) -> str:
+    """What a resubmission says about the stored series it matched: it is the same series,
+    and what of the new mbox was not kept (the key is the Message-ID and the patches)."""
+    kept = []
+    if (stored.cover_letter or "") != (parsed.cover_letter or ""):
+        kept.append("cover letter")
+    if stored.title != parsed.title:
+        kept.append("title")
+    note = f"series {stored.id} is already stored: same Message-ID and patches [{stored.state}]"
+    if len(kept) == 1:
+        note += f"; this mbox's {kept[0]} differs: the stored one is kept"
+    elif kept:
+        note += f"; this mbox's {' and '.join(kept)} differ: the stored ones are kept"
+    return note
+
+
 def create(
     s: Session,
     parsed: Any,
@@ -169,10 +211,13 @@ def create(
     mbox: bytes | None = None,
     meta: dict[str, Any] | None = None,
     applied: Any = None,
+    foreground: bool = False,
 ) -> series_store.Series:
     """Store a checked submission and hand it to the dispatcher (idempotent: the same
     series on the same tree and base gives the stored one back). ``applied`` is an
-    ApplyResult for series whose commits already exist (git push)."""
+    ApplyResult for series whose commits already exist (git push); ``foreground``: the
+    caller runs it or hands it over itself (``demo``, ``submit``), the dispatcher does not
+    take it."""
     from stackbench.patches.store import create_series, record_apply, resolve_base
 
     row = trees_q.named(s, checked.tree)
@@ -201,6 +246,8 @@ def create(
         return series  # the same submission again: already handed over
     who = accounts_q.user(s, owner_id).name if owner_id else "an anonymous submitter"
     series_store.merge_meta(series, submitted=source)
+    if not foreground:
+        series_runs_store.begin(s, series.id, source=source)
     if applied is not None:
         record_apply(s, series.id, applied)
     series_store.add_event(
@@ -215,21 +262,37 @@ def create(
     return series
 
 
-def hand_over(eng: Engine, series_id: int, *, source: str, fresh: bool = False) -> str:
+def hand_over(
+    eng: Engine,
+    series_id: int,
+    *,
+    source: str,
+    fresh: bool = False,
+    jobs: list[str] | None = None,
+    runs: Any = None,
+) -> str:
     """Give a stored series to the dispatcher, once: what a watching client (``demo``) does
     instead of running it. Returns what happened: ``attached`` (already handed over and not
     finished, even when ``fresh``: nothing is sent again), ``finished`` (done, and not
     ``fresh``), ``apply-failed``
     or ``handed-over``. A failed series, a ``fresh`` one (a rerun or a new plan) and one a
     foreground client ran are handed over again under a new attempt, so the dispatcher's
-    submission key is new and the master gets one new buildset."""
+    submission key is new and the master gets one new buildset. ``jobs`` and ``runs``
+    replace the series' own for this and later attempts (checked as a submission's are)."""
+    settings = {"jobs": check_jobs(jobs)} if jobs else {}
+    if runs is not None:
+        settings["runs"] = check_runs(runs)
     with db.session(eng) as s:
         row = series_store.get(s, series_id, lock=True)
         if row is None:
             raise NotFoundError(f"no series {series_id}")
         meta = dict(row.meta)
-        how = (meta.get("dispatch") or {}).get("executor")
-        ours = meta.get("submitted") and how in (None, "buildbot", "in-process")
+        last = series_runs_store.current(s, series_id)
+        ours = (
+            last is not None
+            and last.ended is None
+            and last.executor != series_runs_store.FOREGROUND
+        )
         if row.state == "apply-failed":
             return "apply-failed"
         if row.state == "done" and not fresh:
@@ -237,20 +300,37 @@ def hand_over(eng: Engine, series_id: int, *, source: str, fresh: bool = False) 
         if row.state in PENDING and ours:
             return "attached"  # a rerun of a series still running waits for it
         applied = bool(row.base_commit) and all(p.commit_sha for p in row.patches)
-        for key in ("dispatch", "report_mail", "progress"):
-            meta.pop(key, None)
+        meta.pop("report_mail", None)
         meta["submitted"] = meta.get("submitted") or source
-        meta["attempts"] = int(meta.get("attempts", 0)) + 1
+        attempt = series_runs_store.begin(s, series_id, source=source)
+        meta.update(settings)
         series_store.save(row, state="applied" if applied else "new", error="", meta=meta)
         series_store.add_event(
             s,
             series_id,
             f"series:{series_id}",
             row.state,
-            f"handed to the dispatcher via {source} (attempt {meta['attempts']})",
+            f"handed to the dispatcher via {source} (attempt {attempt.number})",
         )
         notify(s)
     return "handed-over"
+
+
+def hand_over_line(
+    eng: Engine, series_id: int, *, jobs: list[str] | None = None, runs: int | None = None
+) -> tuple[str, bool]:
+    """``stackbench buildbot submit``: hand the series over again (:func:`hand_over`, a new
+    attempt) and say what happened; False when there is nothing to run."""
+    how = hand_over(eng, series_id, source="buildbot submit", fresh=True, jobs=jobs, runs=runs)
+    if how == "apply-failed":
+        return f"series {series_id} did not apply: nothing to build (its page says why)", False
+    if how == "attached":
+        return f"series {series_id} is still running: it goes on, nothing sent again", True
+    with db.session(eng) as s:
+        working = signals.lock_held(s, signals.DISPATCHER_LOCK)
+    who = "the dispatcher submits it to Buildbot" if working else (
+        "no dispatcher works on this database now: 'stackbench up' starts one")  # fmt: skip
+    return f"series {series_id} handed to the dispatcher; {who}", True
 
 
 def notify(s: Session) -> None:
@@ -270,21 +350,26 @@ def set_state(
     error: str | None = None,
     progress: str | None = None,
     meta: dict[str, Any] | None = None,
+    record: Callable[[Session], Any] | None = None,
 ) -> None:
-    """Move a series to ``state`` with an event; ``progress`` is the ``k/N`` part."""
+    """Move a series to ``state`` with an event; ``progress`` is the ``k/N`` part.
+    ``record`` writes the attempt's bookkeeping (series_runs_store) in the same transaction,
+    so a state and the hand-over or batch that explains it are never stored one without
+    the other. A final state ends the open attempt with it as its outcome."""
     with db.session(eng) as s:
         row = series_store.get(s, series_id, lock=True)
         if row is None:
             raise NotFoundError(f"no series {series_id}")
-        changed = row.state != state or (progress or "") != row.meta.get("progress", "")
-        new_meta = {**row.meta, **(meta or {})}
-        if progress is not None:
-            new_meta["progress"] = progress
-        elif state in FINAL:
-            new_meta.pop("progress", None)
+        if record is not None:
+            record(s)
+        moved = progress is not None and series_runs_store.set_progress(s, series_id, progress)
+        changed = row.state != state or moved
+        new_meta = {**row.meta, **meta} if meta else None
         series_store.save(
             row, state=state, error=None if error is None else error[:4000], meta=new_meta
         )
+        if state in FINAL:
+            series_runs_store.end(s, series_id, state)
         if changed:
             series_store.add_event(s, series_id, f"series:{series_id}", state, message[:4000])
 
@@ -302,6 +387,31 @@ def event(eng: Engine, series_id: int, subject: str, state: str, message: str) -
         series_store.add_event(s, series_id, subject, state, message[:4000])
 
 
+# ---- the series' own comparison --------------------------------------------------------------
+
+
+def publish_comparison(eng: Engine, series_id: int) -> str | None:
+    """The comparison of the base and every commit with results, made once when the series
+    ends and public at /compare/<key> (nobody's quota); its key, also kept in
+    ``series.meta["comparison"]``; None when fewer than two kernels have results."""
+    from stackbench.jobs.pipeline import series_kernels
+
+    ids = []
+    with db.session(eng) as s:
+        for k in series_kernels(eng, series_id):
+            if kernels_store.done_run_count(s, k.id):
+                ids.append(k.id)
+    if len(ids) < 2:
+        return None
+    with db.session(eng) as s:
+        key = comparisons_q.publish(s, ids).key
+    if (update_meta(eng, series_id).get("comparison") or {}).get("key") != key:
+        update_meta(eng, series_id, comparison={"key": key, "builds": ids})
+        event(eng, series_id, f"series:{series_id}", "compared",
+              f"comparison of the base and every commit: /compare/{key}")  # fmt: skip
+    return key
+
+
 # ---- the report mail ------------------------------------------------------------------------
 
 
@@ -311,6 +421,14 @@ def recipients(eng: Engine, series_id: int, list_addr: str) -> list[str]:
         series = series_store.get(s, series_id)
         if series is None:
             raise NotFoundError(f"no series {series_id}")
+        posted = (series.meta or {}).get("list")
+        if isinstance(posted, dict):
+            # posted to a mailing list: the list's report addresses, the author only when
+            # the list's configuration says so
+            out = list(posted.get("report_to") or [])
+            if posted.get("cc_author") and series.submitter_email:
+                out.append(series.submitter_email)
+            return list(dict.fromkeys(out))
         owner = accounts_q.user(s, series.owner_id) if series.owner_id else None
         first = (owner.email if owner is not None else "") or series.submitter_email
     out = [a for a in (first, list_addr) if a]
@@ -320,11 +438,25 @@ def recipients(eng: Engine, series_id: int, list_addr: str) -> list[str]:
 def queue_report(eng: Engine, series_id: int) -> str:
     """Queue the series' report mail (robot layout, threaded under the cover letter) and
     note it on the series; the line to show."""
+    from stackbench.jobs import reproducer
     from stackbench.mail import config, reports
 
     cfg = config.from_env()
     mail = reports.series_report(eng, series_id, cfg)
     mail.to = recipients(eng, series_id, cfg.list_addr)
+    try:
+        found = reproducer.for_series(eng, series_id, mail.commit)
+    except Exception as exc:  # noqa: BLE001 - the report goes without it, never not at all
+        log.warning("series %s: no reproducer: %s", series_id, exc)
+        found = None
+    if found is not None:
+        mail.attachments.append((found.name, found.text))
+        mail.body = mail.body.replace(
+            reports.SIGNATURE,
+            f"\nTo reproduce without stackbench: sh {found.name} BZIMAGE (attached).\n"
+            + reports.SIGNATURE,
+            1,
+        )
     if not mail.to:
         note = {"to": [], "why": "no recipient: the submitter has no address and "
                 "STACKBENCH_MAIL_LIST is not set"}  # fmt: skip
@@ -335,3 +467,17 @@ def queue_report(eng: Engine, series_id: int) -> str:
     line = f"report mail #{mail_id} queued to {', '.join(mail.to)}"
     event(eng, series_id, f"series:{series_id}", "mail", line)
     return line
+
+
+def report_apply_failed(eng: Engine, series_id: int) -> str | None:
+    """A series from a mailing list whose patches did not apply gets a short reply in its
+    thread only when the list's configuration asks for one (``reports.apply_failed_reply``);
+    the line to log, or None when nothing was queued."""
+    with db.session(eng) as s:
+        row = series_store.get(s, series_id)
+        posted = (row.meta or {}).get("list") if row is not None else None
+        if row is None or row.state != "apply-failed" or not isinstance(posted, dict):
+            return None
+        if not posted.get("apply_failed_reply") or row.meta.get("report_mail"):
+            return None
+    return queue_report(eng, series_id)

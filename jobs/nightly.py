@@ -28,7 +28,13 @@ Per branch and night:
    the old one are closed as fixed; otherwise the baseline stays, so the next night still
    compares with the last good kernel, and a metric that is still worse at a later head is
    the regression already open (not a new one, not bisected or mailed again);
-6. each new regression is bisected between the baseline and the head; regressions that name
+6. the head is a night of the branch's history (jobs/history.py): change points over every
+   night, per job, metric and machine kind, date the regressions the first look opened
+   (``meta["change_night"]``), open one at a worse shift the first look missed (between the
+   last night before it and the first after), and close a dated one whose level came back;
+   when every metric still worse is a dated shift, the head becomes the baseline of the new
+   level, so the nights after it compare with that level and alert no more;
+7. each new regression is bisected between its good and bad kernels; regressions that name
    the same culprit for the same job share one report mail; then the summary mail is queued.
 
 ``now=False`` is what a scheduler may call repeatedly: a branch whose head was already judged
@@ -50,7 +56,7 @@ from sqlalchemy.orm import Session
 
 from stackbench.errors import NotFoundError, StackbenchError
 from stackbench.jobs import bisect_runner as br
-from stackbench.jobs import jobspecs
+from stackbench.jobs import history, jobspecs
 from stackbench.jobs.tracked_branches import (
     Tracked,
     load_tracked,
@@ -66,7 +72,14 @@ from stackbench.resultsdb import (
     trees_q,
     trees_store,
 )
-from stackbench.resultsdb.verdict import DEFAULT, Policy, Verdict, is_headline, judge_many
+from stackbench.resultsdb.verdict import (
+    DEFAULT,
+    Policy,
+    Verdict,
+    family,
+    is_headline,
+    judge_many,
+)
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +102,8 @@ class JobOutcome:
     runs_head: int = 0
     verdicts: dict[str, Verdict] = field(default_factory=dict)
     worse: list[str] = field(default_factory=list)
+    # the metrics a change point may open a regression of: name -> (id, higher is better)
+    metrics: dict[str, tuple[int, bool | None]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         counts: dict[str, int] = {}
@@ -166,7 +181,11 @@ def judge_job(
             )
             for m in metrics
         }
-        out.verdicts = judge_many(pairs, policy) if pairs else {}
+        families = {n: family(jid, head_id, is_headline(n, p[3], p[2])) for n, p in pairs.items()}
+        out.verdicts = judge_many(pairs, policy, families) if pairs else {}
+        out.metrics = {
+            m.name: (m.id, m.higher_is_better) for m in metrics if m.kind not in FOLLOWERS
+        }
         # only a headline metric that is still undecided is worth more boots of both kernels;
         # a noisy counter or duration stays undecided and is reported as such
         wanted = max(
@@ -247,6 +266,7 @@ class BranchReport:
     jobs: list[dict[str, Any]] = field(default_factory=list)
     regressions: list[int] = field(default_factory=list)  # new ones
     known: list[int] = field(default_factory=list)  # already open from an earlier night
+    confirmed: list[int] = field(default_factory=list)  # dated by a change point tonight
     bisects: list[dict[str, Any]] = field(default_factory=list)
     mails: list[int] = field(default_factory=list)
     kernels_built: int = 0
@@ -304,6 +324,7 @@ def run_branch(
     head_id = lab.build(eng, tree_name, rep.head)
     if head_id is None:
         return done("build-failed", f"head {rep.head[:12]} does not build")
+    night = history.record_night(eng, tracked_id, rep.head, head_id)
     if baseline_id is None or baseline == rep.head:
         for job in specs:
             (jid,) = br.job_ids(eng, job)
@@ -321,12 +342,33 @@ def run_branch(
         with db.session(eng) as s:
             for name in out.worse:
                 metric = regressions_store.metric_named(s, name)
+                shifted = history.open_shift(s, tree_id, row.branch, out.job_id, metric.id)
+                if shifted is not None:
+                    # a change point already opened this shift: the head is at its level
+                    rep.known.append(shifted)
+                    continue
                 reg, is_new = _open_regression(
                     s, tree_id=tree_id, tree=tree_name, branch=row.branch, job_id=out.job_id,
                     metric=metric, good_id=baseline_id, bad_id=head_id, v=out.verdicts[name],
                 )  # fmt: skip
                 (new if is_new else rep.known).append(reg.id)
+        history.date_first_look(eng, new, night)
+        check = history.check_job(
+            eng, tree_id=tree_id, tree=tree_name, branch=row.branch,
+            hist=history.nights(eng, tracked_id), job_id=out.job_id, metrics=out.metrics,
+        )  # fmt: skip
+        new.extend(r for r in check.opened if r not in new)
+        rep.confirmed.extend(check.confirmed)
     rep.regressions = new
+    if not new and rep.known and _all_dated(eng, rep.known):
+        # every metric still worse is a level shift a change point has dated: the branch
+        # lives at its new level now, and the next nights compare with it
+        _set_baseline(eng, tracked_id, head_id)
+        return done(
+            "regressed",
+            f"{len(rep.known)} known regression(s), dated by their change points: "
+            f"{rep.head[:12]} is the baseline of the new level",
+        )
     if not new and not rep.known:
         _set_baseline(eng, tracked_id, head_id)
         closed = _close_fixed(eng, tree_id, row.branch, baseline_id, head_id)
@@ -357,6 +399,11 @@ def run_branch(
             )
     rep.mails = queue_regression_mails(eng, new)
     return done("regressed", f"{len(new)} new regression(s), {len(rep.known)} known")
+
+
+def _all_dated(eng: Engine, ids: list[int]) -> bool:
+    with db.session(eng) as s:
+        return all((regressions_q.get(s, r).meta or {}).get("changepoint") for r in ids)
 
 
 def _close_fixed(eng: Engine, tree_id: int, branch: str, good_id: int, head_id: int) -> list[int]:
@@ -455,16 +502,22 @@ def run_nightly(
     lab: br.Lab | None = None,
     policy: Policy | None = None,
     tracked: list[Tracked] | None = None,
+    aa_boots: int = 0,
 ) -> dict[str, Any]:
     """Run every enabled tracked branch (or only ``branches``, given as ``TREE:BRANCH``) and
     return the summary that the nightly mail is made of.
 
     ``tracked``: definitions to sync first (default: the YAML folders); ``lab``: where kernels
     and runs come from (default: real kernels under QEMU); ``policy``: the verdict rule
-    (default: each branch's runs and max_runs over stackbench's default rule)."""
+    (default: each branch's runs and max_runs over stackbench's default rule); ``aa_boots``:
+    after the branches, boot each one's baseline 2 * aa_boots more times for the machines'
+    A/A (jobs/nightly_aa.py; 0: none)."""
     started = time.monotonic()
     sync_tracked(eng, load_tracked() if tracked is None else tracked)
-    lab = lab or br.KernelLab()
+    if lab is None:
+        from stackbench.jobs.driver import Driver
+
+        lab = Driver()
     with db.session(eng) as s:
         rows = trees_store.branch_list(s)
     wanted = set(branches or [])
@@ -493,6 +546,11 @@ def run_nightly(
             if progress:
                 progress(f"{label}: error: {rep.message}")
         summary["branches"].append(rep.as_dict())
+    if aa_boots:
+        from stackbench.jobs import nightly_aa
+
+        ran = [tid for tid, t, b, en in rows if f"{t}:{b}" in wanted or (en and not wanted)]
+        summary["aa"] = nightly_aa.for_branches(eng, lab, ran, aa_boots, _subjobs, progress)
     summary["seconds"] = round(time.monotonic() - started, 1)
     summary["kernels_built"] = sum(b["kernels_built"] for b in summary["branches"])
     summary["mail"] = queue_summary(eng, summary)

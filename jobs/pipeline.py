@@ -4,7 +4,7 @@ runs and ingest them. ``stackbench demo --in-process``, ``submit`` and the tests
 the Buildbot steps use its stages (apply_only, run_job).
 
 The stages live in their own modules: settings (jobs.settings), progress lines and ETA
-(jobs.progress), job specs (jobs.jobspecs), series state and events (jobs.series_state),
+(jobs.progress), job specs (jobs.jobspecs), series state (jobs.lifecycle) and events (jobs.series_state),
 apply (jobs.apply_stage), build (jobs.build_stage), boot (jobs.boot_stage), the plan
 (jobs.plan). Their public names stay importable from here.
 
@@ -40,6 +40,7 @@ from stackbench.jobs.boot_stage import (  # noqa: F401
     CONSOLE_TAIL_LINES,
     GUEST_BANNER,
     MODULE_FOR_SUITE,
+    boot_and_store,
     boot_estimate,
     boot_one,
     boot_timeout,
@@ -54,6 +55,7 @@ from stackbench.jobs.jobspecs import (  # noqa: F401
     resolve_jobs,
     split_job_specs,
 )
+from stackbench.jobs.lifecycle import set_state  # noqa: F401  (the one writer of state)
 from stackbench.jobs.progress import (  # noqa: F401
     Eta,
     ProgressEvent,
@@ -66,12 +68,10 @@ from stackbench.jobs.series_state import (  # noqa: F401
     SeriesRun,
     event,
     register_tree,
-    set_state,
 )
 from stackbench.jobs.settings import DEFAULT_JOBS, DEFAULT_RUNS, Settings  # noqa: F401
 from stackbench.kernels import trees
-from stackbench.resultsdb import db, kernels_store, series_store
-from stackbench.resultsdb.ingest import RunData, ingest
+from stackbench.resultsdb import db, kernels_store, series_runs_store, series_store
 
 
 def submit(
@@ -119,13 +119,15 @@ def run_series(
     rerun: bool = False,
     boots: int | None = None,
     seed: int | None = None,
+    executor: str = series_runs_store.FOREGROUND,
 ) -> str:
     """Run the pipeline for a stored series and return its final state.
 
     A series already ``done`` is left as it is unless ``rerun`` (then the plan is run again:
     new rounds of boots add runs; builds are reused). A ``failed`` series is retried. Builds
     are always reused from the artifact store when present. ``boots`` (boots per kernel)
-    and ``seed`` (the shuffles) override the plan's defaults."""
+    and ``seed`` (the shuffles) override the plan's defaults. ``executor``: who runs it (the
+    dispatcher's ``in-process``, else a foreground client), recorded on its attempt."""
     settings = settings or Settings()
     with db.session(eng) as s:
         series = series_store.get(s, series_id)
@@ -141,7 +143,7 @@ def run_series(
         return state
     sr = SeriesRun(series_id, settings, progress)
     try:
-        return _run(eng, sr, meta, tree_name, base_ref, boots, seed)
+        return _run(eng, sr, meta, tree_name, base_ref, boots, seed, executor)
     except BaseException as exc:
         reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else str(exc) or repr(exc)
         set_state(eng, series_id, "failed", f"pipeline stopped: {reason}", error=reason)
@@ -157,6 +159,7 @@ def _run(
     base_ref: str,
     boots: int | None,
     seed: int | None,
+    executor: str,
 ) -> str:
     # here, not at the top: adaptive brings scipy.stats (0.6 s), and every Buildbot benchmark
     # step imports this module for run_job alone
@@ -169,13 +172,11 @@ def _run(
     subjobs = plan_for(jobs, settings)
     repo = trees.ensure_repo(tree)
 
+    attempt = _attempt(eng, sid, executor)
     tasks = apply_stage(eng, sr, repo, tree, base_ref)
     if tasks is None:
         return "apply-failed"
     tasks = with_fragments(tasks, subjobs)
-    attempt = int(meta.get("attempts", 0)) + 1
-    with db.session(eng) as s:
-        series_store.merge_meta(series_store.get(s, sid), attempts=attempt)
 
     most_runs = max(sj.runs for sj in subjobs)
     n_boots = boot_plan.boots_for(most_runs, boots)
@@ -238,8 +239,22 @@ def _run(
         sr.emit("failed", len(tasks) - len(bad), len(tasks), f"series {sid}", error[:200])
         return "failed"
     set_state(eng, sid, "done", f"{len(tasks)} kernels measured", error="")
+    from stackbench.jobs import lifecycle
+
+    lifecycle.publish_comparison(eng, sid)  # the series' public comparison, made once
     sr.emit("done", len(tasks), len(tasks), f"series {sid}", "all kernels measured")
     return "done"
+
+
+def _attempt(eng: Engine, sid: int, executor: str) -> int:
+    """The number of the attempt this execution runs as: the one handed over, unless it
+    already planned rounds (a dispatcher stopped mid-run): then a new one, whose boot ids
+    are new, so nothing stored is taken for this run's."""
+    with db.session(eng) as s:
+        now = series_runs_store.current(s, sid)
+        if now is None or now.ended is not None or now.batches:
+            return series_runs_store.begin(s, sid, source=executor, executor=executor).number
+        return series_runs_store.take(s, sid, executor).number
 
 
 def _boot_rounds(
@@ -253,7 +268,7 @@ def _boot_rounds(
 ) -> None:
     sid = sr.series_id
     with db.session(eng) as s:
-        earlier = series_store.get(s, sid).meta.get("plans") or []
+        earlier = series_runs_store.plans(s, sid)
     first_round = 1 + sum(int(p.get("boots_per_kernel", 0)) for p in earlier)
     plan = boot_plan.make_plan(
         [t.key for t in built],
@@ -263,10 +278,7 @@ def _boot_rounds(
         tag=f"series-{sid}-attempt-{attempt}",
         first_round=first_round,
     )
-    with db.session(eng) as s:
-        row = series_store.get(s, sid)
-        record = {**plan.describe(), "attempt": attempt, "first_round": first_round}
-        series_store.merge_meta(row, plans=[*(row.meta.get("plans") or []), record])
+    record = {**plan.describe(), "attempt": attempt, "first_round": first_round}
     by_key = {t.key: t for t in built}
     order = plan.boots_in_order()
     for boot in order:  # rounds added after the first plan were not in the ETA yet
@@ -278,32 +290,39 @@ def _boot_rounds(
         "running",
         f"{len(order)} boots: {len(built)} kernels x {plan.boots} rounds (shuffled, seed "
         f"{plan.seed}), {len(subjobs)} sub-jobs",
+        record=lambda s: series_runs_store.add_batch(
+            s,
+            series_runs_store.current(s, sid),
+            f"series-{sid}-attempt-{attempt}-round-{first_round}",
+            record,
+            [b.round for b in order],
+            boots=len(order),
+        ),
     )
-    for boot in order:
+    last_of_round = {b.round: i for i, b in enumerate(order)}
+    for i, boot in enumerate(order):
         t = by_key[boot.kernel]
         unit = f"boot:{t.key}:{boot.index + 1}"
         if unit not in sr.eta.pending:
             unit = f"boot:{t.key}:{boot.round}"
         if t.outcome not in ("built", "ok", "runs-failed"):
             sr.eta.finish(unit, 0.0)  # a kernel that crashed or hung is not booted again
+            if last_of_round[boot.round] == i:
+                _round_done(eng, sid, boot.round)
             continue
         started = time.monotonic()
-        runs = boot_one(eng, sr, t, [sj for sj in subjobs if t.runs_subjob(sj)], boot, len(order))
-        sr.boots_done += 1
-        sr.emit("ingest", sr.boots_done, len(order), t.name, f"{len(runs)} runs")
-        t0 = time.monotonic()
-        res = ingest(eng, runs)
-        sr.timings["ingest_s"] += time.monotonic() - t0
-        with db.session(eng) as s:
-            event(
-                s,
-                sid,
-                f"build:{t.build_id}",
-                t.outcome,
-                f"{t.name} round {boot.round}: {_run_summary(runs)}; "
-                f"{len(res.inserted)} runs stored",
-            )
+        boot_and_store(eng, sr, t, subjobs, boot, len(order))
         sr.eta.finish(unit, time.monotonic() - started)
+        if last_of_round[boot.round] == i:
+            _round_done(eng, sid, boot.round)
+
+
+def _round_done(eng: Engine, sid: int, rnd: int) -> None:
+    """A round ran whole here: its try is done, on the machine its boots ran on."""
+    with db.session(eng) as s:
+        attempt = series_runs_store.current(s, sid)
+        worker = series_store.latest_machine(s, sid) or ""
+        series_runs_store.record_round(s, attempt, rnd, None, worker, "done")
 
 
 def with_fragments(tasks: list[KernelTask], subjobs: list[Any]) -> list[KernelTask]:
@@ -328,13 +347,6 @@ def with_fragments(tasks: list[KernelTask], subjobs: list[Any]) -> list[KernelTa
 
 def _rounded(t: dict[str, Any]) -> dict[str, Any]:
     return {k: round(v, 2) if isinstance(v, float) else v for k, v in t.items()}
-
-
-def _run_summary(runs: list[RunData]) -> str:
-    counts: dict[str, int] = {}
-    for r in runs:
-        counts[r.status] = counts.get(r.status, 0) + 1
-    return ", ".join(f"{n} {st}" for st, n in sorted(counts.items())) or "no runs"
 
 
 # ---- what a series produced -----------------------------------------------------------------

@@ -3,10 +3,12 @@
 The dispatcher submits a series with ``rounds_by=dispatcher``: its kernel builds store their
 artifacts and trigger no benchmark. Once every kernel is built, :func:`first_boots` lays the
 runs out with :mod:`stackbench.jobs.plan` (rounds; every round boots every kernel once,
-running every job, the kernels in an order shuffled per round) and the master runs those boots one after
-another in that order (``steps.BootRounds``). A benchmark build is one boot, so the verdict
-treats boots as units on this path as on the in-process one, and no kernel's boots all
-fall in one stretch of host load.
+running every job, the kernels in an order shuffled per round) and the master hands each
+round to a worker of the kind as one benchmark build, every round at once
+(``steps.BootRounds``): the rounds spread over every idle worker, and a round runs whole on
+one, its boots in the round's order. Every boot is a unit of the verdict, as on the
+in-process path; a worker's offset falls on every kernel of its round alike, and no kernel's
+boots all fall in one stretch of host load.
 
 When they have ended, :mod:`stackbench.jobs.adaptive` says whether headline metrics are
 still undecided; :func:`more_boots` turns its answer into the next batch (the base and the
@@ -24,7 +26,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from stackbench.jobs import plan as boot_plan
-from stackbench.resultsdb import db, series_store
+from stackbench.resultsdb import db, series_runs_store, series_store
 
 KIND = "qemu"
 
@@ -85,6 +87,11 @@ def latest_attempts(builds: list[dict[str, Any]], names: dict[int, str]) -> list
     ]
 
 
+def boots_of(build: dict[str, Any]) -> int:
+    """How many boots of the plan a benchmark build ran: a round's, else one."""
+    return int(((build.get("properties") or {}).get("boots") or [1])[0] or 1)
+
+
 def seed_of(key: str) -> int:
     """The shuffle's seed for a batch: fixed by its key, so a batch submitted again after a
     lost answer (or a restarted dispatcher) is the same batch."""
@@ -126,7 +133,7 @@ def first_boots(
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The first rounds: ``runs`` runs of every job on every built kernel (``order``: the
     series' commits, base first), spread over boots; the boots in order and the plan's
-    record (as ``series.meta["plans"]`` keeps it)."""
+    record (as ``series_batch.plan`` keeps it)."""
     kernels = [c for c in order if c in built]
     plan = boot_plan.make_plan(kernels, runs, seed=seed_of(key), tag=key)
     return _boots(plan, built, jobs, {}), plan.describe()
@@ -140,6 +147,7 @@ def more_boots(
     subjob_jobs: dict[str, str],
     offset: dict[str, int],
     key: str,
+    first_round: int,
 ) -> tuple[list[dict[str, Any]], dict[str, Any], list[str]]:
     """The next batch for an :class:`adaptive.MoreRounds` answer: ``more.boots`` more
     rounds of the base and the kernels in doubt, with the jobs whose sub-jobs are in doubt
@@ -154,7 +162,7 @@ def more_boots(
         boots=more.boots,
         seed=seed_of(key),
         tag=key,
-        first_round=more.have + 1,
+        first_round=first_round,
     )
     return _boots(plan, built, again, offset), plan.describe(), again
 
@@ -185,16 +193,16 @@ def start(eng: Engine, bb: Any, sid: int, meta: dict[str, Any], builds: list[dic
     kernel was built, nothing to measure)."""
     from stackbench.jobs import dispatch, lifecycle, pipeline
 
-    d = meta["dispatch"]
+    d = _dispatch(eng, sid)
     built = built_kernels(builds, bb.builder)
     if not built:
         return False
     jobs = list(meta.get("jobs") or pipeline.DEFAULT_JOBS)
     runs = int(meta.get("runs") or lifecycle.DEFAULT_RUNS)
     order = [c for c, _ in dispatch.series_kernels(eng, sid)]
-    key = f"{d['submission']}-rounds-1"
+    key = f"{d.submission}-rounds-1"
     boots, described = first_boots(built, order, jobs, runs, key)
-    _submit(eng, bb, sid, meta, key, boots, described, "first rounds")
+    _submit(eng, bb, sid, d, key, boots, described, "first rounds")
     return True
 
 
@@ -203,47 +211,94 @@ def go_on(eng: Engine, bb: Any, sid: int, meta: dict[str, Any], builds: list[dic
     the series may go on (its ``adaptive`` is not false; its cap is ``max_runs``)."""
     from stackbench.jobs import adaptive, dispatch, lifecycle, pipeline
 
-    d = meta["dispatch"]
+    d = _dispatch(eng, sid)
     if meta.get("adaptive") is False:
         return False
     dispatch.attach_builds(eng, sid)
     after = None
-    if d.get("have") is not None:
-        after = adaptive.MoreRounds(boots=0, have=int(d["have"]), cap=0, kernels=[], subjobs=[])
+    if d.have is not None:
+        after = adaptive.MoreRounds(boots=0, have=d.have, cap=0, kernels=[], subjobs=[])
     more = adaptive.more_rounds(eng, sid, after=after)
     if more is None:
         return False
     jobs = list(meta.get("jobs") or pipeline.DEFAULT_JOBS)
     runs = int(meta.get("runs") or lifecycle.DEFAULT_RUNS)
-    key = f"{d['submission']}-rounds-{len(d.get('batches') or []) + 1}"
+    key = f"{d.submission}-rounds-{d.batches + 1}"
+    # after every round planned so far, not after the rounds the look counted: a paired
+    # verdict counts only rounds holding both kernels, and a round number used twice would
+    # make the later batch's build hide the earlier one's boots
+    with db.session(eng) as s:
+        planned = sum(int(p.get("boots_per_kernel", 0)) for p in series_runs_store.plans(s, sid))
     boots, described, _again = more_boots(
         more, built_kernels(builds, bb.builder), jobs, runs, subjob_jobs(eng, sid),
-        dict(d.get("offsets") or {}), key,
+        dict(d.offsets), key, first_round=max(planned, more.have) + 1,
     )  # fmt: skip
     if not boots:
         return False
-    lifecycle.update_meta(eng, sid, more_rounds=more.reason())  # the page's "still running"
-    _submit(eng, bb, sid, meta, key, boots, described, more.reason(), have=more.have)
+    # the page's "still running": the short line, and every metric under it
+    lifecycle.update_meta(eng, sid, more_rounds=more.reason(), more_rounds_detail=more.details())
+    _submit(eng, bb, sid, d, key, boots, described, more.reason(), have=more.have)
     return True
 
 
-def _submit(eng: Engine, bb: Any, sid: int, meta: dict[str, Any], key: str, boots: list[dict],
-            described: dict[str, Any], why: str, have: int | None = None) -> None:  # fmt: skip
+def _submit(eng: Engine, bb: Any, sid: int, d: series_runs_store.Dispatch, key: str,
+            boots: list[dict], described: dict[str, Any], why: str,
+            have: int | None = None) -> None:  # fmt: skip
     from stackbench.jobs import lifecycle
+    from stackbench.resultsdb import quarantine
 
-    d = dict(meta["dispatch"])
-    bsid = bb.submit_rounds(sid, d["submission"], key, boots)
-    batches = [*(d.get("batches") or []), {"key": key, "buildset": bsid, "boots": len(boots)}]
-    d.update(
-        batches=batches,
-        benchmarks=sum(int(b["boots"]) for b in batches),
-        offsets=next_offsets(dict(d.get("offsets") or {}), boots),
-    )
-    if have is not None:
-        d["have"] = have
-    plans = [*(meta.get("plans") or []), described]
-    measured = sum(int(b["boots"]) for b in batches[:-1])
+    with db.session(eng) as s:
+        avoid = quarantine.avoided(s)
+    bsid = bb.submit_rounds(sid, d.submission, key, boots, avoid)
+    measured = d.benchmarks if d.batches else 0  # every earlier batch has ended
+    benchmarks = measured + len(boots)
+    offsets = next_offsets(dict(d.offsets), boots)
+
+    def record(s: Any) -> None:
+        attempt = series_runs_store.current(s, sid)
+        series_runs_store.add_batch(
+            s, attempt, key, described, [int(b["round"]) for b in boots],
+            buildset=bsid, boots=len(boots), have=have, offsets=offsets,
+        )  # fmt: skip
+
     lifecycle.set_state(
         eng, sid, "running", f"{why}: {len(boots)} boots handed to Buildbot",
-        progress=f"{measured}/{d['benchmarks']}", meta={"dispatch": d, "plans": plans},
+        progress=f"{measured}/{benchmarks}", record=record,
     )  # fmt: skip
+
+
+def _dispatch(eng: Engine, sid: int) -> series_runs_store.Dispatch:
+    with db.session(eng) as s:
+        d = series_runs_store.dispatch(s, sid)
+    if d is None:
+        raise ValueError(f"series {sid} was never handed over")
+    return d
+
+
+def record(eng: Engine, bb: Any, sid: int, builds: list[dict], names: dict[int, str]) -> None:
+    """Each round's try as the master ran it: on which worker, and how it went (a round
+    whose worker was lost ends RETRY, and its run again is the next try)."""
+    from stackbench.jobs.dispatch import PASSED, RETRY
+
+    tries = [b for b in builds if names[b["buildid"]].startswith("bench-")
+             and "round" in (b.get("properties") or {})]  # fmt: skip
+    if not tries:
+        return
+    workers: dict[int, str] = {}
+    for b in tries:
+        wid = b.get("workerid")
+        if wid and wid not in workers:
+            found = bb.master.get(f"workers/{wid}")["workers"]
+            workers[wid] = found[0]["name"] if found else ""
+    with db.session(eng) as s:
+        attempt = series_runs_store.current(s, sid)
+        for b in sorted(tries, key=lambda b: b["buildid"]):
+            if not b["complete"]:
+                state = "running"
+            elif b["results"] == RETRY:
+                state = "lost"
+            else:
+                state = "done" if b["results"] in PASSED else "failed"
+            rnd = int(b["properties"]["round"][0])
+            worker = workers.get(b.get("workerid") or 0, "")
+            series_runs_store.record_round(s, attempt, rnd, int(b["buildid"]), worker, state)

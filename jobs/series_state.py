@@ -1,6 +1,6 @@
-"""The state of a series as the in-process executor keeps it: ``series.state`` and ``event``
-rows (the web's series page reads both), and what one execution carries along (its
-kernels, settings, progress, timings).
+"""What one in-process execution of a series carries along (its kernels, settings,
+progress, timings) and its ``event`` rows; the series' state itself has one writer,
+:func:`stackbench.jobs.lifecycle.set_state`.
 
 States: new -> applying -> applied -> building -> running -> done, or apply-failed (nothing
 is built), or failed (a kernel failed to build, crashed or hung; or the pipeline broke)."""
@@ -10,15 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from stackbench.errors import NotFoundError
 from stackbench.jobs.progress import Eta, ProgressEvent, ProgressFn
 from stackbench.jobs.settings import Settings
 from stackbench.kernels import build as kbuild
 from stackbench.kernels import trees
-from stackbench.resultsdb import db, series_store, trees_q
+from stackbench.resultsdb import series_store, trees_q
 
 
 def event(s: Session, series_id: int | None, subject: str, state: str, message: str) -> None:
@@ -64,7 +62,7 @@ class KernelTask:
 
 @dataclass
 class SeriesRun:
-    series_id: int
+    series_id: int | None  # None: a comparison of no series (a nightly night, a bisect step)
     settings: Settings
     progress: ProgressFn | None
     eta: Eta = field(default_factory=Eta)
@@ -94,12 +92,3 @@ class SeriesRun:
             eta_s=self.eta.remaining() if stage not in ("done", "failed") else None,
         )
         self.progress(ev)
-
-
-def set_state(eng: Engine, series_id: int, state: str, message: str, error: str | None = None):
-    with db.session(eng) as s:
-        row = series_store.get(s, series_id)
-        if row is None:
-            raise NotFoundError(f"no series {series_id}")
-        series_store.save(row, state=state, error=None if error is None else error[:4000])
-        event(s, series_id, f"series:{series_id}", state, message)

@@ -1,5 +1,6 @@
-"""The embedded Buildbot: ``stackbench up`` starts a master and one local QEMU worker on
-loopback under ``$STACKBENCH_HOME/buildbot``; ``stackbench down`` stops both.
+"""The embedded Buildbot: ``stackbench up`` starts a master and one local QEMU worker (or
+``--workers N``) on loopback under ``$STACKBENCH_HOME/buildbot``; ``stackbench down`` stops
+them all.
 
 The master's base directory holds ``stackbench.yaml`` (ports, the worker, the admin user) and
 ``secrets.yaml`` (generated passwords, mode 600); its ``buildbot.tac`` points at the packaged
@@ -160,7 +161,10 @@ def create_worker(base: Path, master: str, name: str, password: str) -> None:
 def running(base: Path) -> bool:
     from stackbench import proc
 
-    return proc.live_pid(base / "twistd.pid") is not None
+    # a daemon killed before twistd could remove its pidfile may linger as a zombie that
+    # nothing reaps yet: it is not running
+    pid = proc.live_pid(base / "twistd.pid")
+    return pid is not None and _running(pid)
 
 
 def start_master(base: Path, env: Mapping[str, str] | None = None) -> bool:
@@ -174,39 +178,48 @@ def start_master(base: Path, env: Mapping[str, str] | None = None) -> bool:
 def stop_master(base: Path, grace_s: float = 90.0) -> bool:
     """Stop the master; False when it was not running. A master with builds in flight can
     take longer to shut down than ``buildbot stop`` waits (10 s, then it gives up with an
-    error while the master goes on stopping): wait for it here, and kill it past
-    ``grace_s``."""
-    pid = proc.live_pid(base / "twistd.pid")
-    if pid is None:
-        return False
-    proc.run([tool("buildbot"), "stop", "--no-wait", str(base)], timeout=120)
-    deadline = time.monotonic() + grace_s
-    while _running(pid) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    if _running(pid):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    return True
+    error while the master goes on stopping): wait for it, and kill it past ``grace_s``."""
+    return _terminate(base, grace_s)
 
 
 def start_worker(base: Path, env: Mapping[str, str] | None = None) -> bool:
     if running(base):
         return False
+    # --quiet: twistd returns once the daemon runs, instead of buildbot-worker following
+    # its log until the master's "attached" (up to 10 s with a master still starting after
+    # 'up'); the worker retries until it attaches, and a build waits for it anyway
     try:
-        proc.run([tool("buildbot-worker"), "start", str(base)], env=env, timeout=60)
+        proc.run([tool("buildbot-worker"), "start", "--quiet", str(base)], env=env, timeout=60)
     except proc.CommandError:
-        # buildbot-worker gives up watching after 10 s without the master's "attached" (a
-        # master that is still starting after 'up'); the worker it started keeps retrying
-        # and attaches when the master is up, so only a worker that is not running failed
         if not running(base):
             raise
+    deadline = time.monotonic() + 10.0  # the daemon may write its pid file a moment later
+    while not running(base) and time.monotonic() < deadline:
+        time.sleep(0.05)
     return True
 
 
-def stop_worker(base: Path) -> bool:
-    if not running(base):
+def stop_worker(base: Path, grace_s: float = 30.0) -> bool:
+    return _terminate(base, grace_s)
+
+
+def _terminate(base: Path, grace_s: float) -> bool:
+    """SIGTERM the twistd daemon of ``base`` (all ``buildbot stop`` and ``buildbot-worker
+    stop`` do, after a second or two of imports, the latter then looking once a second) and
+    wait for it in short steps; SIGKILL past ``grace_s``. False when it was not running."""
+    pid = proc.live_pid(base / "twistd.pid")
+    if pid is None:
         return False
-    proc.run([tool("buildbot-worker"), "stop", str(base)], timeout=60)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while _running(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if _running(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        while _running(pid) and time.monotonic() < deadline + 5:
+            time.sleep(0.05)
     return True
 
 
@@ -294,40 +307,82 @@ def _running(pid: int) -> bool:
     return state != "Z"
 
 
-def start() -> str:
-    root = buildbot_dir()
-    master_base, worker_base = root / "master", root / f"worker-{LOCAL_WORKER}"
+def local_names(n: int) -> list[str]:
+    """The local workers' names: ``local``, then ``local-2`` ... ``local-N``."""
+    return [LOCAL_WORKER] + [f"{LOCAL_WORKER}-{i}" for i in range(2, n + 1)]
+
+
+def add_local_workers(master_base: Path, n: int) -> bool:
+    """Declare local workers up to ``n`` in an existing master's configuration (and their
+    passwords in its secrets); True when it changed. Local workers share the pool ``local``:
+    one host, one guest size, so their runs pool and each worker is a block."""
+    cfg_path, secrets_path = master_base / "stackbench.yaml", master_base / "secrets.yaml"
+    cfg = yaml.safe_load(cfg_path.read_text()) or {}
+    data = yaml.safe_load(secrets_path.read_text()) or {}
+    have = {str(w["name"]) for w in cfg.get("workers") or []}
     cpus, mem = machine_size()
-    cfg = create_master(
-        master_base,
-        [{"name": LOCAL_WORKER, "kind": "qemu", "cpus": cpus, "memory_mb": mem}],
-    )
-    create_worker(
-        worker_base,
-        f"127.0.0.1:{cfg['pb_port']}",
-        LOCAL_WORKER,
-        worker_password(master_base, LOCAL_WORKER),
-    )
+    new = [n for n in local_names(n) if n not in have]
+    for name in new:
+        cfg.setdefault("workers", []).append(
+            {"name": name, "kind": "qemu", "cpus": cpus, "memory_mb": mem, "pool": "local"}
+        )
+        data.setdefault("workers", {})[name] = secrets.token_urlsafe(24)
+    if new:
+        write_private(secrets_path, yaml.safe_dump(data))
+        cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return bool(new)
+
+
+def _local_workers(cfg: dict[str, Any]) -> list[str]:
+    names = {str(w["name"]) for w in cfg.get("workers") or []}
+    return [n for n in local_names(len(names) + 1) if n in names]
+
+
+def start(workers: int = 1) -> str:
+    """Start the master and its local workers (``workers``: at least that many, each its
+    own process and base directory)."""
+    root = buildbot_dir()
+    master_base = root / "master"
+    cpus, mem = machine_size()
+    first = {"name": LOCAL_WORKER, "kind": "qemu", "cpus": cpus, "memory_mb": mem}
+    cfg = create_master(master_base, [{**first, "pool": "local"}])
+    added = add_local_workers(master_base, workers)
+    if added:
+        cfg = yaml.safe_load((master_base / "stackbench.yaml").read_text())
+    names = _local_workers(cfg)
+    for name in names:
+        create_worker(
+            root / f"worker-{name}",
+            f"127.0.0.1:{cfg['pb_port']}",
+            name,
+            worker_password(master_base, name),
+        )
     started = start_master(master_base)
-    start_worker(worker_base)
+    if added and not started:  # a running master learns of its new workers
+        proc.run([tool("buildbot"), "reconfig", str(master_base)], timeout=120)
+    for name in names:
+        start_worker(root / f"worker-{name}")
     state = "started" if started else "already running"
-    return f"buildbot: {state} (http://127.0.0.1:{cfg['www_port']}/, worker {LOCAL_WORKER})"
+    who = f"worker {names[0]}" if len(names) == 1 else f"{len(names)} workers"
+    return f"buildbot: {state} (http://127.0.0.1:{cfg['www_port']}/, {who})"
 
 
 def stop() -> str:
     root = buildbot_dir()
-    worker_base, master_base = root / f"worker-{LOCAL_WORKER}", root / "master"
-    # what the worker runs (a benchmark step and its QEMU guest, which has a session of its
+    master_base = root / "master"
+    worker_bases = sorted(root.glob("worker-*"))
+    # what a worker runs (a benchmark step and its QEMU guest, which has a session of its
     # own) does not die with the worker daemon: find it first, reap what outlives the stop
-    daemons = {proc.live_pid(b / "twistd.pid") for b in (worker_base, master_base)}
-    doomed = leftover_processes(worker_base) + leftover_processes(master_base)
-    w = stop_worker(worker_base)
+    bases = [*worker_bases, master_base]
+    daemons = {proc.live_pid(b / "twistd.pid") for b in bases}
+    doomed = [p for b in bases for p in leftover_processes(b)]
+    w = [stop_worker(b) for b in worker_bases]
     m = stop_master(master_base)
-    doomed += leftover_processes(worker_base) + leftover_processes(master_base)
+    doomed += [p for b in bases for p in leftover_processes(b)]
     # a daemon still shutting down (a loaded host) is ended too, but it is not a leftover
     reap([p for p in doomed if p in daemons])
     reaped = reap([p for p in doomed if p not in daemons])
-    state = "stopped" if (w or m) else "not running"
+    state = "stopped" if (any(w) or m) else "not running"
     return f"buildbot: {state}" + (f" ({reaped} leftover processes ended)" if reaped else "")
 
 

@@ -131,24 +131,3 @@ def sync_tracked(eng: Engine, tracked: Iterable[Tracked]) -> list[int]:
             s.flush()  # the new rows' ids
             ids.append(row.id)
     return ids
-
-
-def track(
-    eng: Engine,
-    tree: str,
-    branch: str,
-    jobs: list[str],
-    *,
-    runs: int | None = None,
-    max_runs: int | None = None,
-    bisect: bool = True,
-) -> int:
-    """Track a branch from code or the web admin (validated like a YAML file)."""
-    data: dict[str, Any] = {"tree": tree, "branch": branch, "jobs": jobs, "bisect": bisect}
-    if runs is not None:
-        data["runs"] = runs
-    if max_runs is not None:
-        data["max_runs"] = max_runs
-    t = clean_tracked(data, Path(f"tracked branch {tree}:{branch}"))
-    t.path = None
-    return sync_tracked(eng, [t])[0]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Engine
@@ -20,7 +20,7 @@ from sqlalchemy import exc as sa_exc
 from stackbench.errors import StackbenchError
 from stackbench.jobs.lifecycle import FINAL
 from stackbench.jobs.progress import fmt_duration
-from stackbench.resultsdb import db, series_store
+from stackbench.resultsdb import db, series_runs_store, series_store
 
 RETRY_BUDGET_S = 300.0  # how long an unreachable database is waited for
 HEARTBEAT_S = 60.0
@@ -42,7 +42,8 @@ def look(eng: Engine, sid: int, after_event: int) -> Seen:
             raise StackbenchError(f"series {sid} is gone from the database")
         events = series_store.events_after(s, sid, after_event)
         meta = dict(row.meta or {})
-        return Seen(row.state, str(meta.get("progress") or ""), meta, row.error or "", events)
+        step = series_runs_store.progress(s, [sid]).get(sid, "")
+        return Seen(row.state, step, meta, row.error or "", events)
 
 
 def last_event(eng: Engine, sid: int) -> int:
@@ -57,8 +58,7 @@ class PhaseEta:
 
     phase: str = ""
     started: float = 0.0
-    first_done: float | None = None
-    done_at: list[float] = field(default_factory=list)
+    first: tuple[float, int] | None = None  # when the first units were seen done, and how many
 
     def update(self, state: str, progress: str, now: float) -> str:
         try:
@@ -66,16 +66,18 @@ class PhaseEta:
         except ValueError:
             return ""
         if state != self.phase:
-            self.phase, self.started, self.first_done, self.done_at = state, now, None, []
-        while len(self.done_at) < k:
-            self.done_at.append(now)
-        if k <= 0 or n <= k:
+            self.phase, self.started, self.first = state, now, None
+        if k <= 0:
             return ""
-        # the first unit of a phase carries its start-up (a cold build): later ones pace it
-        if k >= 2:
-            per = (self.done_at[k - 1] - self.done_at[0]) / (k - 1)
-        else:
-            per = self.done_at[0] - self.started
+        if self.first is None:
+            self.first = (now, k)
+        if n <= k:
+            return ""
+        t0, k0 = self.first
+        # the first units of a phase carry its start-up (a cold build): later ones pace it.
+        # Units may land together (a round's boots are stored as one), so the pace is per
+        # unit since the first seen, never the gap between two units of one batch
+        per = (now - t0) / (k - k0) if k > k0 else (t0 - self.started) / k0
         return f"ETA {fmt_duration(per * (n - k))}"
 
 

@@ -151,6 +151,19 @@ def ensure_repo(tree: TreeDef) -> Path:
     return repo
 
 
+def local_repo(name: str) -> Path | None:
+    """The named tree's repository when it is already on this machine (never cloned or
+    unpacked here): where a push names its base by a tag or branch of the tree."""
+    try:
+        tree = load_tree(name)
+    except StackbenchError:
+        return None
+    repo = repo_path(tree)
+    if tree.source_kind == "path":
+        return repo if (repo / ".git").exists() or (repo / "HEAD").exists() else None
+    return repo if _ready(repo) else None
+
+
 def _ready(repo: Path) -> bool:
     # the marker is written last, so a repository interrupted mid-unpack is never used
     return (repo / ".git" / "stackbench-ready").exists()

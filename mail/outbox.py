@@ -10,6 +10,7 @@ import ssl
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from email import policy
 from email.message import EmailMessage
 from email.utils import format_datetime
 from pathlib import Path
@@ -21,6 +22,11 @@ from stackbench.mail.config import MailConfig, from_env
 from stackbench.resultsdb import db, outbox_q
 
 Transport = Callable[[EmailMessage], None]
+# Message-IDs are single tokens: at the default 78 columns the email package writes one
+# longer than ~66 characters as RFC 2047 encoded words, which no mailer threads on (git
+# format-patch makes 81-character IDs). RFC 5322's hard limit is 998; longer headers still
+# fold, at the spaces between IDs.
+_POLICY = policy.default.clone(max_line_length=998)
 
 
 @dataclass
@@ -45,13 +51,19 @@ def enqueue(
     in_reply_to: str | None = None,
     references: Sequence[str] = (),
     cc: Sequence[str] = (),
+    attachments: Sequence[tuple[str, str]] = (),
 ) -> int:
-    """Queue a mail; queuing the same key again returns the existing row's id."""
+    """Queue a mail; queuing the same key again returns the existing row's id.
+    ``attachments``: (file name, text) pairs sent as text/plain parts of their own."""
     refs = [r for r in (h.clean_msgid(x) for x in references) if r]
     irt = h.clean_msgid(in_reply_to)
     if irt and irt not in refs:
         refs.append(irt)
     headers = {"in_reply_to": irt, "references": refs, "cc": [h.clean_address(a) for a in cc]}
+    if attachments:
+        headers["attachments"] = [
+            {"name": _file_name(name), "text": text} for name, text in attachments
+        ]
     row = {
         "kind": kind,
         "idempotency_key": key,
@@ -67,7 +79,7 @@ def enqueue(
 
 
 def build_message(row, cfg: MailConfig) -> EmailMessage:
-    msg = EmailMessage()
+    msg = EmailMessage(policy=_POLICY)
     msg["From"] = cfg.sender
     msg["To"] = ", ".join(row.to_addrs)
     hdrs = row.headers or {}
@@ -82,7 +94,15 @@ def build_message(row, cfg: MailConfig) -> EmailMessage:
         msg["References"] = " ".join(hdrs["references"])
     msg["X-Mailer"] = "stackbench"
     msg.set_content(row.body)
+    for att in hdrs.get("attachments") or []:
+        msg.add_attachment(att["text"], filename=_file_name(att["name"]))
     return msg
+
+
+def _file_name(name: str) -> str:
+    """An attachment's name as a plain file name (no path, no header tricks)."""
+    cleaned = "".join(c for c in h.clean_header(name) if c.isalnum() or c in "._-")
+    return cleaned.lstrip(".")[:100] or "attachment.txt"
 
 
 def smtp_transport(cfg: MailConfig) -> Transport:

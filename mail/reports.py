@@ -15,6 +15,7 @@ from stackbench.errors import NotFoundError, StackbenchError
 from stackbench.mail.config import MailConfig, from_env
 from stackbench.patches.mailheaders import is_mail_address
 from stackbench.resultsdb import (
+    aa,
     accounts_q,
     db,
     jobs_q,
@@ -44,6 +45,10 @@ class Mail:
     body: str
     in_reply_to: str | None = None
     references: list[str] = field(default_factory=list)
+    # (file name, text) of files sent with the mail: a report's reproducer
+    attachments: list[tuple[str, str]] = field(default_factory=list)
+    # the commit the report is about (a regression's, else None): its reproducer's kernel
+    commit: str | None = None
 
 
 def _table(eng: Engine, refs: list[str], **kw) -> str:
@@ -99,11 +104,28 @@ def series_report(eng: Engine, series_id: int, cfg: MailConfig | None = None) ->
     total = len(patches)
     version = f"v{series.version} " if series.version and series.version > 1 else ""
     subject = f"Re: [PATCH {version}0/{total}] {series.title}" if total else series.title
+    posted = (series.meta or {}).get("list")
+    posted = posted if isinstance(posted, dict) else None
+    url = f"{cfg.public_url}/series/{series.id}"
+    ds = _dataset(eng, refs) if len(refs) >= 2 else None
+    worst = worst_change(ds) if posted else None
+    if posted:
+        # a reply in the list's own thread: LKP's subject for a regression, else Re:
+        subject = f"Re: {posted.get('subject') or subject.removeprefix('Re: ')}"
+        if worst:
+            sha, metric, change = worst
+            culprit = next((p.subject for p in patches if p.commit_sha == sha), series.title)
+            subject = (
+                f"[{posted.get('tree') or 'tree'}] [{area_of(culprit)}] {sha[:10]}: "
+                f"{metric} {change:+.1f}% regression"
+            )
     lines = [
         f"stackbench ran {series.title!s} ({total} patches) on {series.base_ref or 'its base'}.",
-        f"State: {series.state}.  Details: {cfg.public_url}/series/{series.id}",
+        f"State: {series.state}.  Details: {url}",
         "",
     ]
+    if series.state in ("apply-failed", "failed") and series.error:
+        lines[2:2] = [f"Why: {series.error.splitlines()[0][:500]}", ""]
     for p in patches:
         sha = (p.commit_sha or "")[:12] or "-" * 12
         lines.append(f"  {sha} {p.idx}/{p.total} {p.subject}  [{p.state}]")
@@ -116,14 +138,27 @@ def series_report(eng: Engine, series_id: int, cfg: MailConfig | None = None) ->
         lines += ["", "mmtests comparison (thpscale):", ""]
         lines.append(_table(eng, refs, style="mmtests", suite="thpscale"))
         lines += seed_tables(eng, refs)
+        if ds is not None:
+            with db.session(eng) as s:
+                aa_rows = aa.of_machines(s, {r.machine for r in ds.runs.values()})
+            lines += evidence_lines(ds, aa_rows)
     else:
         lines.append("No results to compare yet.")
     lines.append("")
+    previous = (series.meta or {}).get("previous_version")
+    if posted and previous:
+        lines += _against_previous(eng, previous, refs)
+    if posted:
+        lines += _tags(cfg, url, worst is not None)
     # never the From of the mbox (anyone can write any address there): the list and the
     # submitting account's own verified address only
     to = [owner_email] if owner_email else []
     if cfg.list_addr:
         to.append(cfg.list_addr)
+    if posted:
+        to = list(posted.get("report_to") or [])
+        if posted.get("cc_author") and is_mail_address(series.submitter_email or ""):
+            to.append(series.submitter_email)
     refs_hdr = [r for r in (series.in_reply_to, series.message_id) if r]
     return Mail(
         kind="series",
@@ -133,7 +168,116 @@ def series_report(eng: Engine, series_id: int, cfg: MailConfig | None = None) ->
         body="\n".join(lines) + SIGNATURE,
         in_reply_to=series.message_id,
         references=refs_hdr,
+        commit=worst[0] if worst else None,
     )
+
+
+def _dataset(eng: Engine, refs: list[str]) -> Any:
+    from stackbench.resultsdb import query
+
+    try:
+        with eng.connect() as conn:
+            ds = query.load(conn, query.resolve_kernels(conn, refs))
+    except StackbenchError:
+        return None
+    return ds if len(ds.kernels) >= 2 and ds.runs else None
+
+
+def evidence_lines(ds: Any, aa_rows: dict[tuple[str, str], dict[str, Any]]) -> list[str]:
+    """The machine's noise beside each headline metric, with its nightly A/A figures
+    (``aa_rows``: :func:`aa.of_machines`), and the counters that show the patched code ran
+    (:mod:`stackbench.resultsdb.evidence`)."""
+    from stackbench.resultsdb import evidence
+
+    out = ["", "Noise of each machine (the base kernel, boot to boot) and the smallest change"]
+    out += ["a comparison of that many boots can detect:", ""]
+    for n in evidence.noise(ds):
+        unit = " points" if n.absolute else "%"
+        scale = 1 if n.absolute else 100
+        shown = "n/a (one boot)" if n.cov is None else f"{n.cov * scale:.1f}{unit}"
+        det = "n/a" if n.detectable is None else f"{n.detectable * scale:.1f}{unit}"
+        out.append(
+            f"  {n.metric} ({n.job}) on {n.machine}: {n.boots} boots, noise {shown}, "
+            f"smallest detectable change {det}"
+        )
+        if (n.machine, n.metric) in aa_rows:
+            out.append(f"    {aa.describe(aa_rows[(n.machine, n.metric)])}")
+    found = evidence.counters(ds)
+    out.append("")
+    if not found:
+        return [*out, "The runs recorded no compaction or THP counter.", ""]
+    labels = [k.label for k in ds.kernels]
+    out.append("Compaction and THP counters (mean per run):")
+    out.append("")
+    out.append("  " + "counter".ljust(26) + "".join(x[:14].rjust(15) for x in labels))
+    for c in found:
+        cells = "".join(("-" if x is None else f"{x:.0f}").rjust(15) for x in c.per_kernel)
+        out.append("  " + (c.name + (" *" if c.moved else "")).ljust(26) + cells)
+    if any(c.moved for c in found):
+        out.append("  (* moved by more than 10% against the base)")
+    else:
+        out.append("None of these counters moved against the base: the patched paths may not")
+        out.append("have run in this benchmark.")
+    return [*out, ""]
+
+
+def worst_change(ds: Any) -> tuple[str, str, float] | None:
+    """(commit, metric, change %) of the first commit after the base with a headline metric
+    judged worse (its largest change), by the same verdicts as the stackbench table."""
+    from stackbench.resultsdb import verdict
+    from stackbench.resultsdb.tables import verdict as judged_table
+
+    if ds is None:
+        return None
+    found: dict[str, tuple[str, float]] = {}
+    for _job, kernel, rows in judged_table.compare(ds):
+        for name, _base, _new, v in rows:
+            metric = ds_metric(ds, name)
+            headline = metric is None or verdict.is_headline(
+                name, metric.kind, metric.higher_is_better
+            )
+            if v.label != "worse" or v.change_pct is None or not headline:
+                continue
+            best = found.get(kernel.commit)
+            if best is None or abs(v.change_pct) > abs(best[1]):
+                found[kernel.commit] = (name, v.change_pct)
+    for k in ds.kernels[1:]:
+        if k.commit in found:
+            return (k.commit, *found[k.commit])
+    return None
+
+
+def ds_metric(ds: Any, name: str) -> Any:
+    return next((m for m in ds.metrics.values() if m.name == name), None)
+
+
+def _against_previous(eng: Engine, previous_id: int, refs: list[str]) -> list[str]:
+    """What changed against the previous version's measurements: its top commit beside
+    this version's."""
+    with db.session(eng) as s:
+        prev = series_q.get(s, previous_id)
+        prev_refs = _commit_refs(s, prev) if prev is not None else []
+    if prev is None or len(prev_refs) < 2 or len(refs) < 2:
+        return [f"No measurements of the previous version (series #{previous_id}) to compare.", ""]
+    return [
+        f"Against v{prev.version} (series #{prev.id}), its top commit then this version's:",
+        "",
+        _table(eng, [prev_refs[-1], refs[-1]], style="stackbench"),
+        "",
+    ]
+
+
+def _tags(cfg: MailConfig, url: str, regression: bool) -> list[str]:
+    robot = cfg.sender
+    if not regression:
+        return [f"Link: {url}", ""]
+    return [
+        "If you fix the issue in a separate patch/commit (i.e. not just a new version of",
+        "the same patch/commit), kindly add following tags",
+        f"| Reported-by: {robot}",
+        f"| Closes: {url}",
+        "",
+    ]
 
 
 def _direction_words(change_pct: float | None, higher_is_better: bool | None) -> str:
@@ -147,6 +291,29 @@ def _direction_words(change_pct: float | None, higher_is_better: bool | None) ->
     better = "higher" if higher_is_better else "lower"
     verdict = "worse" if worse else "better"
     return f"a {size} {move} ({verdict}: {better} is better for this metric)"
+
+
+def _began(s: Session, reg: Any) -> tuple[str, int | None, bool] | None:
+    """The "began:" line of a nightly regression (the night its change began, that night's
+    date and the commit range), the tracked branch's id for the history link, and whether a
+    change point dated it; None for a regression that no night dates."""
+    night = (reg.meta or {}).get("change_night")
+    if night is None:
+        return None
+    row = next(
+        (b for b in trees_q.branches(s) if b.tree_id == reg.tree_id and b.branch == reg.branch),
+        None,
+    )
+    nights = ((row.meta or {}).get("nights") or []) if row else []
+    when = nights[night].get("at", "")[:10] if night < len(nights) else ""
+    first = nights[night]["head"] if night < len(nights) else ""
+    last = nights[night - 1]["head"] if 0 < night <= len(nights) else ""
+    dated = bool((reg.meta or {}).get("changepoint"))
+    how = "a change point over the branch's nights" if dated else "the first look"
+    line = f"began:  night {night + 1} of the branch's history"
+    line += f" ({when})" if when else ""
+    line += f", commits {last[:12]}..{first[:12]}" if last and first else ""
+    return f"{line}, dated by {how}\n", row.id if row else None, dated
 
 
 def regression_report(
@@ -177,6 +344,11 @@ def regression_report(
         culprit = kernels_q.by_commit(s, culprit_sha) or bad
         patch = series_q.patch_of_commit(s, culprit_sha)
         machine = machines_q.first_of_build(s, bad.id)
+        # the machine's own noise on this metric, from its nightly A/A
+        noise = aa.of_machines(s, [machine.name] if machine else []).get(
+            (machine.name if machine else "", metric.name)
+        )
+        began = _began(s, reg)
         also = []
         for rid in (reg.meta or {}).get("also", []):
             other = regressions_q.get(s, rid)
@@ -204,6 +376,7 @@ def regression_report(
         if machine
         else "-"
     )
+    noise_line = f"\nnoise:    {aa.describe(noise)}" if noise else ""
     body = f"""\
 Hello,
 
@@ -211,12 +384,12 @@ stackbench noticed {words} of {metric.name}{conf} on:
 
 {what}: {culprit_sha} ("{subject_line}")
 tree:   {tree.name if tree else "-"} {reg.branch}
-good:   {good.commit} (the branch's last good baseline)
+good:   {good.commit} ({"the last night before the change" if began and began[2] else "the branch's last good baseline"})
 bad:    {bad.commit}
-
+{began[0] if began else ""}
 testcase: {job.suite}
 test:     {job.test}
-machine:  {mach}
+machine:  {mach}{noise_line}
 parameters:
 
 {params}
@@ -267,6 +440,8 @@ The tables compare the good and bad kernels.
 
         Details: {cfg.public_url}/regressions/{reg.id}
         """)
+    if began and began[1] is not None:
+        body += f"History: {cfg.public_url}/branches/{began[1]}/history\n"
     body += SIGNATURE
     to = [cfg.list_addr] if cfg.list_addr else []
     if patch and patch.author_email:
@@ -316,6 +491,13 @@ def nightly_summary(eng: Engine, summary: dict, cfg: MailConfig | None = None) -
                     f"  {b.get('kernels_built', 0)} kernel(s) built, {b.get('seconds', 0)}s"
                 )
             lines.append("")
+        # a machine its A/A put in quarantine takes no rounds until a healthy A/A
+        for m in machines_q.listing(s):
+            q = (m.meta or {}).get("quarantine")
+            if q:
+                lines.append(
+                    f"quarantined: {m.name} since {q['since'][:16]}: {'; '.join(q['why'])}"
+                )
     digest = hashlib.sha256("\n".join(fingerprint).encode()).hexdigest()[:12]
     return Mail(
         kind="nightly",
@@ -366,4 +548,5 @@ def queue(eng: Engine, mail: Mail) -> int:
         body=mail.body,
         in_reply_to=mail.in_reply_to,
         references=mail.references,
+        attachments=mail.attachments,
     )

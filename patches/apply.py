@@ -3,6 +3,11 @@
 Patches only ever touch a detached worktree of the tree's repository: the repository's
 branches, index and checkout are never changed, and a failed ``git am`` is aborted so the
 worktree is left at the last patch that applied.
+
+What is built is what is shown: each mail goes to ``git am`` as an mboxrd of its own, so git
+cannot split it into two commits, and each commit must be its parent plus the diff the
+parser found (the one the pages show), byte for byte in the tree; otherwise the series stops
+there with the reason.
 """
 
 from __future__ import annotations
@@ -27,7 +32,11 @@ _AM_ARGS = (
     "am.messageid=false",
     "-c",
     "commit.gpgSign=false",
+    "-c",
+    "apply.whitespace=nowarn",
 )
+_MBOXRD_FROM = b"From mboxrd@z Thu Jan  1 00:00:00 1970\n"
+_QUOTED_FROM = re.compile(rb"^(>*From )", re.MULTILINE)
 _NOISE = re.compile(r"^(hint:|Applying:|When you have resolved|If you prefer to skip|To restore)")
 
 
@@ -39,6 +48,8 @@ class ApplyResult:
     # 0-based position (in the list given to apply_series) of the patch that did not apply
     failed_index: int | None = None
     error: str = ""
+    # the patch applied, but not as the diff shown: the series is refused, not broken
+    not_as_shown: bool = False
     log: str = field(default="", repr=False)
 
 
@@ -77,21 +88,28 @@ def apply_series(
     with tempfile.TemporaryDirectory(prefix="stackbench-am-") as tmp:
         for pos, patch in enumerate(patches):
             mail = Path(tmp) / f"{pos + 1:04d}.mbox"
-            mail.write_bytes(_as_mbox(patch.raw))
+            mail.write_bytes(as_mboxrd(patch.raw))
             out = gitcmd.git(
                 workdir,
                 *_AM_ARGS,
                 "am",
                 "--quiet",
-                "--patch-format=mbox",
+                "--patch-format=mboxrd",
                 "--committer-date-is-author-date",
                 mail,
                 check=False,
                 timeout=timeout,
             )
             log.append(out.stdout)
+            error = "" if out.returncode == 0 else clean_am_error(out.stdout)
+            not_as_shown = False
             if out.returncode != 0:
                 gitcmd.git(workdir, "am", "--abort", check=False)
+            else:
+                parent = commits[-1] if commits else base_sha
+                error = _not_as_shown(workdir, parent, patch, Path(tmp) / "check.index")
+                not_as_shown = bool(error)
+            if error:
                 if ref and commits:
                     gitcmd.update_ref(repo, ref, commits[-1])
                 return ApplyResult(
@@ -99,7 +117,8 @@ def apply_series(
                     commits=commits,
                     ok=False,
                     failed_index=pos,
-                    error=clean_am_error(out.stdout),
+                    error=error,
+                    not_as_shown=not_as_shown,
                     log="".join(log),
                 )
             head = gitcmd.rev_parse(workdir, "HEAD")
@@ -190,8 +209,39 @@ def _is_worktree_of(repo: Path, workdir: Path) -> bool:
     return False
 
 
-def _as_mbox(raw: bytes) -> bytes:
-    # git am recognises an mbox by its "From " line; a mail saved without one gets one
+def as_mboxrd(raw: bytes) -> bytes:
+    """One mail as an mboxrd that ``git am --patch-format=mboxrd`` reads back as exactly
+    that mail: its own ``From `` line replaced, every ``From `` line of its text quoted."""
     if raw.startswith(b"From "):
-        return raw
-    return b"From stackbench Mon Sep 17 00:00:00 2001\n" + raw
+        raw = raw.split(b"\n", 1)[1] if b"\n" in raw else b""
+    return _MBOXRD_FROM + _QUOTED_FROM.sub(rb">\1", raw)
+
+
+def _not_as_shown(workdir: Path, parent: str, patch: ParsedPatch, index: Path) -> str:
+    """Why the commit ``git am`` just made is not ``parent`` plus the patch's shown diff;
+    empty when it is. The shown diff is applied on its own to ``parent``'s tree in a
+    scratch index and the two trees compared."""
+    made = gitcmd.rev_list(workdir, f"{parent}..HEAD")
+    if len(made) != 1:
+        return f"git am made {len(made)} commits of one mail; the patch shown is one"
+    env = {"GIT_INDEX_FILE": str(index)}
+    index.unlink(missing_ok=True)
+    gitcmd.git(workdir, "read-tree", parent, env=env)
+    out = gitcmd.git(
+        workdir,
+        "apply",
+        "--cached",
+        "--whitespace=nowarn",
+        "-",
+        env=env,
+        input=patch.diff_bytes(),
+        check=False,
+    )
+    if out.returncode != 0:
+        return f"the diff shown does not apply on its own: {clean_am_error(out.stdout)}"
+    shown = gitcmd.git(workdir, "write-tree", env=env).stdout.strip()
+    built = gitcmd.git(workdir, "diff", "--name-only", shown, "HEAD", "--").stdout.split()
+    if built:
+        listed = ", ".join(built[:5]) + (f" and {len(built) - 5} more" if len(built) > 5 else "")
+        return f"git am built something other than the diff shown: {listed} differ"
+    return ""

@@ -34,7 +34,8 @@ def parse_push_ref(ref: str) -> tuple[str, str]:
     The tree is one path component; the base is the rest and may contain ``/``
     (``refs/for/mm/mm-stable``, ``refs/for/linux-6.1/v6.1``). Any other ref is refused."""
     usage = (
-        f"only pushes to {REF_PREFIX}<tree>/<base> are accepted, e.g. {REF_PREFIX}linux-6.1/HEAD"
+        f"only pushes to {REF_PREFIX}<tree>/<base> are accepted (the base: a tag, branch or "
+        f"commit of the tree), e.g. git push <url> HEAD:{REF_PREFIX}linux-6.1/v6.1-debian"
     )
     if not ref.startswith(REF_PREFIX):
         raise InputError(_show(ref), usage)
@@ -56,9 +57,15 @@ def parse_push_ref(ref: str) -> tuple[str, str]:
     return tree, base
 
 
-def series_from_push(repo: Path, tree: str, base: str, new_sha: str) -> ParsedSeries:
+def series_from_push(
+    repo: Path, tree: str, base: str, new_sha: str, *, tree_repo: Path | None = None
+) -> ParsedSeries:
     """The commits ``base..new_sha`` of ``repo`` as a series, oldest first, each patch
-    carrying its commit sha; ``base_commit`` is the resolved base."""
+    carrying its commit sha; ``base_commit`` is the resolved base.
+
+    The base is looked up in the push first, then in ``tree_repo`` (the tree's own
+    repository): the intake holds no tags or branches of its own, so ``v6.1-debian`` or
+    ``HEAD`` name the tree's."""
     repo = Path(repo)
     where = f"push to {REF_PREFIX}{tree}/{base}"
     if not gitcmd.is_sha(new_sha) or new_sha == gitcmd.ZERO_SHA:
@@ -67,8 +74,20 @@ def series_from_push(repo: Path, tree: str, base: str, new_sha: str) -> ParsedSe
     if head is None:
         raise InputError(where, f"pushed commit {new_sha[:12]} is not in the repository")
     base_sha = gitcmd.rev_parse(repo, base)
+    if base_sha is None and tree_repo is not None:
+        base_sha = gitcmd.rev_parse(tree_repo, base, env=_own_repo_env(Path(tree_repo)))
+        if base_sha is not None and gitcmd.rev_parse(repo, base_sha) is None:
+            raise InputError(
+                where,
+                f"base {base!r} is {base_sha[:12]} in tree {tree}, which the pushed history "
+                "does not contain: rebase onto it",
+            )
     if base_sha is None:
-        raise InputError(where, f"base {base!r} is not a branch, tag or commit of this tree")
+        raise InputError(
+            where,
+            f"base {base!r} is not a branch, tag or commit of tree {tree} or of the push: "
+            f"name it by its commit, {REF_PREFIX}{tree}/<sha>",
+        )
     if not gitcmd.is_ancestor(repo, base_sha, head):
         raise InputError(where, f"base {base!r} is not an ancestor of {head[:12]}: rebase first")
     commits = gitcmd.rev_list(repo, "--reverse", "--topo-order", f"{base_sha}..{head}")
@@ -101,6 +120,17 @@ def series_from_push(repo: Path, tree: str, base: str, new_sha: str) -> ParsedSe
         patch.commit_sha = sha
     parsed.base_commit = base_sha
     return parsed
+
+
+def _own_repo_env(repo: Path) -> dict[str, str]:
+    """What makes git look at ``repo`` from inside the intake's hook, where GIT_DIR and
+    the quarantined object directory of the push would otherwise still apply."""
+    git_dir = repo / ".git" if (repo / ".git").is_dir() else repo
+    return {
+        "GIT_DIR": str(git_dir),
+        "GIT_OBJECT_DIRECTORY": str(git_dir / "objects"),
+        "GIT_ALTERNATE_OBJECT_DIRECTORIES": "",
+    }
 
 
 def install_hook(

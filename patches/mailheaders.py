@@ -32,7 +32,8 @@ def clean_header(value: object) -> str:
         raw = str(value)
     try:
         text = str(email.header.make_header(email.header.decode_header(raw)))
-    except (LookupError, ValueError, UnicodeError, email.errors.HeaderParseError):
+    except (LookupError, ValueError, UnicodeError, email.errors.MessageError):
+        # MessageError: HeaderParseError and CharsetError (a charset name that is not ASCII)
         text = raw
     # CR/LF hidden in an encoded word must not survive into anything that is later put in
     # a mail header or a log line

@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, field
 
 from stackbench.errors import InputError
+from stackbench.patches.diffparse import find_diff_start, parse_diff
 from stackbench.patches.mailheaders import (  # noqa: F401 - re-exported, parser's API
     MSGID,
     REPLY,
@@ -43,27 +44,16 @@ _FROM_LINE = re.compile(
     rb"^From \S+ +(?:[A-Z][a-z]{2} ){2}[ \d]?\d \d\d:\d\d(?::\d\d)?(?: [+-]?\w+)? \d{4}\s*$"
 )
 _HEADER_LINE = re.compile(rb"^[!-9;-~]+:[ \t]?")
+# git mailinfo follows 5 nested multiparts; a patch mail needs one or two. The email package
+# recurses once per level, so a deeper mail is refused before it is parsed.
+MAX_MULTIPARTS = 16
+_MULTIPART = re.compile(
+    rb"^content-type:[ \t]*(?:multipart|message)/", re.IGNORECASE | re.MULTILINE
+)
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _COUNTER = re.compile(r"^0*(\d+)/0*(\d+)$")
 _VERSION = re.compile(r"^v(\d+)$", re.IGNORECASE)
 _BASE_COMMIT = re.compile(r"^base-commit:\s*([0-9a-f]{7,64})\s*$", re.MULTILINE)
-_HUNK = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
-# lines git puts between "diff --git" and the first hunk (or instead of hunks)
-_DIFF_HEADER_PREFIXES = (
-    "index ",
-    "old mode ",
-    "new mode ",
-    "deleted file mode ",
-    "new file mode ",
-    "similarity index ",
-    "dissimilarity index ",
-    "rename from ",
-    "rename to ",
-    "copy from ",
-    "copy to ",
-    "--- ",
-    "+++ ",
-    "Binary files ",
-)
 
 
 @dataclass
@@ -81,6 +71,13 @@ class ParsedPatch:
     raw: bytes
     # set by git-push intake, where each patch already is a commit
     commit_sha: str | None = None
+    # the diff in the bytes of its mail part (``diff`` shows U+FFFD where those bytes are
+    # not text in the declared charset); empty: ``diff`` as UTF-8
+    diff_raw: bytes = b""
+
+    def diff_bytes(self) -> bytes:
+        """The shown diff as the bytes ``git am`` is to apply for it."""
+        return self.diff_raw or self.diff.encode("utf-8", errors="replace")
 
 
 @dataclass
@@ -123,88 +120,137 @@ class _Mail:
     version: int
     rfc: bool
     tagged: bool  # [PATCH ...] or [RFC ...] in the subject
-    text: str
+    text: str  # as shown: U+FFFD where the bytes are not text in their charset
+    raw_text: str  # those bytes kept as lone surrogates (surrogateescape), for diff_raw
+    codec: str  # of the part the diff is in
 
 
 # ---------------------------------------------------------------- find_*
 
 
 def find_mails(data: bytes, source: str) -> list[bytes]:
-    """Split an mbox (mboxo or mboxrd) into mails; a lone RFC 822 mail is one mail."""
+    """Split an mbox (mboxo or mboxrd) into mails; a lone RFC 822 mail is one mail.
+
+    A separator line is a ``From `` line after a blank line. One without the blank line
+    before it is refused: ``git am`` would split the mail there, and the commit made from
+    the second half would not be the patch that is shown."""
     if not data.strip():
         raise InputError(source, "empty input: expected an mbox with patches")
     if len(data) > MAX_MBOX_BYTES:
         raise InputError(source, f"mbox larger than {MAX_MBOX_BYTES // (1024 * 1024)} MiB")
     data = data.replace(b"\r\n", b"\n")
     lines = data.split(b"\n")
+    skipped = 0
     while lines and not lines[0].strip():
         lines.pop(0)
+        skipped += 1
     if not lines:
         raise InputError(source, "empty input: expected an mbox with patches")
-    if _FROM_LINE.match(lines[0]):
-        mboxrd = lines[0].startswith(b"From mboxrd@z ")
-        mails: list[list[bytes]] = []
-        prev_blank = True
-        for line in lines:
-            if prev_blank and _FROM_LINE.match(line):
+    if not _FROM_LINE.match(lines[0]) and not _HEADER_LINE.match(lines[0]):
+        raise InputError(source, "not an mbox: no 'From ' separator line and no mail headers")
+    if b"\0" in data:
+        line = data.count(b"\n", 0, data.index(b"\0")) + 1
+        raise InputError(source, f"NUL byte on line {line}: an mbox is text")
+    mboxrd = lines[0].startswith(b"From mboxrd@z ")
+    mails: list[list[bytes]] = [[]]
+    prev_blank = True
+    for number, line in enumerate(lines, start=skipped + 1):
+        if _FROM_LINE.match(line):
+            if not prev_blank:
+                shown = _short(line.decode(errors="replace"), 80)
+                raise InputError(
+                    source,
+                    f"line {number} {shown!r} is an mbox separator inside a mail (no blank "
+                    "line before it): git am would split the mail there; quote it as "
+                    "'>From ' or put a blank line before it",
+                )
+            if mails[-1]:
                 mails.append([])
-            elif mboxrd and re.match(rb"^>+From ", line):
-                line = line[1:]
-            mails[-1].append(line)
-            prev_blank = not line.strip()
-        return [b"\n".join(m).rstrip(b"\n") + b"\n" for m in mails]
-    if _HEADER_LINE.match(lines[0]):
-        return [b"\n".join(lines).rstrip(b"\n") + b"\n"]
-    raise InputError(source, "not an mbox: no 'From ' separator line and no mail headers")
+        elif mboxrd and re.match(rb"^>+From ", line):
+            line = line[1:]
+        mails[-1].append(line)
+        prev_blank = not line.strip()
+    return [b"\n".join(m).rstrip(b"\n") + b"\n" for m in mails]
 
 
-def find_text(msg: email.message.Message) -> str:
-    """The text of a mail: its text/plain parts and patch attachments, decoded."""
+def join_mboxrd(mails: list[bytes]) -> bytes:
+    """Mails as one mboxrd (what :func:`find_mails` splits again): a ``From mboxrd@z``
+    line before each, ``>`` before body lines that start with ``>*From ``."""
+    out: list[bytes] = []
+    for raw in mails:
+        out.append(b"From mboxrd@z Thu Jan  1 00:00:00 1970")
+        lines = raw.replace(b"\r\n", b"\n").rstrip(b"\n").split(b"\n")
+        if lines and lines[0].startswith(b"From "):
+            lines = lines[1:]  # an mbox separator kept with the mail, not a header
+        for line in lines:
+            out.append(b">" + line if re.match(rb"^>*From ", line) else line)
+        out.append(b"")
+    return b"\n".join(out)
+
+
+def find_text(msg: email.message.Message, where: str = "<mail>") -> tuple[str, str]:
+    """The text of a mail (its text/plain parts and patch attachments, decoded) and the
+    codec of the part its diff starts in.
+
+    ``git am`` reads every part of a mail, whatever its type: a diff in a part that is not
+    shown (HTML, an octet-stream attachment) is refused rather than applied unseen, and so is
+    a NUL byte, which no patch mail carries and no text column stores."""
     chunks: list[str] = []
+    codec = "utf-8"
+    has_diff = False
     parts = msg.walk() if msg.is_multipart() else [msg]
     for part in parts:
         if part.is_multipart():
             continue
         ctype = part.get_content_type()
-        # patches come inline or as text/x-patch, text/x-diff... attachments
-        if ctype != "text/plain" and not ctype.startswith(("text/x-", "application/x-patch")):
-            continue
         payload = part.get_payload(decode=True)
         if payload is None:
             continue
-        text = _decode(payload, part)
-        chunks.append(text.replace("\r\n", "\n"))
-    return "\n".join(chunks)
+        text, part_codec = _decode(payload, part)
+        text = text.replace("\r\n", "\n")
+        diff_here = find_diff_start(text.split("\n")) is not None
+        # patches come inline or as text/x-patch, text/x-diff... attachments
+        if ctype != "text/plain" and not ctype.startswith(("text/x-", "application/x-patch")):
+            if diff_here:
+                raise InputError(
+                    where, f"a diff in a {ctype} part, which is not shown: send it inline"
+                )
+            continue
+        if "\0" in text:
+            raise InputError(where, "a NUL byte in its decoded text: a patch mail is text")
+        if diff_here and not has_diff:
+            codec, has_diff = part_codec, True
+        chunks.append(text)
+    return "\n".join(chunks), codec
 
 
-def _decode(payload: bytes, part: email.message.Message) -> str:
-    """The payload as text in its declared charset, else UTF-8 with replacement characters.
+def _decode(payload: bytes, part: email.message.Message) -> tuple[str, str]:
+    """The payload as text in its declared charset, else UTF-8, and the codec used; bytes
+    that are not text in it become lone surrogates (surrogateescape), so the diff's own
+    bytes can be had back.
 
     A mail names any codec Python has, and some (idna, punycode, the bytes-to-bytes ones)
     raise whatever they like on arbitrary bytes even with errors="replace"."""
     try:
         charset = part.get_content_charset() or "utf-8"
-        if codecs.lookup(charset)._is_text_encoding:
-            return payload.decode(charset, errors="replace")
+        info = codecs.lookup(charset)
+        if info._is_text_encoding:
+            try:
+                return payload.decode(charset, errors="surrogateescape"), info.name
+            except UnicodeError:  # bytes below 0x80 that the codec refuses
+                return payload.decode(charset, errors="replace"), info.name
     except Exception:  # noqa: BLE001 - any codec failure means: fall back to UTF-8
         pass
-    return payload.decode("utf-8", errors="replace")
+    return payload.decode("utf-8", errors="surrogateescape"), "utf-8"
 
 
-def find_diff_start(lines: list[str]) -> int | None:
-    """Index of the first line of the diff (``diff --git``, ``Index:`` or a bare
-    ``---``/``+++`` pair), or None."""
-    for i, line in enumerate(lines):
-        if line.startswith("diff --git ") or line.startswith("Index: "):
-            return i
-        if (
-            line.startswith("--- ")
-            and i + 2 < len(lines)
-            and lines[i + 1].startswith("+++ ")
-            and lines[i + 2].startswith("@@ ")
-        ):
-            return i
-    return None
+def _diff_bytes(mail: _Mail) -> bytes:
+    """The patch's diff in the bytes of its mail part: what git applies for it."""
+    diff = parse_body(mail.raw_text)[1]
+    try:
+        return diff.encode(mail.codec, errors="surrogateescape")
+    except (UnicodeError, LookupError, ValueError):
+        return diff.encode(mail.codec, errors="replace")
 
 
 def find_base_commit(text: str) -> str | None:
@@ -254,77 +300,6 @@ def _bounded(source: str, digits: str, what: str) -> int:
     return int(digits)
 
 
-def _hunk_count(digits: str | None) -> int:
-    if digits is None:
-        return 1
-    # a count larger than any mbox can hold just means "to the end of the input"
-    return int(digits) if len(digits) <= _MAX_DIGITS else 10**_MAX_DIGITS
-
-
-def parse_diff(lines: list[str], start: int) -> tuple[str, int]:
-    """The diff starting at ``start`` and the index of the first line after it.
-
-    Hunks are consumed by their line counts, so a removed line reading ``- `` (which looks
-    like the ``-- `` signature marker) cannot end the diff early, and whatever follows the
-    last hunk (``base-commit:`` trailers, the signature) is not part of it."""
-    i = start
-    n = len(lines)
-    in_binary = False
-    while i < n:
-        line = lines[i]
-        if line.startswith("diff ") or line.startswith("Index: "):
-            in_binary = False
-            i += 1
-            continue
-        if in_binary:
-            if line.startswith(("literal ", "delta ")) or line == "" or _is_base85(line):
-                i += 1
-                continue
-            in_binary = False
-            continue
-        if line.startswith("GIT binary patch"):
-            in_binary = True
-            i += 1
-            continue
-        if line.startswith(_DIFF_HEADER_PREFIXES) or line.startswith("==="):
-            i += 1
-            continue
-        m = _HUNK.match(line)
-        if m:
-            old = _hunk_count(m.group(1))
-            new = _hunk_count(m.group(2))
-            i += 1
-            while i < n and (old > 0 or new > 0):
-                h = lines[i]
-                if h.startswith("\\"):
-                    i += 1
-                    continue
-                tag = h[:1]
-                if tag == " " or h == "":
-                    old -= 1
-                    new -= 1
-                elif tag == "-":
-                    old -= 1
-                elif tag == "+":
-                    new -= 1
-                else:
-                    break
-                i += 1
-            while i < n and lines[i].startswith("\\"):
-                i += 1
-            continue
-        break
-    diff = "\n".join(lines[start:i]).rstrip("\n")
-    return (diff + "\n" if diff else ""), i
-
-
-_BASE85 = re.compile(r"[A-Za-z][0-9A-Za-z!#$%&()*+\-;<=>?@^_`{|}~]+")
-
-
-def _is_base85(line: str) -> bool:
-    return _BASE85.fullmatch(line) is not None
-
-
 def parse_body(text: str) -> tuple[str, str, str]:
     """(commit message, diff, text after the diff) of a patch mail's text."""
     lines = text.split("\n")
@@ -352,11 +327,22 @@ def _strip_signature(text: str) -> str:
 
 
 def parse_mail(raw: bytes, position: int, source: str = "<mbox>") -> _Mail:
-    msg = email.message_from_bytes(raw, policy=email.policy.compat32)
-    subject_raw = msg.get("Subject", "")
-    is_reply = bool(REPLY.match(clean_header(subject_raw)))
-    subject, words = clean_subject(subject_raw)
-    counter, version, rfc, tagged = parse_prefix(words, source)
+    where = f"{source}: mail {position + 1}"
+    multiparts = len(_MULTIPART.findall(raw))
+    if multiparts > MAX_MULTIPARTS:
+        raise InputError(
+            where, f"{multiparts} multipart or message/rfc822 MIME parts: at most {MAX_MULTIPARTS}"
+        )
+    try:
+        msg = email.message_from_bytes(raw, policy=email.policy.compat32)
+        subject_raw = msg.get("Subject", "")
+        is_reply = bool(REPLY.match(clean_header(subject_raw)))
+        subject, words = clean_subject(subject_raw)
+        counter, version, rfc, tagged = parse_prefix(words, source)
+        raw_text, codec = find_text(msg, where)
+    except RecursionError:
+        # parts nested in a way the count above does not see (folded headers...)
+        raise InputError(where, "MIME parts nested too deep") from None
     return _Mail(
         position=position,
         raw=raw,
@@ -367,7 +353,9 @@ def parse_mail(raw: bytes, position: int, source: str = "<mbox>") -> _Mail:
         version=version,
         rfc=rfc,
         tagged=tagged,
-        text=find_text(msg),
+        text=_SURROGATE.sub("\ufffd", raw_text),
+        raw_text=raw_text,
+        codec=codec,
     )
 
 
@@ -399,6 +387,18 @@ def parse_mbox(data: bytes, *, source: str = "<mbox>") -> ParsedSeries:
             ignored.append(mail.subject)
             continue
         message, diff, trailer = parse_body(mail.text)
+        extra = find_diff_start(trailer.split("\n")) if diff else None
+        if extra is not None:
+            line = _short(trailer.split("\n")[extra], 60)
+            raise InputError(
+                source,
+                f"{_label(mail)} has a second diff after its patch ({line!r}): git am would "
+                "apply it unseen; send one diff per mail",
+            )
+        heads = [h for h in diff.split("\n") if h.startswith("diff --git ")]
+        if len(heads) != len(set(heads)):
+            twice = next(h for h in heads if heads.count(h) > 1)
+            raise InputError(source, f"{_label(mail)} changes a file twice ({_short(twice, 60)!r})")
         if mail.counter and mail.counter[0] == 0:
             if cover is not None:
                 raise InputError(source, f"two cover letters: {_label(cover)} and {_label(mail)}")
@@ -444,6 +444,7 @@ def parse_mbox(data: bytes, *, source: str = "<mbox>") -> ParsedSeries:
                 body=message,
                 diff=diff,
                 raw=mail.raw,
+                diff_raw=_diff_bytes(mail),
             )
         )
 

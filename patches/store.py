@@ -34,13 +34,6 @@ def resolve_base(parsed: ParsedSeries, base: str | None, tree_default: str | Non
     return base or parsed.base_commit or tree_default or ""
 
 
-def find_series(session: Session, parsed: ParsedSeries, *, tree: str | None, base: str | None):
-    row = trees_q.named(session, tree) if tree else None
-    default = row.default_base if row is not None else None
-    key = series_key(parsed, tree, resolve_base(parsed, base, default))
-    return series_store.by_key(session, key)
-
-
 def create_series(
     session: Session,
     parsed: ParsedSeries,
@@ -163,7 +156,8 @@ def record_apply(session: Session, series_id: int, result: ApplyResult) -> serie
     else:
         if result.failed_index is not None and result.failed_index < len(patches):
             bad = patches[result.failed_index]
-            error = f"patch {bad.idx}/{bad.total} '{bad.subject}' does not apply: {result.error}"
+            what = "is refused" if result.not_as_shown else "does not apply"
+            error = f"patch {bad.idx}/{bad.total} '{bad.subject}' {what}: {result.error}"
         else:
             error = result.error or "the series could not be applied"
         series_store.save(series, state="apply-failed", error=error)

@@ -93,14 +93,18 @@ def delete_token(s: Session, row: ApiToken) -> None:
 
 def login_failures(
     s: Session, since: datetime, *, name: str | None = None, remote: str | None = None
-) -> int:
-    """Wrong sign-ins after ``since``, for one user name or one client address."""
-    q = select(func.count()).select_from(LoginFailure).where(LoginFailure.created_at > since)
+) -> tuple[int, datetime | None]:
+    """Wrong sign-ins after ``since`` for one user name, one client address or both: how many,
+    and when the last one was."""
+    q = select(func.count(), func.max(LoginFailure.created_at)).where(
+        LoginFailure.created_at > since
+    )
     if name is not None:
         q = q.where(LoginFailure.name == name)
     if remote is not None:
         q = q.where(LoginFailure.remote == remote)
-    return s.scalar(q) or 0
+    count, last = s.execute(q).one()
+    return count or 0, last
 
 
 def add_login_failure(s: Session, name: str, remote: str, *, forget_before: datetime) -> None:

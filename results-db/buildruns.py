@@ -32,26 +32,6 @@ def direction(eng: Engine, name: str) -> bool | None:
     return row.higher_is_better if row is not None else metric_rules.info(name).higher_is_better
 
 
-def done_runs(eng: Engine, build_id: int, job_id: int) -> int:
-    with eng.connect() as conn:
-        return conn.execute(
-            text(
-                "SELECT count(*) FROM run WHERE build_id = :b AND job_id = :j AND status = 'done'"
-            ),
-            {"b": build_id, "j": job_id},
-        ).scalar_one()
-
-
-def failed_runs(eng: Engine, build_id: int, job_id: int) -> int:
-    with eng.connect() as conn:
-        return conn.execute(
-            text(
-                "SELECT count(*) FROM run WHERE build_id = :b AND job_id = :j AND status <> 'done'"
-            ),
-            {"b": build_id, "j": job_id},
-        ).scalar_one()
-
-
 # A run's boot: the run.boot_id column of the rounds-of-boots plan (migration 0003), else
 # meta.boot_id (the pipeline and the labs set it), else the run alone (an import, a synthetic
 # lab). The column is read through to_jsonb so this works before and after the migration.
@@ -91,20 +71,6 @@ def per_boot_values(
     return out
 
 
-def per_run_values(eng: Engine, build_id: int, job_id: int, metric_id: int) -> list[float]:
-    """One value per finished run (the mean of its samples of the metric), oldest run first."""
-    with eng.connect() as conn:
-        rows = conn.execute(
-            text(
-                "SELECT r.id, avg(s.value) FROM run r JOIN sample s ON s.run_id = r.id "
-                "WHERE r.build_id = :b AND r.job_id = :j AND r.status = 'done' "
-                "AND s.metric_id = :m GROUP BY r.id ORDER BY r.id"
-            ),
-            {"b": build_id, "j": job_id, "m": metric_id},
-        ).all()
-    return [float(v) for _rid, v in rows if v is not None]
-
-
 def metrics_of(eng: Engine, build_ids: list[int], job_id: int) -> list[Metric]:
     """Metrics with samples in done runs of the job on every one of the builds."""
     with Session(eng, expire_on_commit=False) as s:
@@ -118,3 +84,45 @@ def metrics_of(eng: Engine, build_ids: list[int], job_id: int) -> list[Metric]:
         ).all()
         ids = [r[0] for r in rows]
         return list(s.scalars(select(Metric).where(Metric.id.in_(ids)).order_by(Metric.name)))
+
+
+def boot_means_by_kind(
+    eng: Engine, build_ids: list[int], job_id: int, metric_id: int
+) -> dict[str, dict[int, list[float]]]:
+    """{machine kind: {build: one mean per boot}} of the builds' finished runs of the job:
+    a branch's history in one query, split by machine kind because kinds do not share a
+    level (a run on no machine row is of kind "")."""
+    if not build_ids:
+        return {}
+    with eng.connect() as conn:
+        rows = conn.execute(
+            text(
+                f"SELECT coalesce(m.kind, ''), r.build_id, {_BOOT_SQL} AS boot, avg(s.value) "
+                "FROM run r JOIN sample s ON s.run_id = r.id "
+                "LEFT JOIN machine m ON m.id = r.machine_id "
+                "WHERE r.build_id = ANY(:b) AND r.job_id = :j AND r.status = 'done' "
+                "AND s.metric_id = :m GROUP BY 1, 2, 3, r.id ORDER BY r.id"
+            ),
+            {"b": list(build_ids), "j": job_id, "m": metric_id},
+        ).all()
+    runs: dict[tuple[str, int, str], list[float]] = {}
+    for kind, bid, boot, v in rows:
+        if v is not None:
+            runs.setdefault((kind, bid, boot), []).append(float(v))
+    out: dict[str, dict[int, list[float]]] = {}
+    for (kind, bid, _boot), vals in runs.items():
+        out.setdefault(kind, {}).setdefault(bid, []).append(sum(vals) / len(vals))
+    return out
+
+
+def jobs_of(eng: Engine, build_ids: list[int]) -> list[int]:
+    """The jobs with finished runs on any of the builds, by id."""
+    with eng.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT DISTINCT job_id FROM run WHERE build_id = ANY(:b) AND status = 'done' "
+                "ORDER BY job_id"
+            ),
+            {"b": list(build_ids)},
+        ).all()
+    return [r[0] for r in rows]

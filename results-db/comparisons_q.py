@@ -4,6 +4,8 @@ rendered result kept beside a fingerprint of the runs it came from.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from datetime import datetime
 from typing import Any
 
@@ -12,6 +14,23 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from stackbench.resultsdb.models import Comparison
+
+# the table options of a comparison nobody chose: every row hidden but the headline ones, every
+# suite (the web's Options() says the same; its keys must stay what they were)
+DEFAULT_OPTIONS: dict[str, Any] = {"all_rows": False, "suite": None}
+
+
+def key_for(build_ids: list[int], options: dict[str, Any]) -> str:
+    """The permanent key of the comparison of these kernels (base first) with these options."""
+    raw = json.dumps([build_ids, options], sort_keys=True)
+    return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+
+def publish(s: Session, build_ids: list[int]) -> Comparison:
+    """The public comparison of these kernels with the default options, made by the service
+    (no owner: it counts toward nobody's quota)."""
+    key = key_for(build_ids, DEFAULT_OPTIONS)
+    return get_or_create(s, key, build_ids, {**DEFAULT_OPTIONS, "owner_id": None})
 
 
 def created_since(s: Session, owner_id: int, since: datetime) -> int:

@@ -162,7 +162,6 @@ class Cluster:
             user=self._run_user(),
         )
         pwfile.unlink()
-        self._owner_socket()
         port = _free_port()
         with open(self.datadir / "postgresql.conf", "a") as fh:
             fh.write(
@@ -174,32 +173,9 @@ class Cluster:
                 "fsync = on\n"
                 "shared_buffers = 128MB\n"
             )
-        # the third line: the socket the home's owner connects to without a password
-        self.secret_path.write_text(f"{port}\n{password}\n{self.link.resolve() / 'run'}\n")
+        self.secret_path.write_text(f"{port}\n{password}\n")
         os.chmod(self.secret_path, 0o600)
         _log().info("created PostgreSQL cluster in %s", self.datadir)
-
-    def _owner_socket(self) -> None:
-        """The home's owner (who can read pg.secret) connects over the cluster's Unix
-        socket by peer authentication; TCP keeps asking everyone for the password. A
-        password costs every connection SCRAM's 4,096 rounds on both sides, 6 of the 9 ms
-        a command's connection took; the kernel vouching for the OS user costs nothing."""
-        owner = pwd.getpwuid(os.geteuid()).pw_name
-        (self.datadir / "pg_ident.conf").write_text(f"owner {owner} {DB_USER}\n")
-        (self.datadir / "pg_hba.conf").write_text(
-            "# stackbench embedded cluster: the home's owner over the socket, others by password\n"
-            "local all all peer map=owner\n"
-            "host all all 127.0.0.1/32 scram-sha-256\n"
-            "host all all ::1/128 scram-sha-256\n"
-        )
-
-    def socket_path(self) -> str | None:
-        """The socket the home's owner connects to without a password (pgwire.connect as
-        DB_USER to DB_NAME), or None for a cluster made before it had one."""
-        lines = self.secret_path.read_text().split("\n")
-        if len(lines) < 3 or not lines[2]:
-            return None
-        return f"{lines[2]}/.s.PGSQL.{lines[0]}"
 
     def _secret(self) -> tuple[int, str]:
         port, password = self.secret_path.read_text().split("\n")[:2]

@@ -19,9 +19,9 @@ from typing import Any
 from sqlalchemy import Engine, select, text
 from sqlalchemy.dialects.postgresql import insert
 
+from stackbench.resultsdb import kernels_store, pgbinary
 from stackbench.resultsdb import metrics as metric_rules
-from stackbench.resultsdb import pgbinary
-from stackbench.resultsdb.models import Job, KernelBuild, Machine, RunLog, Tree
+from stackbench.resultsdb.models import Job, Machine, RunLog, Tree
 
 
 @dataclass
@@ -130,7 +130,7 @@ def kernel_id(conn, k: KernelSpec) -> int:
         "tree_id": tree_id(conn, k.tree),
         "meta": k.meta,
     }
-    return _upsert_id(conn, KernelBuild, values, ["commit", "config_hash", "compiler"])
+    return kernels_store.build_id(conn, values)
 
 
 def machine_id(conn, m: MachineSpec) -> int:

@@ -1,6 +1,7 @@
 """The kernels of a series and their ``kernel_build`` rows, as the jobs (the pipeline, the
-dispatcher, the CLI) read and write them. Every function takes the caller's session
-(:func:`stackbench.resultsdb.db.session`) and leaves committing to it.
+dispatcher, the CLI) and ingest read and write them: this module is the one writer of those
+rows. Every function takes the caller's session (:func:`stackbench.resultsdb.db.session`),
+or ingest's connection, and leaves committing to it.
 
 A series' kernels are its stack: the base commit, then each patch's commit in stack order.
 :func:`stack` is the one definition of that list; everything that needs "the kernels of a
@@ -12,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, select, text
+from sqlalchemy import Connection, func, select, text
+from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from stackbench.resultsdb.models import KernelBuild, Patch, Run, Series
@@ -126,6 +128,16 @@ def save_build(
         row.patch_id = row.patch_id or patch_id
     s.flush()
     return row
+
+
+def build_id(conn: Connection, values: dict[str, Any]) -> int:
+    """The id of the build ``values`` name by the table's key (commit, config hash,
+    compiler), inserted with ``values`` when missing: the kernel of runs nobody built here
+    (an import, a worker's upload). Concurrent ingests insert it once; the key decides."""
+    key = ("commit", "config_hash", "compiler")
+    conn.execute(insert(KernelBuild).values(**values).on_conflict_do_nothing(index_elements=key))
+    cond = [getattr(KernelBuild, k) == values[k] for k in key]
+    return conn.execute(select(KernelBuild.id).where(*cond)).scalar_one()
 
 
 def update_build(row: KernelBuild, *, meta: dict[str, Any] | None = None, **fields: Any) -> None:

@@ -23,7 +23,7 @@ from sqlalchemy import (
     UniqueConstraint,
     func,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
@@ -275,6 +275,23 @@ class Comparison(Base):
     created_at: Mapped[datetime] = _now()
 
 
+class KeptTable(Base):
+    """A table ``stackbench compare`` printed, kept for the next same command on unchanged
+    runs (migration 0009, tables/textcache.py): its UTF-8 text, stored uncompressed,
+    and the build ids and fingerprint of the runs it was made from."""
+
+    __tablename__ = "kept_table"
+    key: Mapped[str] = mapped_column(Text, primary_key=True)
+    build_ids: Mapped[list[int]] = mapped_column(ARRAY(Integer))
+    fingerprint: Mapped[str] = mapped_column(Text)
+    options: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    warnings: Mapped[list[Any]] = mapped_column(JSONB, server_default="[]")
+    text: Mapped[bytes] = mapped_column(LargeBinary)
+    created_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now(), nullable=False
+    )
+
+
 class TrackedBranch(Base):
     __tablename__ = "tracked_branch"
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -400,3 +417,123 @@ class Event(Base):
     state: Mapped[str] = mapped_column(String(32))
     message: Mapped[str] = mapped_column(Text, default="")
     created_at: Mapped[datetime] = _now()
+
+
+class MailList(Base):
+    """A declared mailing list (kernels/lists) and the watcher's fetch state."""
+
+    __tablename__ = "mail_list"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    archive: Mapped[str] = mapped_column(Text, default="")
+    # epoch number (as text) -> the last commit read in it
+    cursors: Mapped[dict[str, Any]] = _meta()
+    last_fetch_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_ok_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_error: Mapped[str] = mapped_column(Text, default="")
+    failures: Mapped[int] = mapped_column(Integer, default=0)
+    next_fetch_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    meta: Mapped[dict[str, Any]] = _meta()
+    created_at: Mapped[datetime] = _now()
+
+
+class ListThread(Base):
+    """A series posted to a list, assembled from its mails. state: collecting, incomplete,
+    series (made one: series_id), filtered, failed (reason)."""
+
+    __tablename__ = "list_thread"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    list_id: Mapped[int] = mapped_column(ForeignKey("mail_list.id", ondelete="CASCADE"))
+    root: Mapped[str] = mapped_column(Text)
+    title: Mapped[str] = mapped_column(Text, default="")
+    version: Mapped[int] = mapped_column(Integer, default=1)
+    total: Mapped[int] = mapped_column(Integer, default=0)
+    state: Mapped[str] = mapped_column(String(16), default="collecting", index=True)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    series_id: Mapped[int | None] = mapped_column(ForeignKey("series.id", ondelete="SET NULL"))
+    first_seen: Mapped[datetime] = _now()
+    updated_at: Mapped[datetime] = _now()
+    __table_args__ = (UniqueConstraint("list_id", "root", "version"),)
+
+
+class ListMessage(Base):
+    """One message read from a list's archive. kind: cover, patch, skipped (reason)."""
+
+    __tablename__ = "list_message"
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    list_id: Mapped[int] = mapped_column(ForeignKey("mail_list.id", ondelete="CASCADE"))
+    message_id: Mapped[str] = mapped_column(Text)
+    epoch: Mapped[int] = mapped_column(Integer)
+    git_commit: Mapped[str] = mapped_column(String(64))
+    subject: Mapped[str] = mapped_column(Text, default="")
+    sender: Mapped[str] = mapped_column(Text, default="")
+    kind: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    thread_id: Mapped[int | None] = mapped_column(
+        ForeignKey("list_thread.id", ondelete="SET NULL"), index=True
+    )
+    idx: Mapped[int | None] = mapped_column(Integer)
+    raw: Mapped[bytes | None] = mapped_column(LargeBinary, deferred=True)
+    created_at: Mapped[datetime] = _now()
+    __table_args__ = (UniqueConstraint("list_id", "message_id"),)
+
+
+class SeriesAttempt(Base):
+    """One hand-over of a series to an executor, and what the dispatcher follows it by.
+    executor: "" (not taken yet), in-process, buildbot, foreground. outcome: "" while open,
+    then done, failed, apply-failed or superseded (handed over again before it ended)."""
+
+    __tablename__ = "series_attempt"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    series_id: Mapped[int] = mapped_column(ForeignKey("series.id", ondelete="CASCADE"))
+    number: Mapped[int] = mapped_column(Integer)
+    source: Mapped[str] = mapped_column(String(32), default="")
+    executor: Mapped[str] = mapped_column(String(32), default="")
+    submission: Mapped[str] = mapped_column(Text, default="")
+    buildset: Mapped[int | None] = mapped_column(Integer)
+    buildbot: Mapped[str] = mapped_column(Text, default="")
+    since_build: Mapped[int] = mapped_column(Integer, default=0)
+    first_run: Mapped[int] = mapped_column(BigInteger, default=0)
+    kernels: Mapped[int] = mapped_column(Integer, default=0)
+    benchmarks: Mapped[int] = mapped_column(Integer, default=0)
+    progress: Mapped[str] = mapped_column(String(32), default="")  # k/N of the state's word
+    started: Mapped[datetime] = _now()
+    ended: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    outcome: Mapped[str] = mapped_column(String(32), default="")
+    batches: Mapped[list[SeriesBatch]] = relationship(
+        order_by="SeriesBatch.id", cascade="all, delete-orphan"
+    )
+    __table_args__ = (UniqueConstraint("series_id", "number"),)
+
+
+class SeriesBatch(Base):
+    """One plan of rounds handed over at once (the first rounds, then each adaptive look):
+    its key, buildset, boots, the plan's record, and the counts after it (``have`` rounds
+    looked at, ``offsets``: iterations taken per job)."""
+
+    __tablename__ = "series_batch"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    attempt_id: Mapped[int] = mapped_column(ForeignKey("series_attempt.id", ondelete="CASCADE"))
+    key: Mapped[str] = mapped_column(Text)
+    buildset: Mapped[int | None] = mapped_column(Integer)
+    boots: Mapped[int] = mapped_column(Integer, default=0)
+    have: Mapped[int | None] = mapped_column(Integer)
+    offsets: Mapped[dict[str, Any]] = _meta()
+    plan: Mapped[dict[str, Any]] = _meta()
+    created_at: Mapped[datetime] = _now()
+    __table_args__ = (UniqueConstraint("attempt_id", "key"),)
+
+
+class SeriesRound(Base):
+    """One try of a round of a batch on one worker. state: planned, running, done, failed,
+    lost (its worker went away: the round runs again as the next try)."""
+
+    __tablename__ = "series_round"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    batch_id: Mapped[int] = mapped_column(ForeignKey("series_batch.id", ondelete="CASCADE"))
+    round: Mapped[int] = mapped_column(Integer)
+    try_: Mapped[int] = mapped_column("try", Integer, default=1)
+    worker: Mapped[str] = mapped_column(Text, default="")
+    state: Mapped[str] = mapped_column(String(32), default="planned")
+    buildid: Mapped[int | None] = mapped_column(Integer)
+    __table_args__ = (UniqueConstraint("batch_id", "round", "try"),)

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from stackbench.errors import StackbenchError
-from stackbench.resultsdb import kernelrefs
+from stackbench.resultsdb import kernelrefs, pgbinary
 
 # Functions here take a SQLAlchemy Connection or a psycopg one and run their SQL on the
 # psycopg connection beneath: the CLI reads a comparison without importing SQLAlchemy.
@@ -86,6 +86,24 @@ class RunRow:
     sysstate: dict[str, Any]
     meta: dict[str, Any]
     boot_id: str | None = None  # the run.boot_id column (the verdict's unit, boots.boot_key)
+    boot_round: int | None = None  # the run.boot_round column (the verdict's block)
+
+    @property
+    def clock(self) -> str:
+        """The clocksource the guest timed this run with (jobs/collect.py: clock_state);
+        "unrecorded" for runs and imports without the record."""
+        return str(self._clock.get("source") or "unrecorded")
+
+    @property
+    def coarse_clock(self) -> str:
+        """Why this run's latencies cannot be trusted (a jiffies clock, a clocksource that
+        changed during the run), "" when they can or nothing was recorded."""
+        return str(self._clock.get("coarse") or "")
+
+    @property
+    def _clock(self) -> dict[str, Any]:
+        clock = (self.sysstate or {}).get("clock") if isinstance(self.sysstate, dict) else None
+        return clock if isinstance(clock, dict) else {}
 
 
 def _nested() -> dict[tuple[int, int], dict[int, dict[int, list[float]]]]:
@@ -184,6 +202,30 @@ class Dataset:
             seen.setdefault(r.job_id, set()).add(r.machine)
         return {j: sorted(m) for j, m in seen.items() if len(m) > 1}
 
+    def boxes(self) -> list[str]:
+        """The boxes that ran these runs: a pool's boxes share a machine name and each run
+        names the worker that ran it (``meta.worker``); a run without one ran on its
+        machine."""
+        return sorted({str((r.meta or {}).get("worker") or r.machine) for r in self.runs.values()})
+
+    def mixed_clocks(self) -> dict[int, list[str]]:
+        """Jobs whose runs were timed with more than one clocksource: job id -> clocksources.
+        Never pooled, not even on request: a latency timed in 4 ms jiffies and one timed
+        with the TSC differ by the clock, not by the kernel."""
+        seen: dict[int, set[str]] = {}
+        for r in self.runs.values():
+            seen.setdefault(r.job_id, set()).add(r.clock)
+        return {j: sorted(c) for j, c in seen.items() if len(c) > 1}
+
+    def coarse_clocks(self) -> dict[tuple[int, int], str]:
+        """(job id, build id) -> why that kernel's latencies in the job cannot be trusted (the
+        first coarse run's reason); pairs whose every run had a fine clock are absent."""
+        out: dict[tuple[int, int], str] = {}
+        for r in sorted(self.runs.values(), key=lambda r: r.id):
+            if r.coarse_clock:
+                out.setdefault((r.job_id, r.build_id), r.coarse_clock)
+        return out
+
     def runs_of(self, job_id: int, build_id: int) -> list[RunRow]:
         return sorted(
             (r for r in self.runs.values() if r.job_id == job_id and r.build_id == build_id),
@@ -252,12 +294,12 @@ def load(
         conn,
         "SELECT r.id, r.job_id, r.build_id, coalesce(m.name, ''), coalesce(m.kind, ''), "
         "r.iteration, r.status, r.sysstate, r.meta, j.suite, j.test, j.params, "
-        "j.suite_version, j.runner, r.boot_id FROM run r JOIN job j ON j.id = r.job_id "
+        "j.suite_version, j.runner, r.boot_id, r.boot_round FROM run r JOIN job j ON j.id = r.job_id "
         "LEFT JOIN machine m ON m.id = r.machine_id "
         f"WHERE r.build_id = ANY(%(ids)s) AND r.status = ANY(%(st)s){where_sql}",
         params,
     ):
-        ds.runs[r[0]] = RunRow(*r[:9], boot_id=r[14])
+        ds.runs[r[0]] = RunRow(*r[:9], boot_id=r[14], boot_round=r[15])
         ds.jobs.setdefault(r[1], JobRow(r[1], r[9], r[10], r[11], r[12], r[13]))
     if not ds.runs:
         return ds
@@ -320,12 +362,6 @@ def read_samples(
 
 def _read_rows(raw: Any, run_ids: list[int], metric_ids: list[int] | None) -> Samples:
     """read_samples from the sample table: one aggregated row per run."""
-    from stackbench.resultsdb import pgsession
-
-    if isinstance(raw, pgsession.Session):
-        return _read_samples_libpq(raw, run_ids, metric_ids)
-    from stackbench.resultsdb import pgbinary
-
     where = "run_id = ANY(%s)"
     params: list[Any] = [pgbinary.Int4Array.of(run_ids)]
     if metric_ids is not None:
@@ -351,18 +387,10 @@ _PACKED_SQL = 'SELECT run_id, metric_ids, counts, "values" FROM run_samples WHER
 
 def _read_packed(raw: Any, run_ids: list[int]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """Run id -> (metric id per sample, values) of the runs that have a run_samples row."""
-    from stackbench.resultsdb import pgsession
-
-    if isinstance(raw, pgsession.Session):
-        _oids, rows = raw.binary(_PACKED_SQL.replace("%s", "%s::int[]"), [run_ids])
-        wire = [(int.from_bytes(r, "big", signed=True), *rest) for r, *rest in rows]  # int4
-    else:
-        from stackbench.resultsdb import pgbinary
-
-        with raw.cursor(binary=True) as cur:
-            pgbinary.register(cur)
-            cur.execute(_PACKED_SQL, [pgbinary.Int4Array.of(run_ids)])
-            wire = list(cur)
+    with raw.cursor(binary=True) as cur:
+        pgbinary.register(cur)
+        cur.execute(_PACKED_SQL, [pgbinary.Int4Array.of(run_ids)])
+        wire = list(cur)
     # big-endian int4s and float8s, as migration 0005 and ingest pack them
     return {
         run_id: (
@@ -406,26 +434,3 @@ def _samples(runs: list, metrics: list, values: list) -> Samples:
         empty = np.zeros(0, dtype=np.int64)
         return Samples(empty, empty, np.zeros(0))
     return Samples(np.concatenate(runs), np.concatenate(metrics), np.concatenate(values))
-
-
-def _read_samples_libpq(raw: Any, run_ids: list[int], metric_ids: list[int] | None) -> Samples:
-    """read_samples over a pgsession.Session: the same query, binary results."""
-    from stackbench.resultsdb.pgarrays import FLOAT8_ARRAY_OID, INT4_ARRAY_OID, array_from_wire
-
-    where = "run_id = ANY(%s::int[])"
-    params: list[Any] = [run_ids]
-    if metric_ids is not None:
-        where += " AND metric_id = ANY(%s::int[])"
-        params.append(metric_ids)
-    for setting in _PLAN:
-        raw.execute(setting)
-    _oids, rows = raw.binary(_SAMPLES_SQL.format(where=where), params)
-    runs, metrics, values = [], [], []
-    for run_bytes, mids_bytes, vals_bytes in rows:
-        run_id = int.from_bytes(run_bytes, "big", signed=True)  # int4, as run.id is
-        mids = array_from_wire(INT4_ARRAY_OID, mids_bytes)
-        _check_order(run_id, mids)
-        runs.append(np.full(len(mids), run_id, dtype=np.int64))
-        metrics.append(mids)
-        values.append(array_from_wire(FLOAT8_ARRAY_OID, vals_bytes))
-    return _samples(runs, metrics, values)

@@ -108,3 +108,20 @@ def stored_keys(s: Session, keys: list[str]) -> set[str]:
     if not keys:
         return set()
     return set(s.scalars(select(Run.idempotency_key).where(Run.idempotency_key.in_(keys))))
+
+
+def first_of_suite(s: Session, commit: str, suite: str) -> tuple[Job, KernelBuild, Any] | None:
+    """A finished run of ``suite`` on the kernel built from ``commit``: its job, build and
+    machine (what a reproducer sets up again), or None."""
+    from stackbench.resultsdb.models import Machine
+
+    row = s.execute(
+        select(Job, KernelBuild, Machine)
+        .join(Run, Run.job_id == Job.id)
+        .join(KernelBuild, KernelBuild.id == Run.build_id)
+        .join(Machine, Machine.id == Run.machine_id, isouter=True)
+        .where(KernelBuild.commit == commit, Job.suite == suite, Run.status == "done")
+        .order_by(Run.id)
+        .limit(1)
+    ).first()
+    return (row[0], row[1], row[2]) if row else None

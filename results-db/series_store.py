@@ -64,18 +64,6 @@ def patch_subjects(s: Session, series_id: int) -> dict[str | None, str]:
     }
 
 
-def handed_over(s: Session, states: tuple[str, ...]) -> list[tuple[int, str, dict[str, Any]]]:
-    """(id, state, meta) of the series in these states that a front door handed to the
-    dispatcher (``meta.submitted``), oldest first."""
-    rows = s.execute(
-        select(Series.id, Series.state, Series.meta)
-        .where(Series.state.in_(states))
-        .where(Series.meta["submitted"].isnot(None))
-        .order_by(Series.id)
-    ).all()
-    return [(r.id, r.state, r.meta or {}) for r in rows]
-
-
 def unreported(s: Session) -> list[int]:
     """Handed-over series that finished (done or failed) with no report mail noted."""
     return list(

@@ -1,15 +1,11 @@
 """stackbench's own verdict per metric: changed, unchanged or undecided, with the evidence.
 
-The unit of evidence is a BOOT of a kernel. Callers pass, per side, {boot: per-run values}
-(or a flat list, one value per run, when every run was its own boot). Runs inside one boot
-share its memory layout, fragmentation and the host's load at that time, so their noise does
-not average out: with a per-boot offset of CoV 2% on top of 1% run noise, judging runs as
-independent called 40% of A/A comparisons changed. Each boot is reduced to the mean of its
-runs and the tests below run on those boot means, so the boot-to-boot variance is the
-variance of the test (see the README's statistics paragraph for why boot means and not a
-mixed model). A first run of a boot that is measurably different from the boot's later
-runs (:func:`warmup_detected`) is dropped from every boot of both sides before the means.
-Looks, ``n_base``/``n_new`` and ``runs_wanted`` count boots per side.
+The unit of evidence is a BOOT of a kernel (docs/verdict.md says why). Callers pass, per side,
+{boot: per-run values}, or a flat list when every run was its own boot. Runs of one boot share
+its memory layout and the host's load, so each boot is reduced to the mean of its runs and
+the tests run on those means; a first run measurably unlike its boot's later runs
+(:func:`warmup_detected`) is dropped from every boot of both sides. Looks, ``n_base``/``n_new``
+and ``runs_wanted`` count boots per side.
 
 The rule is a small group-sequential design:
 
@@ -20,35 +16,28 @@ The rule is a small group-sequential design:
   called "changed" at most ``alpha`` (0.5%) of the time. Data judged once (an import with
   any number of runs) is held to the same per-look level, which is conservative.
 * **changed**: the difference is significant at that stringent level (and survives the
-  Benjamini-Hochberg false-discovery control across the metrics of a comparison, see
-  :func:`judge_many`) AND the estimated effect is at least the minimum effect that matters for
+  Benjamini-Hochberg false-discovery control within its family: one later kernel against the
+  base, one job, headline metrics apart from the others, see :func:`judge_many` and
+  :func:`family`) AND the estimated effect is at least the minimum effect that matters for
   the metric's kind (a 0.3% throughput change is real on a quiet machine and still irrelevant).
 * **unchanged**: two one-sided tests (TOST) show the effect lies inside +-minimum effect, at
   ``equivalence_alpha / len(looks)`` per look.
 * **undecided** otherwise: ``runs_wanted`` names the next look (runs per side); at the cap the
   rule stays undecided rather than guess, with ``runs_wanted == 0``.
 
-Tests, chosen by the metric's kind:
-
-* Welch's t on the raw per-run values (unequal variances) for throughputs, percentages, counts;
-  the change is the difference of means relative to the base mean.
-* Latencies (skewed, positive): the exact Mann-Whitney rank test, with the Hodges-Lehmann
-  estimate of the ratio (exp of the median of all pairwise log(new/base)) and its
-  distribution-free interval; equivalence by the same test on shifted data. One bad run
-  cannot hide a change from it, but an exact rank test of 5 or 6 runs per side cannot reach
-  the per-look level at all (best p = 2/252 and 2/924), so latencies decide from the 10-run
-  look on. With ties (the exact null distribution no longer holds) or non-positive values
-  the Welch path is used instead.
-
-``bench/verdict_sim.py`` measures the false-positive rate and power of these defaults
-against LKP's and mmtests' rules.
+Tests, chosen by the metric's kind: Welch's t on the boot means for throughputs,
+percentages and counts (change: difference of means relative to the base); for latencies the
+exact Mann-Whitney test with the Hodges-Lehmann ratio and its distribution-free interval,
+deciding from the 10-boot look on (an exact rank test of 5 or 6 per side cannot reach the
+per-look level: best p = 2/252 and 2/924), and Welch with ties or non-positive values.
+``bench/verdict_sim.py`` measures false positives and power against LKP's and mmtests' rules.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Literal
@@ -60,6 +49,9 @@ from stackbench.resultsdb.boots import Side, units
 
 Outcome = Literal["changed", "unchanged", "undecided", "n/a"]
 Direction = Literal["better", "worse", "none"]
+
+# the test of a latency timed with a coarse clock: none, it stays undecided (coarse_clock)
+COARSE_CLOCK = "coarse clock"
 
 # outcome codes of the batch core
 UNCHANGED, CHANGED, UNDECIDED = 0, 1, 2
@@ -188,7 +180,7 @@ class Verdict:
     """One metric of one comparison. ``change_pct`` and its 95% interval are relative to the
     base (None when the base mean is 0 or a side has under 2 runs); ``p_value`` is the test's
     raw two-sided p; ``q_value`` is p times the planned looks, Benjamini-Hochberg-adjusted
-    across the comparison's metrics by :func:`judge_many`; ``runs_wanted`` is the runs per
+    within the metric's family by :func:`judge_many`; ``runs_wanted`` is the runs per
     side the rule wants before judging again (0: decided, or nothing more to gain)."""
 
     metric: str
@@ -214,6 +206,8 @@ class Verdict:
             return self.direction if self.direction != "none" else "changed"
         if self.outcome == "unchanged":
             return "~"
+        if self.test == COARSE_CLOCK:
+            return f"{self.outcome} ({COARSE_CLOCK})"
         return self.outcome
 
 
@@ -453,6 +447,15 @@ def _too_few(
     return v
 
 
+def coarse_clock(metric: str, n_base: int, n_new: int) -> Verdict:
+    """The verdict on a latency that a side timed with a coarse clock (a jiffies clocksource,
+    one that changed during a run: jobs/collect.py): undecided, never better or worse, and
+    more runs on the same clock would not help. Not part of any false-discovery family."""
+    return Verdict(
+        metric, "undecided", "none", None, None, None, None, None, COARSE_CLOCK, n_base, n_new, 0
+    )
+
+
 def _verdict(
     metric: str,
     res: Batch,
@@ -500,12 +503,14 @@ def bh_adjust(p: Sequence[float]) -> np.ndarray:
 def judge_many(
     pairs: Mapping[str, tuple[Side, Side, bool | None, str]],
     policy: Policy = DEFAULT,
+    families: Mapping[str, Hashable] | None = None,
 ) -> dict[str, Verdict]:
     """Verdicts for all metrics of one comparison: ``pairs[name] = (base, new,
     higher_is_better, kind)``. A change must survive Benjamini-Hochberg at ``policy.fdr_q``
-    across these metrics (on p-values already multiplied by the number of planned looks) as
-    well as ``policy.alpha`` on its own; a metric that loses its significance to the
-    correction is undecided and asks for more runs.
+    within its false-discovery family (on p-values already multiplied by the number of
+    planned looks) as well as ``policy.alpha`` on its own; a metric that loses its
+    significance to the correction is undecided and asks for more runs. ``families[name]``
+    is each metric's family (:func:`family`; default: all of ``pairs`` is one).
 
     Each metric's verdict is the one :func:`judge` gives it; metrics of the same kind, test
     and boots per side are judged as one batch, since a comparison page holds thousands of
@@ -535,22 +540,35 @@ def judge_many(
             v.runs_base, v.runs_new, v.warmup_dropped = runs_b, runs_n, drop
             out[name] = v
     done: dict[str, Verdict] = {k: v for k, v in out.items() if v is not None}
-    tested = [
-        (name, v.q_value if v.q_value is not None else 1.0)
-        for name, v in done.items()
-        if v.outcome != "n/a"
-    ]
-    if not tested:
-        return done
+    grouped: dict[Hashable, list[tuple[str, float]]] = {}
+    for name, v in done.items():
+        if v.outcome != "n/a":
+            fam = (families or {}).get(name)
+            grouped.setdefault(fam, []).append((name, v.q_value if v.q_value is not None else 1.0))
+    for tested in grouped.values():
+        _control(done, tested, policy)
+    return done
+
+
+def family(job: Hashable, kernel: Hashable, headline: bool) -> tuple[Hashable, Hashable, bool]:
+    """The false-discovery family of a metric in a comparison: one later kernel against the
+    base, one job, and the headline metrics (:func:`is_headline`) apart from the others.
+    A pair's verdicts then read the same on a page of one kernel or of twenty, and a job's
+    few headline metrics never lose their power to its hundreds of side counters."""
+    return (job, kernel, headline)
+
+
+def _control(done: dict[str, Verdict], tested: list[tuple[str, float]], policy: Policy) -> None:
+    """Benjamini-Hochberg over one family, in place: a change that does not survive it is
+    undecided; every q-value becomes the family's adjusted one."""
     qs_bh = bh_adjust([q for _, q in tested])
     for (name, _), q in zip(tested, qs_bh, strict=True):
         v = done[name]
         if v.outcome == "changed" and q > policy.fdr_q:
-            # the rule said changed on its own; across the table it is not yet convincing
+            # the rule said changed on its own; within its family it is not yet convincing
             wanted = policy.next_look(min(v.n_base, v.n_new))
             v = replace(v, outcome="undecided", direction="none", runs_wanted=wanted)
         done[name] = replace(v, q_value=float(q))
-    return done
 
 
 def runs_needed(

@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from stackbench.errors import InputError
+from stackbench.resultsdb import storable
 from stackbench.resultsdb.ingest import JobSpec, KernelSpec, MachineSpec, RunData
 
 RUN_STATUSES = ("done", "crashed", "timeout", "failed", "lost", "queued", "running")
@@ -28,7 +29,8 @@ def _s(limit: int) -> dict[str, Any]:
     return {"type": ["string", "null"], "maxLength": limit}  # null: empty
 
 
-_COUNT = {"type": ["integer", "null"], "minimum": 0}
+# integer columns: a larger number would reach PostgreSQL and fail there
+_COUNT = {"type": ["integer", "null"], "minimum": 0, "maximum": storable.INT_MAX}
 _TIME = {"type": ["string", "null"], "description": "ISO 8601", "maxLength": 64}
 
 RUN_SCHEMA: dict[str, Any] = {
@@ -71,7 +73,7 @@ RUN_SCHEMA: dict[str, Any] = {
             },
             "required": ["name"],
         },
-        "iteration": {"type": "integer", "minimum": 0},
+        "iteration": {"type": "integer", "minimum": 0, "maximum": storable.INT_MAX},
         "samples": {
             "type": ["object", "null"],
             "description": f"metric -> a number or a list of numbers; at most {MAX_SAMPLES} "
@@ -127,6 +129,8 @@ def _message(err: Any) -> tuple[str, str]:
         return path, "is required"
     if v == "minimum":
         return path, f"must be at least {arg}"
+    if v == "maximum":
+        return path, f"must be at most {arg}"
     if v == "enum":
         return path, f"unknown value {err.instance!r}"
     if v == "anyOf":
@@ -141,6 +145,11 @@ def parse_run(raw: Any, where: str = "run") -> RunData:
     is required)."""
     if not isinstance(raw, dict):
         raise InputError(where, "must be an object")
+    # params, meta and sysstate are free-form jsonb: no schema says what they may not hold
+    unstorable = storable.problem(raw, where)
+    if unstorable:
+        at, _, what = unstorable.partition(": ")
+        raise InputError(at, what)
     errors = sorted(_validator().iter_errors(raw), key=lambda e: list(e.absolute_path))
     if errors:
         at, what = _message(errors[0])

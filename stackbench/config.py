@@ -2,7 +2,7 @@
 
 Every ``STACKBENCH_*`` variable is declared once in :data:`VARIABLES`, with its default and
 what it means; code reads settings through :func:`get` (and its typed forms), never from
-``os.environ`` directly, and the README's configuration table is :func:`table` (a test keeps
+``os.environ`` directly, and docs/configuration.md's table is :func:`table` (a test keeps
 the two equal and fails on an undeclared name). Values are read from the environment at
 each call: the CLI, the web factory and the workers all start from the process environment,
 and tests point a process elsewhere with ``monkeypatch.setenv``.
@@ -45,6 +45,8 @@ VARIABLES: tuple[Var, ...] = (
         "live", shown_default="$STACKBENCH_HOME"),
     Var("STACKBENCH_TREES", "", "extra folders of tree YAML files (beside `kernels/trees/`), "
         "separated by `:`"),
+    Var("STACKBENCH_LISTS", "", "extra folders of mailing-list YAML files (beside "
+        "`kernels/lists/`), separated by `:`"),
     Var("STACKBENCH_TRACKED", "", "folders of tracked-branch YAML instead of `jobs/tracked/`, "
         "separated by `:` (set but empty: none)"),
     Var("STACKBENCH_SUITE_MIRROR", "", "a folder of git bundles (or clones) that upstream "
@@ -63,6 +65,8 @@ VARIABLES: tuple[Var, ...] = (
     Var("STACKBENCH_SECRET_KEY", "", "session signing key (else one kept in "
         "`$STACKBENCH_HOME/web-secret`)", secret=True),
     Var("STACKBENCH_COOKIE_SECURE", "0", "`1` behind HTTPS: session cookies only over TLS"),
+    Var("STACKBENCH_TRUSTED_PROXIES", "0", "proxies in front of the web that append the "
+        "client to X-Forwarded-For (the shipped nginx: `1`)"),
     # -- workers
     Var("STACKBENCH_WORKER_TOKEN", "", "a worker's API token for result uploads", secret=True),
     Var("STACKBENCH_WORKER_TOKEN_FILE", "", "the file holding the worker's token",
@@ -166,7 +170,7 @@ def project_root() -> Path:
 
 
 def table() -> str:
-    """The README's configuration table, made from the declarations."""
+    """docs/configuration.md's table, made from the declarations."""
     lines = ["| variable | default | meaning |", "|---|---|---|"]
     for v in VARIABLES:
         name = f"{v.name}<NAME>" if v.name.endswith("_") else v.name

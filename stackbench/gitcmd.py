@@ -58,7 +58,7 @@ def git(
     )
 
 
-def rev_parse(repo: Path | str, rev: str) -> str | None:
+def rev_parse(repo: Path | str, rev: str, *, env: dict[str, str] | None = None) -> str | None:
     """The commit sha ``rev`` names in ``repo``, or None."""
     if not rev or rev.startswith("-"):
         return None
@@ -69,6 +69,7 @@ def rev_parse(repo: Path | str, rev: str) -> str | None:
         "--quiet",
         "--end-of-options",
         f"{rev}^{{commit}}",
+        env=env,
         check=False,
     )
     sha = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
@@ -100,3 +101,34 @@ def fetch_commit(repo: Path | str, source_repo: Path | str, sha: str, ref: str) 
     """Copy commit ``sha`` (and what it needs) from ``source_repo`` into ``repo`` under
     ``ref``: how a build tree gets the commits pushed to the intake repository."""
     git(repo, "fetch", "--no-tags", "--quiet", os.fspath(source_repo), f"+{sha}:{ref}")
+
+
+def read_blobs(repo: Path | str, specs: list[str], timeout: float = 600) -> list[bytes | None]:
+    """The contents of ``specs`` (``<commit>:<path>``) as bytes, in order, through one
+    ``git cat-file --batch``; None for a spec that names no blob (a public-inbox commit that
+    deletes a message has no ``m``)."""
+    if not specs:
+        return []
+    if any("\n" in spec for spec in specs):
+        raise ValueError("a blob spec holds a newline")
+    out = subprocess.run(
+        ["git", "-C", os.fspath(repo), "cat-file", "--batch"],
+        input="".join(f"{spec}\n" for spec in specs).encode(),
+        capture_output=True,
+        env={**os.environ, **git_env()},
+        timeout=timeout,
+        check=True,
+    ).stdout
+    blobs: list[bytes | None] = []
+    pos = 0
+    for _ in specs:
+        end = out.index(b"\n", pos)
+        header = out[pos:end].split()
+        pos = end + 1
+        if len(header) != 3 or header[1] != b"blob":
+            blobs.append(None)  # "<spec> missing", or not a blob
+            continue
+        size = int(header[2])
+        blobs.append(out[pos : pos + size])
+        pos += size + 1  # the newline after each object
+    return blobs

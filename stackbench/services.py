@@ -55,12 +55,13 @@ def _registered() -> list[Service]:
     return SERVICES
 
 
-def up(db_only: bool = False) -> Iterator[str]:
+def up(db_only: bool = False, workers: int = 0) -> Iterator[str]:
+    """Start every service; ``workers``: at least that many local Buildbot workers."""
     yield _db_up()
     if db_only:
         return
-    for _name, start, _stop in _registered():
-        yield start()
+    for name, start, _stop in _registered():
+        yield start(workers=workers) if name == "buildbot" and workers else start()
 
 
 def down() -> Iterator[str]:

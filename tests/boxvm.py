@@ -22,6 +22,7 @@ from pathlib import Path
 
 from stackbench import proc
 from stackbench.jobs.guest import image
+from stackbench.kernels import qemu
 
 ROOT = Path(__file__).resolve().parent.parent
 BOOT_REPORT = ROOT / "ansible/roles/baremetal_worker/files/stackbench-boot-report"
@@ -115,8 +116,9 @@ class BoxVM:
             "-nodefaults", "-display", "none", "-monitor", "none",
             "-serial", f"file:{self.console}",
             "-kernel", str(kernel),
-            "-append", "console=ttyS0 root=/dev/vda rw init=/sbin/stackbench-init sb.net "
-            "sb.sshd sb.seed=/dev/vdb",
+            # the box's command line is the kexec'd kernel's too (stackbench-kexec)
+            "-append", f"console=ttyS0 {qemu.TCG_CLOCK_CMDLINE} root=/dev/vda rw "
+            "init=/sbin/stackbench-init sb.net sb.sshd sb.seed=/dev/vdb",
             *image.drive_args(img),
             "-drive", f"file={seed},format=raw,if=virtio,readonly=on",
             "-netdev", f"user,id=n0,hostfwd=tcp:127.0.0.1:{ssh_port}-:22",

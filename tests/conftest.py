@@ -103,17 +103,6 @@ def eng(db_url):
 
 
 @pytest.fixture
-def wire(pg_cluster, db_url):
-    """A pgwire connection to the test's database over the cluster's socket, as the
-    embedded cluster's owner makes one."""
-    from stackbench.resultsdb import pgwire
-
-    conn = pgwire.connect(pg_cluster.socket_path(), "stackbench", db_url.rsplit("/", 1)[1])
-    yield conn
-    conn.close()
-
-
-@pytest.fixture
 def refuse_writes(eng):
     """``refuse_writes(message, *tables)``: every INSERT and UPDATE on ``tables`` fails with
     ``message``, as in a database that is read-only to stackbench."""

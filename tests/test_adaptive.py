@@ -129,3 +129,30 @@ def test_the_series_page_says_why_a_series_is_still_running(eng, client):
         s.get(Series, sid).state = "done"
         s.commit()
     assert 'id="more-rounds"' not in client.get(f"/series/{sid}").get_data(as_text=True)
+
+
+def test_the_reason_is_one_short_line_and_the_page_has_every_metric(eng, client):
+    from test_web_support import add_tree, make_series
+
+    add_tree(eng)
+    sid = make_series(eng, state="running")
+    jobs = [f"vm-scalability-anon-w-{w}" for w in ("seq", "rand")] + ["thpscale-madvise-false"]
+    undecided = [
+        adaptive.Undecided(jobs[i % 3], f"{k}/3-0123456789ab", f"thpscale.fault-huge-{i}", 5,
+                           4.0 + i, (-1.0, 9.0 + i))
+        for k in (1, 2, 3) for i in range(8)
+    ]  # fmt: skip
+    undecided.sort(key=lambda u: -abs(u.change_pct or 0.0))
+    more = adaptive.MoreRounds(
+        boots=5, have=5, cap=10, kernels=[], subjobs=jobs, undecided=undecided
+    )
+    line = more.reason()
+    # 24 undecided metrics in 3 jobs once made a line of about 600 characters
+    assert len(line) <= 160, line
+    assert line.startswith("5 more rounds (5 -> 10 boots per kernel, cap 10)")
+    assert "thpscale.fault-huge-7 on 1/3-0123456789ab +11.0%" in line and "23 more" in line
+    adaptive.record(eng, sid, more)
+    html = client.get(f"/series/{sid}").get_data(as_text=True)
+    detail = html[html.index('id="more-rounds-detail"') :]
+    assert "24 undecided headline metrics in " + ", ".join(jobs) in detail
+    assert all(u.describe() in detail for u in undecided)

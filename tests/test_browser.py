@@ -61,7 +61,8 @@ def shot(page, name: str) -> None:
 
 def worker(eng, series_id: int, done: threading.Event) -> None:
     """What the pipeline does to a series, slowly enough to be watched."""
-    from stackbench.resultsdb.models import Series
+    from stackbench.jobs import lifecycle
+    from stackbench.resultsdb.models import KernelBuild, Series
 
     try:
         time.sleep(1.0)
@@ -69,10 +70,14 @@ def worker(eng, series_id: int, done: threading.Event) -> None:
             s.get(Series, series_id).state = "applied"
             s.commit()
         time.sleep(2.5)
-        populate_results(eng, series_id, runs=4)  # builds, then every run
+        builds = populate_results(eng, series_id, runs=4)  # builds, then every run
         with db(eng) as s:
+            for b in builds:  # built with a config, as the pipeline builds them
+                s.get(KernelBuild, b).config_name = "tiny-guest"
             s.get(Series, series_id).state = "done"
             s.commit()
+        # what the service does when a series ends
+        lifecycle.publish_comparison(eng, series_id)
     finally:
         done.set()
 
@@ -118,6 +123,10 @@ def test_sign_in_submit_watch_compare_copy(eng, server, browser):
     assert done.wait(60)
     expect(page.locator("#series-state")).to_have_text("done", timeout=30_000)
     assert page.locator("td.cell .st-done").count() == 3  # base and both commits
+    # the page leads with its verdicts: the last commit lowered throughput
+    expect(page.locator("#series-verdicts")).to_be_visible()
+    assert page.locator("#series-verdicts .worse-text").count() >= 1
+    assert "vm-scalability.throughput" in page.inner_text("#series-verdicts")
     shot(page, "05-series-done")
 
     page.click("#compare-link")
@@ -136,6 +145,14 @@ def test_sign_in_submit_watch_compare_copy(eng, server, browser):
     page.goto(permalink)
     assert page.text_content("#table-lkp") == copied
     ctx.close()
+    # the series' own comparison opens for someone who never signed in
+    anon = browser.new_context()
+    page = anon.new_page()
+    page.goto(f"{server}/series/{sid}")
+    page.click("#series-comparison")
+    page.wait_for_selector("#table-lkp")
+    assert "/login" not in page.url and page.locator("tr.worse").count() >= 1
+    anon.close()
 
 
 def test_pages_work_without_javascript(eng, server, browser):

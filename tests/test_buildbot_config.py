@@ -304,10 +304,22 @@ def test_up_starts_master_and_local_worker_on_loopback(tmp_path, monkeypatch):
         workers = master.get("workers")["workers"]
         assert [w["name"] for w in workers] == ["local"]
         assert services.start().endswith("worker local)")  # idempotent
+        # up --workers 3 on the running master: two more workers, each its own process
+        assert services.start(workers=3).endswith("3 workers)")
+        client.wait_for_worker(master, "local-3")
+        connected = [w["name"] for w in master.get("workers")["workers"] if w["connected_to"]]
+        assert set(connected) >= {"local", "local-3"}
+        pids = {
+            (base / f"worker-{n}" / "twistd.pid").read_text()
+            for n in ("local", "local-2", "local-3")
+        }
+        assert len(pids) == 3
+        assert services.start().endswith("3 workers)")  # later ups start all three
     finally:
         assert services.stop() == "buildbot: stopped"
     assert not services.running(base / "master")
-    assert not services.running(base / "worker-local")
+    for name in ("local", "local-2", "local-3"):
+        assert not services.running(base / f"worker-{name}")
     assert services.stop() == "buildbot: not running"
 
 
@@ -318,3 +330,17 @@ def test_job_lists_split_on_commas_outside_brackets_only():
     assert split_list(f"{spec} thpscale,stress-highalloc") == [spec, "thpscale", "stress-highalloc"]
     assert split_list(["a ", "", "b"]) == ["a", "b"]
     assert split_list(None) == [] and split_list("") == []
+
+
+def test_the_masters_sqlite_state_commits_without_an_fsync_each(tmp_path):
+    import sqlalchemy as sa
+
+    try:
+        for _reconfig in range(2):
+            config.relax_state_db(f"sqlite:///{tmp_path}/state.sqlite")
+            config.relax_state_db("postgresql://bb@db/bb")  # not SQLite: nothing to do
+        with sa.create_engine(f"sqlite:///{tmp_path}/state.sqlite").connect() as conn:
+            assert conn.exec_driver_sql("pragma synchronous").scalar() == 1  # NORMAL, not FULL
+    finally:
+        sa.event.remove(sa.engine.Engine, "connect", config._sync)
+    assert not sa.event.contains(sa.engine.Engine, "connect", config._sync)  # listened once

@@ -79,12 +79,12 @@ def start_web(tmp_path: Path):
 
 
 def worker_token(name: str) -> str:
+    from stackbench.mail import accounts
     from stackbench.resultsdb import db
-    from stackbench.web import auth
 
     with db.session() as s:
-        user = auth.create_user(s, name, worker=True)
-        return auth.create_token(s, user, f"buildbot worker {name}")
+        user = accounts.create_user(s, name, worker=True)
+        return accounts.create_token(s, user, f"buildbot worker {name}")
 
 
 def start_worker(base: Path, cfg: dict, name: str, web_url: str) -> Path:
@@ -184,6 +184,15 @@ def test_series_fans_out_over_both_workers_and_survives_a_lost_worker(cluster, e
     victim_build = wait_for("a benchmark step in progress", running_bench)
     victim = names[victim_build["workerid"]]
     kill_machine(base / victim)
+    # what the dispatcher puts on the series page while the build waits for a worker
+    from stackbench.jobs.dispatch import BuildbotExecutor
+
+    def lost_line():
+        builds = master.get("builds")["builds"]
+        return [ln for ln in BuildbotExecutor(master).lost_workers(builds) if victim in ln]
+
+    (line,) = wait_for("the lost worker to be named", lost_line, timeout=120)
+    assert f"(build {victim_build['buildid']})" in line and "bench-qemu" in line
 
     expected_requests = 1 + len(COMMITS) + len(COMMITS) * len(JOBS)
     wait_for(

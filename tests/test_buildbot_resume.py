@@ -10,6 +10,7 @@ kernel builds and guest runs are synthetic, everything else is the real path).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -53,12 +54,17 @@ def dry_master(base: Path, dry_seconds: float) -> dict:
 
 
 def builds_per_builder(master: client.Master) -> dict[str, Counter]:
-    """builder name -> Counter of the commit each of its builds was about."""
+    """builder name -> Counter of the commit each of its builds was about; a benchmark build
+    that runs a round counts once for each kernel the round boots."""
     names = {b["builderid"]: b["name"] for b in master.get("builders")["builders"]}
     out: dict[str, Counter] = {}
-    for b in master.get("builds?property=commit")["builds"]:
-        commit = (b.get("properties") or {}).get("commit", [None])[0]
-        out.setdefault(names[b["builderid"]], Counter())[commit] += 1
+    for b in master.get("builds?property=commit&property=round_boots")["builds"]:
+        props = b.get("properties") or {}
+        raw = props.get("round_boots", [None])[0]
+        boots = (json.loads(raw) if isinstance(raw, str) else raw) or []
+        commits = [bt.get("commit") for bt in boots] or [props.get("commit", [None])[0]]
+        for commit in commits:
+            out.setdefault(names[b["builderid"]], Counter())[commit] += 1
     return out
 
 

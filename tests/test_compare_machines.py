@@ -132,7 +132,8 @@ def test_comparison_page_pools_on_request_and_says_so(eng, client):
     url, page = _page(client, {"k": f"{BASE[:10]} {PATCH[:10]}", "pool": "1"})
     assert "runs pooled across 2 machines: box-1, qemu-vm" in page
     text = client.get(url + "/stackbench.txt").get_data(as_text=True)
-    assert text.startswith("# runs pooled across 2 machines: box-1, qemu-vm (--pool-machines)")
+    # the first line of `stackbench compare --pool-machines`: the page's tables are the CLI's
+    assert text.startswith("# runs pooled across 2 machines (--pool-machines): box-1, qemu-vm\n")
 
 
 def test_unknown_machine_on_the_page_is_a_clear_message(eng, client):

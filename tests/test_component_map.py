@@ -1,9 +1,10 @@
-"""The component map of README.md ("Components and which may import which"), enforced.
+"""The component map of docs/architecture.md ("Components and which may import which"),
+enforced.
 
 Every ``stackbench.*`` import in the source tree, at module level or inside a function, is
-checked against ALLOWED; a new edge fails here until the map (and the README) says it may.
-The checker reads the sources with ``ast`` so it needs no import-time side effects, and the
-last test shows it failing on a deliberately wrong import.
+checked against ALLOWED; a new edge fails here until the map (and docs/architecture.md) says
+it may. The checker reads the sources with ``ast`` so it needs no import-time side effects,
+and the last test shows it failing on a deliberately wrong import.
 """
 
 from __future__ import annotations
@@ -129,8 +130,8 @@ def test_a_wrong_import_fails_the_map(tmp_path):
     ]
 
 
-def _readme_map() -> dict[str, set[str]]:
-    text = (ROOT / "README.md").read_text()
+def _documented_map() -> dict[str, set[str]]:
+    text = (ROOT / "docs" / "architecture.md").read_text()
     section = text.split("### Components and which may import which", 1)[1]
     out: dict[str, set[str]] = {}
     for line in section.splitlines():
@@ -151,5 +152,5 @@ def _readme_map() -> dict[str, set[str]]:
     return out
 
 
-def test_the_readme_states_the_same_map():
-    assert _readme_map() == ALLOWED
+def test_the_docs_state_the_same_map():
+    assert _documented_map() == ALLOWED

@@ -24,7 +24,15 @@ ENV = {
     "STACKBENCH_BB_WORKER_PASSWORD": "worker-secret",
     "STACKBENCH_WORKER_TOKEN": "sbt_token",
 }
-SERVICES = {"results-db", "web", "dispatcher", "buildbot-master", "qemu-worker"}
+SERVICES = {
+    "results-db",
+    "web",
+    "proxy",
+    "dispatcher",
+    "list-watcher",
+    "buildbot-master",
+    "qemu-worker",
+}
 
 _env_value = {"type": ["string", "number", "boolean", "null"]}
 SCHEMA = {

@@ -1,6 +1,6 @@
 """Every setting declared once: the source reads STACKBENCH_* variables only through
-stackbench.config, every name it uses is declared there, and the README's table is the
-declarations'. ``stackbench config`` shows what is in effect without showing secrets."""
+stackbench.config, every name it uses is declared there, and docs/configuration.md's table
+is the declarations'. ``stackbench config`` shows what is in effect without showing secrets."""
 
 from __future__ import annotations
 
@@ -59,12 +59,14 @@ def test_the_checks_catch_a_stray_read_and_an_undeclared_name():
     assert config.declared("STACKBENCH_SUITE_URL_MMTESTS").name == "STACKBENCH_SUITE_URL_"
 
 
-def test_the_readme_table_is_the_declarations():
-    readme = (ROOT / "README.md").read_text()
+def test_the_documented_table_is_the_declarations():
+    readme = (ROOT / "docs" / "configuration.md").read_text()
     start = readme.index("<!-- config table: generated from stackbench.config.VARIABLES -->\n")
     end = readme.index("<!-- end of config table -->")
     body = readme[start:end].split("\n", 1)[1]
-    assert body == config.table(), "README's table is stale: stackbench config --table"
+    assert body == config.table(), (
+        "docs/configuration.md's table is stale: stackbench config --table"
+    )
 
 
 def test_defaults_and_values(monkeypatch):

@@ -59,3 +59,52 @@ def test_other_revision_is_refused_until_migrate(eng, db_url):
     res = _cli("compare", "nothing")
     assert res.returncode == 1
     assert "unknown kernel 'nothing'" in res.stderr
+
+
+def test_series_bookkeeping_moves_from_meta_to_its_tables(eng):
+    """A series handed over to Buildbot before revision 0008, mid-rounds: its attempt,
+    dispatch keys, plans and k/N are in the typed tables after the migration, numbered so
+    the next hand-over's submission key is new, and gone from series.meta."""
+    import json
+
+    from alembic import command
+
+    from stackbench.resultsdb import series_runs_store
+    from stackbench.resultsdb.models import Series
+
+    with db.session(eng) as s:
+        row = Series(title="t", state="running")
+        s.add(row)
+        s.flush()
+        sid = row.id
+    command.downgrade(db.alembic_config(eng), "0007")
+    meta = {
+        "submitted": "web",
+        "attempts": 1,
+        "progress": "3/6",
+        "runs": 2,
+        "plans": [{"seed": 1, "order": [["a"]]}, {"seed": 2, "order": [["b"]]}],
+        "dispatch": {
+            "executor": "buildbot", "submission": "stackbench-series-1-2", "buildset": 4,
+            "since_build": 9, "first_run": 17, "kernels": 3, "benchmarks": 6,
+            "buildbot": "http://m/", "rounds_by": "dispatcher", "have": 2,
+            "offsets": {"vm": 2}, "batches": [{"key": "k-rounds-1", "buildset": 5, "boots": 6}],
+        },
+    }  # fmt: skip
+    with eng.begin() as c:
+        c.execute(text("UPDATE series SET meta = CAST(:m AS jsonb) WHERE id = :s"),
+                  {"m": json.dumps(meta), "s": sid})  # fmt: skip
+    command.upgrade(db.alembic_config(eng), "head")
+    with db.session(eng) as s:
+        d = series_runs_store.dispatch(s, sid)
+        plans = series_runs_store.plans(s, sid)
+        step = series_runs_store.progress(s, [sid])
+        left = s.get(Series, sid).meta
+    assert (d.number, d.executor, d.submission, d.buildset, d.since_build) == (
+        2, "buildbot", "stackbench-series-1-2", 4, 9
+    )  # fmt: skip
+    assert (d.first_run, d.kernels, d.benchmarks, d.batches, d.have, d.offsets) == (
+        17, 3, 6, 2, 2, {"vm": 2}
+    )  # fmt: skip
+    assert [p["seed"] for p in plans] == [1, 2] and step == {sid: "3/6"}
+    assert left == {"submitted": "web", "runs": 2}

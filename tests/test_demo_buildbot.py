@@ -11,6 +11,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 from test_pipeline_e2e import QUICK_JOBS, kernel_env  # noqa: F401
 
+from stackbench.resultsdb import series_runs_store
 from stackbench.resultsdb.models import KernelBuild, Run, Series
 
 pytest.importorskip("buildbot")
@@ -57,7 +58,7 @@ def test_demo_through_buildbot_builds_and_measures_every_commit(
                 )
             )
             assert measured == commits and len(commits) == 4
-            plans = series.meta["plans"]
+            plans = series_runs_store.plans(s, series.id)
             rows = s.execute(
                 select(KernelBuild.commit, Run.boot_id, Run.boot_round)
                 .join(Run, Run.build_id == KernelBuild.id)

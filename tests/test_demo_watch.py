@@ -13,6 +13,7 @@ from test_lifecycle_support import git
 
 from stackbench.errors import StackbenchError
 from stackbench.jobs import lifecycle, watch
+from stackbench.resultsdb import series_runs_store
 from stackbench.resultsdb.models import Event, Series
 
 pytest_plugins = ["test_lifecycle_support"]
@@ -26,9 +27,14 @@ def _store_foreground(eng, work, base) -> int:
     data = (git(work, "format-patch", "--stdout", f"{base}..HEAD") + "\n").encode()
     with Session(eng) as s, s.begin():
         checked = lifecycle.check(s, tree="tiny", runs=1)
-        meta = {"dispatch": {"executor": "foreground"}}
-        series = lifecycle.create(s, parse_mbox(data), checked, source="demo", mbox=data, meta=meta)
+        series = lifecycle.create(
+            s, parse_mbox(data), checked, source="demo", mbox=data, foreground=True
+        )
         return series.id
+
+
+def _attempts(s, sid: int) -> list[tuple[int, str, str, str]]:
+    return [(a.number, a.source, a.executor, a.outcome) for a in series_runs_store.attempts(s, sid)]
 
 
 def _handovers(eng, sid: int) -> int:
@@ -47,7 +53,7 @@ def test_hand_over_once_attach_then_retry_a_failed_series(eng, tree, tmp_path, m
     _repo, work, base = tree
     sid = _store_foreground(eng, work, base)
     with Session(eng) as s:
-        assert s.get(Series, sid).meta["dispatch"] == {"executor": "foreground"}
+        assert series_runs_store.attempts(s, sid) == []  # the dispatcher leaves it alone
 
     assert lifecycle.hand_over(eng, sid, source="demo") == "handed-over"
     # a second client (the demo run again) attaches: nothing is handed over twice
@@ -56,7 +62,8 @@ def test_hand_over_once_attach_then_retry_a_failed_series(eng, tree, tmp_path, m
     assert _handovers(eng, sid) == 1
     with Session(eng) as s:
         x = s.get(Series, sid)
-        assert x.state == "new" and "dispatch" not in x.meta and x.meta["attempts"] == 1
+        assert x.state == "new" and "attempts" not in x.meta
+        assert _attempts(s, sid) == [(1, "demo", "", "")]
 
     # the dispatcher (no master: its in-process executor) runs it; the client only watches.
     # The tiny tree is no kernel, so every build fails and the series ends failed.
@@ -77,15 +84,53 @@ def test_hand_over_once_attach_then_retry_a_failed_series(eng, tree, tmp_path, m
 
     # a failed series is handed over again, under a new attempt (a new submission key)
     with Session(eng) as s:
-        tried = s.get(Series, sid).meta["attempts"]
+        # the dispatcher took the one attempt and it ended with the series
+        assert _attempts(s, sid) == [(1, "demo", "in-process", "failed")]
     assert lifecycle.hand_over(eng, sid, source="demo") == "handed-over"
     with Session(eng) as s:
         x = s.get(Series, sid)
-        assert x.state == "applied" and x.meta["attempts"] == tried + 1 and x.error == ""
+        assert x.state == "applied" and x.error == ""
+        assert _attempts(s, sid)[1:] == [(2, "demo", "", "")]
     lifecycle.set_state(eng, sid, "done", "measured")
     assert lifecycle.hand_over(eng, sid, source="demo") == "finished"
     assert lifecycle.hand_over(eng, sid, source="demo", fresh=True) == "handed-over"
     assert _handovers(eng, sid) == 3
+    with Session(eng) as s:  # an attempt row per hand-over, each ended with its outcome
+        assert _attempts(s, sid) == [
+            (1, "demo", "in-process", "failed"),
+            (2, "demo", "", "done"),
+            (3, "demo", "", ""),
+        ]
+
+
+def test_buildbot_submit_hands_the_series_over_like_every_other_door(eng, tree, capsys):
+    """``stackbench buildbot submit`` no longer talks to the master itself: it hands the
+    series to the dispatcher (``lifecycle.hand_over``), which submits, plans rounds and
+    reports; its jobs and runs replace the series' own; bad input is one line."""
+    from stackbench.cli import main
+
+    _repo, work, base = tree
+    sid = _store_foreground(eng, work, base)
+    lifecycle.set_state(eng, sid, "done", "measured")
+    assert main(["buildbot", "submit", str(sid), "--runs", "4", "--job", "thpscale"]) == 0
+    out = capsys.readouterr().out
+    assert f"series {sid} handed to the dispatcher" in out
+    with Session(eng) as s:
+        x = s.get(Series, sid)
+        assert x.state == "new" and "dispatch" not in x.meta  # the dispatcher's to take
+        assert (x.meta["runs"], x.meta["jobs"]) == (4, ["thpscale"])
+        attempts = series_runs_store.attempts(s, sid)
+        assert [(a.source, a.ended) for a in attempts][-1] == ("buildbot submit", None)
+    assert _handovers(eng, sid) == 1
+    # still pending: the second submit attaches, nothing is handed over twice
+    assert main(["buildbot", "submit", str(sid)]) == 0
+    assert "still running" in capsys.readouterr().out
+    assert _handovers(eng, sid) == 1
+    for argv, what in ((["buildbot", "submit", str(sid + 99)], f"no series {sid + 99}"),
+                       (["buildbot", "submit", str(sid), "--runs", "0"], "runs")):  # fmt: skip
+        assert main(argv) != 0
+        err = capsys.readouterr().err
+        assert what in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
 def test_watch_gives_up_on_a_database_that_stays_away_with_one_line():
@@ -105,3 +150,8 @@ def test_eta_paces_a_phase_by_its_finished_units():
     # later kernels are incremental builds: the pace after the first decides
     assert eta.update("building", "2/4", 310.0) == "ETA 20s"
     assert eta.update("running", "0/4", 320.0) == ""
+    # a round of 4 boots is stored at once: its pace is its time, not the 0 s between them
+    assert eta.update("running", "0/12", 320.0) == ""
+    assert eta.update("running", "4/12", 440.0) == "ETA 4m00s"
+    assert eta.update("running", "4/12", 500.0) == "ETA 4m00s"
+    assert eta.update("running", "8/12", 560.0) == "ETA 2m00s"

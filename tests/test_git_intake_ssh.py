@@ -93,13 +93,13 @@ def make_stack(path: Path) -> tuple[str, str]:
 
 
 def test_push_over_ssh_through_git_shell_registers_a_series(git_shell, eng, db_url, tmp_path):
+    from stackbench.mail import accounts
     from stackbench.resultsdb import db
     from stackbench.resultsdb.models import Series, Tree
-    from stackbench.web import auth
 
     with db.session() as s:
         s.add(Tree(name="linux-6.1"))
-        alice_id = auth.create_user(s, "alice").id
+        alice_id = accounts.create_user(s, "alice").id
     prefix = tmp_path / "prefix"
     keys = [{"user": u, "key": k} for u, k in KEYS.items()]
     first = run_role(tmp_path, "git_intake", role_vars(prefix, db_url, keys))

@@ -55,9 +55,15 @@ def verdicts(eng, sid: int) -> dict[tuple[str, str], tuple[str, float | None]]:
     means = {}
     for (_job, mid), per_build in ds.values.items():
         if ds.metrics[mid].name == "vm-scalability.throughput":
-            for k in kernels:
+            base = boots.per_boot(per_build.get(kernels[0].id, {}), boot_of)
+            for k in kernels[1:]:
                 per = boots.per_boot(per_build.get(k.id, {}), boot_of)
-                means[k.name] = [round(sum(v) / len(v)) for v in per.values()]
+                # the units the verdict judged (after the warm-up rule), not a re-derivation
+                b, n, runs_b, runs_n, drop = boots.units(base, per)
+                means[kernels[0].name] = [round(x) for x in b]
+                means[f"{k.name} (runs {runs_b}/{runs_n}, warm-up dropped {drop})"] = [
+                    round(x) for x in n
+                ]
     out = {}
     for _job, kernel, rows in compare(ds):
         for name, _b, _n, v in rows:

@@ -12,6 +12,8 @@ from stackbench.jobs import definitions as d
 from stackbench.jobs.guest import initramfs
 from stackbench.resultsdb.ingest import KernelSpec, MachineSpec
 
+pytest_plugins = ["test_web_support"]
+
 GUEST_MEM_MB = 1024
 GUEST_CPUS = 2
 
@@ -49,6 +51,13 @@ def tiny_plan() -> list[d.SubJob]:
     return plan
 
 
+def low_digit_spread(values_us: list[float]) -> int:
+    """How many distinct remainders modulo 1000 us the latencies show: a jiffies clock gives
+    a handful (every value a multiple of its 4 ms step, give or take a few microseconds of
+    rounding), a fine clock about as many as there are values."""
+    return len({round(v) % 1000 for v in values_us})
+
+
 def highalloc_module(res, monkeypatch):
     """The module the kernel build made, or one built now against the same workspace."""
     ko = res.modules.get("stackbench_highalloc")
@@ -81,6 +90,8 @@ def test_tiny_plan_runs_in_the_guest_and_collects(monkeypatch, tmp_path):
         timeout_s=1200,
         expect=initramfs.READY_BANNER,
         expect_within_s=120,
+        # the emulated guest is where the clock was lost (issue 26): measure it there
+        accel="tcg",
     )
     assert boot.status == "ok", boot.reason + "\n" + boot.console_tail
     assert boot.results_dir is not None
@@ -107,6 +118,71 @@ def test_tiny_plan_runs_in_the_guest_and_collects(monkeypatch, tmp_path):
         assert 0 <= ha.samples[f"stress-highalloc.pass{k}"][0] <= 100
     # at rest with most memory free, a fifth of memory in huge pages must be allocatable
     assert ha.samples["stress-highalloc.pass3"][0] > 50
+
+    # every latency was timed with a fine clock, kept through minutes of load: well past
+    # the clocksource watchdog's first checks (about 10 s into the boot)
+    clocks = [r.sysstate["clock"] for r in runs]
+    print("clock at the end:", clocks[-1])
+    assert all(cl["coarse"] == "" for cl in clocks), clocks
+    assert all(cl["source"] not in c.JIFFIES_CLOCKS for cl in clocks), clocks
+    assert ha.sysstate["clock"]["source_end"] == clocks[0]["source"]
+    assert ha.sysstate["clock"]["resolution_ns"] < 1000
+    assert ha.sysstate["clock"]["step_ns"] < 1000
+    status = c.find_root(boot.results_dir) / ha.meta["subjob"] / "0" / "status"
+    assert c.parse_status(status)["end_uptime"] > 10
+    faults = [v for k, vs in thp.samples.items() if ".fault-" in k for v in vs]
+    allocs = [v / 1000 for v in ha.samples["stress-highalloc.latency-pass1"]]
+    print("low-digit spread: thpscale", low_digit_spread(faults), "of", len(faults),
+          "highalloc", low_digit_spread(allocs), "of", len(allocs))  # fmt: skip
+    assert len(faults) > 40 and low_digit_spread(faults) > 20
+    assert len(allocs) > 40 and low_digit_spread(allocs) > 20
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_jiffies_clock_marks_the_latencies_and_decides_nothing(
+    eng, client, monkeypatch, tmp_path
+):
+    from dataclasses import replace
+
+    from test_compare_machines import _page, _sign_in
+
+    from stackbench.kernels import qemu
+    from stackbench.resultsdb import ingest as ig
+    from stackbench.resultsdb.tables import render
+
+    _, res = base_kernel(monkeypatch)
+    plan = [sj for sj in tiny_plan() if sj.suite == "thpscale"]
+    initrd = initramfs.build_initramfs(tmp_path / "initrd.gz", plan, None, cache_dir=tmp_path)
+    boot = qemu.boot(
+        res.bzimage, initrd, workdir=tmp_path / "vm", cpus=GUEST_CPUS, mem_mb=GUEST_MEM_MB,
+        timeout_s=600, expect=initramfs.READY_BANNER, expect_within_s=120, accel="tcg",
+        append="clocksource=jiffies",
+    )  # fmt: skip
+    assert boot.status == "ok", boot.reason + "\n" + boot.console_tail
+    kernel = KernelSpec(commit=res.commit, config_hash=res.config_hash, compiler=res.compiler)
+    machine = MachineSpec(name="qemu-test", kind="qemu", cpus=GUEST_CPUS, memory_mb=GUEST_MEM_MB)
+    (run,) = c.collect(boot.results_dir, plan, kernel=kernel, machine=machine)
+    assert run.status == "done", run.error
+    assert run.sysstate["clock"]["source"] == "jiffies"
+    assert run.sysstate["clock"]["coarse"] == "jiffies clocksource (jiffies)"
+    assert run.sysstate["clock"]["resolution_ns"] >= 1_000_000
+    # the same runs stored for a second kernel: whatever their values, a latency timed in
+    # jiffies gets no verdict
+    other = replace(kernel, commit="f" * 40, name="jiffies-twin")
+    ig.ingest(eng, [run, replace(run, kernel=other)])
+    refs = [res.commit, other.commit]
+    table = render.render(eng, refs, style="stackbench", all_rows=True)
+    print(table)
+    assert table.startswith("# coarse clock: thpscale ")
+    rows = [ln for ln in table.splitlines() if ln.lstrip().startswith("thpscale.fault-")]
+    assert rows and all("undecided (coarse clock)" in ln for ln in rows), table
+    _sign_in(eng, client)
+    _url, page = _page(client, {"k": f"{res.commit[:12]} {other.commit[:12]}", "all": "1"})
+    assert "Warning: coarse clock: thpscale " in page
+    marked = [tr for tr in page.split("<tr") if ">thpscale.fault-" in tr]
+    assert marked and all("(coarse clock)</span>" in tr for tr in marked)
+    assert all("undecided (coarse clock)" in tr for tr in marked)
 
 
 def test_module_build_needs_a_configured_kernel_with_modules(tmp_path):

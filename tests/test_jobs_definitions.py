@@ -152,9 +152,9 @@ def test_load_file_errors(tmp_path):
     broken = tmp_path / "broken.yaml"
     broken.write_text("suite: [unclosed\n")
     with pytest.raises(InputError, match=r"broken.yaml: not valid YAML"):
-        d.load(str(broken))
+        d.load_file(broken)
     with pytest.raises(InputError, match=r"missing.yaml: "):
-        d.load(str(tmp_path / "missing.yaml"))
+        d.load_file(tmp_path / "missing.yaml")
     with pytest.raises(
         NotFoundError, match=r"no job definition 'fio' \(known: seed-000-.*stress-highalloc"
     ):
@@ -163,7 +163,11 @@ def test_load_file_errors(tmp_path):
     ok.write_text(
         yaml.safe_dump({"suite": "stress-highalloc", "params": {"gfp": ["thp", "hugetlb"]}})
     )
-    job = d.load(str(ok))
+    job = d.load_file(ok)
+    # a name is never a path, however it ends: requests choose it
+    for name in (str(ok), "mine.yaml", "../jobs/defs/thpscale.yaml"):
+        with pytest.raises(NotFoundError):
+            d.load(name)
     assert job.name == "mine" and job.runs == d.DEFAULT_RUNS
     assert [sj.resolved["GFP"] for sj in d.expand(job, guest_mem_mb=1024, guest_cpus=2)] == [
         "thp",

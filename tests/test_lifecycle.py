@@ -11,6 +11,7 @@ from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 from test_lifecycle_support import finished, git, wait_for
 
+from stackbench.resultsdb import series_runs_store
 from stackbench.resultsdb.models import Series
 
 pytest_plugins = ["test_lifecycle_support"]
@@ -45,6 +46,39 @@ def test_cli_submit_validates_like_every_front_door(eng, tree, tmp_path, capsys,
     assert _count(eng) == 0
 
 
+def test_resubmission_with_another_cover_letter_says_it_is_the_same_series(
+    eng, tree, tmp_path, capsys
+):
+    """Same Message-ID and patches, another cover letter: the stored series answers, and the
+    CLI says so instead of "stored / handed to the dispatcher"."""
+    from stackbench.cli import main
+
+    _repo, work, base = tree
+    mbox = git(work, "format-patch", "--stdout", "--cover-letter", "--thread", f"{base}..HEAD")
+    first, second = tmp_path / "v1.mbox", tmp_path / "v1-again.mbox"
+    first.write_text(mbox.replace("*** BLURB HERE ***", "Why this helps.") + "\n")
+    second.write_text(mbox.replace("*** BLURB HERE ***", "Why this helps, reworded.") + "\n")
+    assert main(["submit", "--mbox", str(first), "--tree", "tiny", "--no-wait"]) == 0
+    out = capsys.readouterr().out
+    assert "stored" in out and "handed to the dispatcher" in out
+    with Session(eng) as s:
+        (sid,) = s.scalars(select(Series.id)).all()
+    assert main(["submit", "--mbox", str(second), "--tree", "tiny", "--no-wait"]) == 0
+    out = capsys.readouterr().out
+    assert out == (
+        f"series {sid} is already stored: same Message-ID and patches [new]; this mbox's "
+        "cover letter differs: the stored one is kept\n"
+    )
+    with Session(eng) as s:
+        assert _count(eng) == 1
+        assert "Why this helps." in s.get(Series, sid).cover_letter
+    # the very same mbox again says the same, without a difference to report
+    assert main(["submit", "--mbox", str(first), "--tree", "tiny", "--no-wait"]) == 0
+    assert capsys.readouterr().out == (
+        f"series {sid} is already stored: same Message-ID and patches [new]\n"
+    )
+
+
 def test_dispatcher_without_buildbot_runs_the_series_itself(
     eng, tree, tmp_path, monkeypatch, capsys
 ):
@@ -74,7 +108,12 @@ def test_dispatcher_without_buildbot_runs_the_series_itself(
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
     assert x.state == "failed", x.error
-    assert x.meta["dispatch"] == {"executor": "in-process"}
+    # one hand-over (the submission), taken by the in-process executor, ended with the series
+    with Session(eng) as s:
+        (attempt,) = series_runs_store.attempts(s, sid)
+    assert (attempt.number, attempt.source, attempt.executor) == (1, "mbox", "in-process")
+    assert attempt.outcome == "failed" and attempt.ended is not None
+    assert "dispatch" not in x.meta and "attempts" not in x.meta
     # every kernel is named with its failure
     assert x.error.count("build-failed") == 3 and "1/2-" in x.error and "2/2-" in x.error
     with eng.connect() as conn:
@@ -143,7 +182,9 @@ def test_series_that_does_not_apply_ends_apply_failed_with_the_patch(eng, tree, 
         x = s.get(Series, sid)
         assert x.error.startswith("patch 1/2 'mm/compaction: step 1' does not apply")
         assert [p.state for p in x.patches] == ["apply-failed", "skipped"]
-        assert "dispatch" not in x.meta  # nothing was handed to an executor
+        (attempt,) = series_runs_store.attempts(s, sid)
+        # nothing was handed to an executor; the attempt ended with the apply
+        assert (attempt.executor, attempt.outcome) == ("", "apply-failed")
 
 
 def test_unreachable_buildbot_keeps_the_series_waiting_and_says_why(eng, tree, tmp_path):
@@ -165,7 +206,8 @@ def test_unreachable_buildbot_keeps_the_series_waiting_and_says_why(eng, tree, t
     with Session(eng) as s:
         x = s.get(Series, sid)
         # applied and left for the master: not run elsewhere, not failed
-        assert x.state == "applied" and "dispatch" not in x.meta
+        assert x.state == "applied"
+        assert series_runs_store.executor(s, sid) == ""
 
 
 def _state(eng, sid: int) -> str:

@@ -30,6 +30,7 @@ from test_lifecycle_support import GIT_ENV, finished, git, wait_for  # noqa: E40
 from stackbench.jobs import dispatcher_service, services  # noqa: E402
 from stackbench.jobs.buildbot import client  # noqa: E402
 from stackbench.jobs.buildbot.client import buildset_properties  # noqa: E402
+from stackbench.resultsdb import series_runs_store  # noqa: E402
 from stackbench.resultsdb.models import KernelBuild, MailOutbox, Run, Series  # noqa: E402
 
 pytest_plugins = ["test_lifecycle_support"]
@@ -50,13 +51,13 @@ os.execv({argv0!r}, {argv!r} + argv)
 
 
 def add_account(name: str, email: str, worker: bool = False) -> str:
+    from stackbench.mail import accounts
     from stackbench.resultsdb import db
-    from stackbench.web import auth
 
     with db.session() as s:
-        user = auth.create_user(s, name, password=f"pw-{name}-1", worker=worker)
+        user = accounts.create_user(s, name, password=f"pw-{name}-1", worker=worker)
         user.email = email
-        return auth.create_token(s, user, f"token of {name}")
+        return accounts.create_token(s, user, f"token of {name}")
 
 
 def failing_worker_command(tmp_path: Path) -> list[str]:
@@ -151,7 +152,7 @@ def test_api_submission_reaches_done_with_runs_and_report_mail(eng, tree, stack)
     mbox = git(work, "format-patch", "--stdout", f"{base}..HEAD") + "\n"
 
     sid = post_series(web_url, token, mbox)
-    x = wait_for(f"series {sid} to finish", lambda: finished(eng, sid), timeout=300, every=1)
+    x = wait_for(f"series {sid} to finish", lambda: finished(eng, sid), timeout=300, every=0.2)
     assert x.state == "done", (x.state, x.error)
     assert x.error == ""
     with Session(eng) as s:
@@ -173,6 +174,13 @@ def test_api_submission_reaches_done_with_runs_and_report_mail(eng, tree, stack)
     assert f"/series/{sid}" in mail.body and "State: done" in mail.body
     html = page(web_url, sid)
     assert f"report mail #{mail.id} queued to alice@example.org, mm-list@example.org" in html
+    # the dispatcher made the series' comparison once, public: its page leads with verdicts
+    with Session(eng) as s:
+        key = s.get(Series, sid).meta["comparison"]["key"]
+    assert html.index('id="series-verdicts"') < html.index("<h2>Patches</h2>")
+    assert f'href="/compare/{key}"' in html
+    with urllib.request.urlopen(f"{web_url}/compare/{key}", timeout=60) as r:  # no account
+        assert r.status == 200 and "stackbench verdicts" in r.read().decode()
     # one buildset for the series: the dispatcher never submitted it twice
     sets = submitted_sets(master)
     assert len(sets) == 1
@@ -182,8 +190,50 @@ def test_api_submission_reaches_done_with_runs_and_report_mail(eng, tree, stack)
     assert [b["round"] for b in boots] == [1, 1, 1, 2, 2, 2]
     assert {b["commit"] for b in boots[:3]} == set(commits) == {b["commit"] for b in boots[3:]}
     with Session(eng) as s:
-        plans = s.get(Series, sid).meta["plans"]
+        plans = series_runs_store.plans(s, sid)
+        (attempt,) = series_runs_store.attempts(s, sid)
+        tries = series_runs_store.rounds(s, sid)
     assert [k for rnd in plans[0]["order"] for k in rnd] == [b["commit"] for b in boots]
+    # one attempt per hand-over (the API's), followed at Buildbot, ended with the series
+    assert (attempt.number, attempt.source, attempt.executor) == (1, "api", "buildbot")
+    assert attempt.outcome == "done" and attempt.buildset == sets[0]["bsid"]
+    # each round of the batch ran once, whole, on the one worker
+    assert [(r.round, r.try_, r.state) for r in tries] == [(1, 1, "done"), (2, 1, "done")]
+    assert {r.worker for r in tries} == {"w1"}
+
+
+def test_the_master_pushes_builds_and_the_page_shows_them_before_the_series_ends(eng, tree, stack):
+    """The master's reporter NOTIFYs the dispatcher's channel at every build's start and end,
+    and each kernel the master built is on the series' page (``built``, no runs yet) while
+    the series is still going, not when its first benchmark's runs arrive."""
+    from stackbench.jobs import lifecycle
+    from stackbench.resultsdb import db, signals
+
+    web_url, _master = stack
+    _repo, work, base = tree
+    token = add_account("alice", "alice@example.org")
+    heard = signals.listen(db.resolve_url(start=False), lifecycle.CHANNEL)
+    try:
+        sid = post_series(web_url, token, git(work, "format-patch", "--stdout", f"{base}..HEAD"))
+        seen: dict[str, str] = {}  # commit -> the series' state when it was first "built"
+
+        def look():
+            with urllib.request.urlopen(f"{web_url}/api/series/{sid}", timeout=30) as r:
+                body = json.loads(r.read())
+            for c in body.get("commits") or []:
+                if c.get("state") == "built":
+                    seen.setdefault(c["sha"], body["state"])
+            return body["state"] in ("done", "failed") and body
+
+        final = wait_for(f"series {sid} to finish", look, timeout=300, every=0.1)
+        payloads = [n.payload for n in heard.notifies(timeout=0.5)]
+    finally:
+        heard.close()
+    assert final["state"] == "done"
+    assert any(p.startswith("build ") and p.endswith(" finished") for p in payloads), payloads
+    assert any(p.endswith(" started") for p in payloads), payloads
+    assert len(seen) == 3, seen  # base and both patches, each seen built before its runs
+    assert set(seen.values()) <= {"building", "running"}, seen
 
 
 @pytest.mark.parametrize("stack", [True], indirect=True)
@@ -194,7 +244,7 @@ def test_failed_build_fails_the_series_with_the_reason_on_its_page(eng, tree, st
     mbox = git(work, "format-patch", "--stdout", f"{base}..HEAD") + "\n"
 
     sid = post_series(web_url, token, mbox)
-    x = wait_for(f"series {sid} to finish", lambda: finished(eng, sid), timeout=300, every=1)
+    x = wait_for(f"series {sid} to finish", lambda: finished(eng, sid), timeout=300, every=0.2)
     assert x.state == "failed", (x.state, x.error)
     (bad,) = [p.commit_sha for p in x.patches if p.idx == 2]
     assert x.error.startswith(f"2/2-{bad[:8]}: build failed in step 'build kernel': {MAKE_ERROR}")
@@ -232,7 +282,7 @@ def test_git_push_over_http_reaches_done(eng, tree, stack):
         (sid,) = s.scalars(select(Series.id)).all()
     assert f"{web_url}/series/{sid}" in p.stderr
 
-    x = wait_for(f"series {sid} to finish", lambda: finished(eng, sid), timeout=300, every=1)
+    x = wait_for(f"series {sid} to finish", lambda: finished(eng, sid), timeout=300, every=0.2)
     assert x.state == "done", (x.state, x.error)
     assert x.source == "push" and x.meta["report_mail"]["to"][0] == "alice@example.org"
     with eng.connect() as conn:
@@ -315,22 +365,23 @@ def test_dispatcher_stopped_mid_series_picks_it_up_without_a_second_buildset(eng
 
     def handed_over():
         with Session(eng) as s:
-            return (s.get(Series, sid).meta or {}).get("dispatch")
+            d = series_runs_store.dispatch(s, sid)
+            return d if d is not None and d.executor == "buildbot" else None
 
     d = wait_for("the hand-over to Buildbot", handed_over, timeout=120)
     assert dispatcher_service.stop().startswith("dispatcher: stopped")
     # a dispatcher that died between submitting and recording submits again: it finds the
     # buildset of the same submission key instead of making a second one
     again = BuildbotExecutor(master).submit(
-        sid, d["submission"], series_kernels(eng, sid), [JOB], RUNS
+        sid, d.submission, series_kernels(eng, sid), [JOB], RUNS
     )
-    assert again == d["buildset"]
+    assert again == d.buildset
     assert "started" in dispatcher_service.start()
 
-    x = wait_for(f"series {sid} to finish", lambda: finished(eng, sid), timeout=300, every=1)
+    x = wait_for(f"series {sid} to finish", lambda: finished(eng, sid), timeout=300, every=0.2)
     assert x.state == "done", (x.state, x.error)
     sets = submitted_sets(master)
-    assert [b["bsid"] for b in sets] == [d["buildset"]]
+    assert [b["bsid"] for b in sets] == [d.buildset]
     with eng.connect() as conn:
         runs = conn.execute(text("SELECT count(*), count(DISTINCT idempotency_key) FROM run")).one()
     assert tuple(runs) == (3 * RUNS, 3 * RUNS)  # nothing measured twice
@@ -353,7 +404,7 @@ def test_down_and_up_mid_series_finishes_it_with_no_run_stored_twice(eng, tree, 
 
     wait_for("the first benchmark's runs", some_runs_stored, timeout=180)
     with Session(eng) as s:
-        d = s.get(Series, sid).meta["dispatch"]
+        d = series_runs_store.dispatch(s, sid)
     # down: the dispatcher first, then the worker and the master (as `stackbench down`)
     assert dispatcher_service.stop().startswith("dispatcher: stopped")
     base_dir = tmp_path / "bb"  # where the stack fixture made the master and worker
@@ -368,10 +419,10 @@ def test_down_and_up_mid_series_finishes_it_with_no_run_stored_twice(eng, tree, 
     services.start_master(base_dir / "master")
     services.start_worker(base_dir / "w1", env=_worker_env(base_dir / "w1"))
     assert "started" in dispatcher_service.start()
-    x = wait_for(f"series {sid} to finish", lambda: finished(eng, sid), timeout=400, every=1)
+    x = wait_for(f"series {sid} to finish", lambda: finished(eng, sid), timeout=400, every=0.2)
     assert x.state == "done", (x.state, x.error)
     sets = submitted_sets(master)
-    assert [b["bsid"] for b in sets] == [d["buildset"]]  # nothing handed over again
+    assert [b["bsid"] for b in sets] == [d.buildset]  # nothing handed over again
     with eng.connect() as conn:
         runs = conn.execute(
             text(
@@ -384,16 +435,28 @@ def test_down_and_up_mid_series_finishes_it_with_no_run_stored_twice(eng, tree, 
     assert total == distinct and done == 3 * RUNS, tuple(runs)
     names = {b["builderid"]: b["name"] for b in master.get("builders")["builders"]}
     good: dict[str, int] = {}
-    booted: list[tuple[str, int]] = []
-    for b in master.get("builds?property=commit&property=round")["builds"]:
+    rounds: list[int] = []
+    boots = 0
+    for b in master.get("builds?property=commit&property=round&property=boots")["builds"]:
         if names[b["builderid"]].startswith("build-") and b["results"] == 0:
             commit = b["properties"]["commit"][0]
             good[commit] = good.get(commit, 0) + 1
         elif names[b["builderid"]] == "bench-qemu" and b["results"] == 0:
-            booted.append((b["properties"]["commit"][0], int(b["properties"]["round"][0])))
+            # a benchmark build is one round: every kernel booted once, on one worker
+            rounds.append(int(b["properties"]["round"][0]))
+            boots += int(b["properties"]["boots"][0])
     assert sorted(good.values()) == [1, 1, 1]  # each kernel built once
-    # each planned boot measured once, even when its rounds build ran again after the stop
-    assert len(booted) == len(set(booted)) == 3 * RUNS, booted
+    # each planned round measured once, even when its rounds build ran again after the stop
+    assert len(rounds) == len(set(rounds)) and boots == 3 * RUNS, (rounds, boots)
+    # in the tables: a round cut short by the stop and run again is its next try, and
+    # every round has exactly one try that measured it
+    with Session(eng) as s:
+        tries = series_runs_store.rounds(s, sid)
+    done = sorted(r.round for r in tries if r.state == "done")
+    assert done == sorted(set(rounds)), [(r.round, r.try_, r.state) for r in tries]
+    for rnd in set(rounds):
+        mine = [r.try_ for r in tries if r.round == rnd]
+        assert mine == list(range(1, len(mine) + 1))
 
 
 def _worker_env(wb: Path) -> dict[str, str]:

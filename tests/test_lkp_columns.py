@@ -11,8 +11,8 @@ from sqlalchemy import text
 from test_lkp_table import make_dataset
 
 from stackbench import cli
+from stackbench.resultsdb import db, query
 from stackbench.resultsdb import ingest as ig
-from stackbench.resultsdb import query
 from stackbench.resultsdb.tables import (
     lkp,
     lkp_columns,
@@ -124,10 +124,10 @@ def _runs(start: int = 0, level: float = 1000.0, machine: str = "qemu-vm", job=J
 
 
 def _cli(capsys, *refs: str) -> str:
-    """The CLI's table; any text the full path kept is forgotten first, so that the table
-    is made of the columns."""
-    with textcache.connect_for_lookup() as conn:
-        conn.execute("DELETE FROM comparison")
+    """The CLI's table; any text kept by an earlier command is forgotten first, so that the
+    table is made of the columns."""
+    with db.engine().begin() as conn:
+        conn.execute(text("DELETE FROM kept_table"))
     assert cli.main(["compare", "--style", "lkp", "--all", *(refs or KERNELS)]) == 0
     return capsys.readouterr().out
 
@@ -158,14 +158,14 @@ def test_the_cli_keeps_the_columns_and_reads_them_back(eng, capsys):
     with eng.begin() as c:  # columns no longer kept are made again
         c.execute(text("DELETE FROM lkp_column"))
     assert _cli(capsys) == first and len(_kept(eng)) == 3
-    # made of columns, the table is not kept as a text too (reading it back would take
-    # as long), and a kept cell is printed again by the next command
+    # made of columns, the table is kept as a text too: the next same command on unchanged
+    # runs prints that text (a kept cell changed behind its back no longer shows)
     with eng.begin() as c:
         c.execute(text("UPDATE lkp_column SET cells = replace(cells, '1000', '8888')"))
     assert cli.main(["compare", "--style", "lkp", "--all", *KERNELS]) == 0
-    assert "8888" in capsys.readouterr().out
+    assert capsys.readouterr().out == first
     with eng.connect() as c:
-        assert c.execute(text("SELECT count(*) FROM comparison")).scalar() == 0
+        assert c.execute(text("SELECT count(*) FROM kept_table")).scalar() == 1
     with eng.begin() as c:
         c.execute(text("DELETE FROM lkp_column"))
     # any order and subset of the kernels is a table of the same columns
@@ -200,8 +200,8 @@ def _program(*refs: str) -> dict:
 
 
 def test_the_program_prints_the_whole_table_before_it_ends(eng, capsys):
-    # the program ends with os._exit after a quick path: what print() buffered (a table of
-    # a few KB, less than the buffer) must be flushed first
+    # what print() buffered (a table of a few KB, less than the buffer) is flushed before
+    # the program exits
     import subprocess
 
     ig.ingest(eng, _runs())
@@ -222,6 +222,31 @@ def test_a_reader_that_stops_early_gets_no_error(eng, capsys):
     proc.stdout.close()  # as `| head -c 10` does
     assert proc.wait(timeout=120) == 0
     assert proc.stderr.read() == b""
+
+
+@pytest.mark.parametrize("buffered", [True, False])
+def test_a_reader_gone_before_the_output_is_written_gets_no_error(buffered):
+    import os
+    import subprocess
+
+    # buffered, the output (help text) reaches the pipe at the final flush; unbuffered,
+    # as it is printed: either way after the reader has gone
+    program = _program()
+    if not buffered:
+        program["env"]["PYTHONUNBUFFERED"] = "1"
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        got = subprocess.run(
+            [*program["args"][:3], "--help"],
+            env=program["env"],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            timeout=60,
+        )
+    finally:
+        os.close(write)
+    assert (got.returncode, got.stderr) == (0, b"")
 
 
 def test_new_runs_or_new_table_code_make_a_column_again(eng, capsys, monkeypatch):
@@ -254,11 +279,18 @@ def test_import_keeps_the_columns_of_the_kernels_it_imported(eng, tmp_path):
 
 def test_the_table_is_printed_when_columns_cannot_be_kept(eng, capsys, refuse_writes):
     ig.ingest(eng, _runs())
-    refuse_writes("read-only here", "lkp_column", "comparison")
-    assert _cli(capsys) == _in_memory(eng)
+    refuse_writes("read-only here", "lkp_column", "kept_table")
+    with db.engine().begin() as conn:
+        conn.execute(text("DELETE FROM kept_table"))
+    assert cli.main(["compare", "--style", "lkp", "--all", *KERNELS]) == 0
+    out = capsys.readouterr()
+    assert out.out == _in_memory(eng)
+    assert (
+        out.err == "stackbench: warning: could not keep the table for next time: read-only here\n"
+    )
     assert _kept(eng) == []
     with eng.connect() as c:
-        assert c.execute(text("SELECT count(*) FROM comparison")).scalar() == 0
+        assert c.execute(text("SELECT count(*) FROM kept_table")).scalar() == 0
 
 
 def test_runs_of_two_machines_are_still_refused(eng, capsys):

@@ -25,10 +25,12 @@ class Capture:
     def __init__(self) -> None:
         self.messages: list[email.message.Message] = []
         self.envelopes: list[list[str]] = []
+        self.raw: list[bytes] = []
 
     async def handle_DATA(self, server, session, envelope):  # noqa: N802 (aiosmtpd API)
         self.messages.append(email.message_from_bytes(envelope.content, policy=policy.default))
         self.envelopes.append(list(envelope.rcpt_tos))
+        self.raw.append(envelope.content)
         return "250 OK"
 
 
@@ -78,10 +80,10 @@ def _series(eng, submitter_email: str = "dev@example.com") -> int:
     """A finished series owned by the account "dev" (verified address dev@example.com)."""
     from sqlalchemy.orm import Session
 
-    from stackbench.web import auth
+    from stackbench.mail import accounts
 
     with Session(eng) as s, s.begin():
-        owner = auth.create_user(s, "dev", password="pw-dev-123", email="dev@example.com")
+        owner = accounts.create_user(s, "dev", password="pw-dev-123", email="dev@example.com")
         owner_id = owner.id
     base, c1 = "b" * 40, "c" * 40
     ig.ingest(eng, _runs(base, "base", [100, 101, 99, 100, 100]))
@@ -132,6 +134,34 @@ def test_series_report_threads_under_cover_letter_and_is_header_safe(eng, smtp):
     body = msg.get_payload(decode=True).decode()
     assert "vm-scalability.throughput" in body and "-30.0%" in body
     assert sorted(handler.envelopes[0]) == ["dev@example.com", "linux-mm@kvack.example"]
+
+
+def test_threading_survives_an_81_character_message_id(eng, smtp):
+    """git format-patch's per-patch IDs (the demo's) are 81 characters: In-Reply-To and
+    References go out as the IDs themselves, not as RFC 2047 encoded words."""
+    handler, port = smtp
+    sid = _series(eng)
+    cover = "<20240301120000.4242-1-dev.someone@mail.kernel-developer.example.org>"
+    patch = "<058fc9b040f6e32dd6d6746d4f2d7c9f1dc517df.1795307120.git.committer@stackbench.de>"
+    assert len(patch) == 81
+    from sqlalchemy.orm import Session
+
+    with Session(eng) as s, s.begin():
+        series = s.get(Series, sid)
+        series.message_id = cover
+        series.patches[0].message_id = patch
+    reports.queue(eng, reports.series_report(eng, sid, _cfg(port)))
+    outbox.enqueue(
+        eng, kind="test", key="p1", to=["dev@example.com"], subject="Re: x",
+        body="per patch", in_reply_to=patch, references=[cover],
+    )  # fmt: skip
+    assert len(outbox.deliver(eng, _cfg(port)).sent) == 2
+    heads = [raw.split(b"\r\n\r\n")[0].replace(b"\r\n", b"\n") for raw in handler.raw]
+    assert all(b"=?" not in h for h in heads), heads
+    assert f"In-Reply-To: {cover}\n".encode() in heads[0]
+    assert f"In-Reply-To: {patch}\n".encode() in heads[1]
+    assert f"References: {cover} {patch}\n".encode() in heads[1]
+    assert handler.messages[1]["In-Reply-To"] == patch
 
 
 def test_regression_report_says_direction_in_words(eng, smtp):
@@ -252,12 +282,12 @@ def test_report_goes_to_the_owner_not_to_the_mbox_from(eng, smtp):
 def test_unverified_or_missing_owner_address_mails_only_the_list(eng, smtp):
     from sqlalchemy.orm import Session
 
-    from stackbench.web import auth
+    from stackbench.mail import accounts
 
     handler, port = smtp
     sid = _series(eng, submitter_email="victim@example.org")
     with Session(eng) as s, s.begin():
-        auth.find_user(s, "dev").email_verified = False
+        accounts.find_user(s, "dev").email_verified = False
     reports.queue(eng, reports.series_report(eng, sid, _cfg(port)))
     outbox.deliver(eng, _cfg(port))
     assert handler.envelopes == [["linux-mm@kvack.example"]]
@@ -296,7 +326,7 @@ def test_a_bad_recipient_is_one_line_on_the_cli(eng, monkeypatch, capsys):
 def test_user_add_refuses_a_bad_address(eng):
     from sqlalchemy.orm import Session
 
-    from stackbench.web import auth
+    from stackbench.mail import accounts
 
     with Session(eng) as s, pytest.raises(InputError, match="invalid mail address"):
-        auth.create_user(s, "eve", email="a,evil@example.com")
+        accounts.create_user(s, "eve", email="a,evil@example.com")

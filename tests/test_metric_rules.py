@@ -21,14 +21,15 @@ from stackbench.resultsdb import metrics
 CHILD = r"""
 import base64, json, sys
 from stackbench.resultsdb import db
-from stackbench.web import auth, create_app
+from stackbench.mail import accounts
+from stackbench.web import create_app
 from sqlalchemy.orm import Session
 
 eng = db.engine()
 with Session(eng) as s:
-    auth.create_user(s, "w1", password="pw-worker-1", worker=True)
+    accounts.create_user(s, "w1", password="pw-worker-1", worker=True)
     s.commit()
-    tok = auth.create_token(s, auth.find_user(s, "w1"), "test")
+    tok = accounts.create_token(s, accounts.find_user(s, "w1"), "test")
     s.commit()
 app = create_app({"ENGINE": eng, "SECRET_KEY": "test-secret", "TESTING": True})
 body = {

@@ -21,6 +21,8 @@ from sqlalchemy.orm import Session
 from stackbench.errors import InputError, NotFoundError
 from stackbench.jobs import bisect_runner as br
 from stackbench.jobs import nightly, tracked_branches
+from stackbench.jobs.build_stage import update_build
+from stackbench.jobs.series_state import KernelTask
 from stackbench.resultsdb import ingest as ig
 from stackbench.resultsdb.models import (
     Bisect,
@@ -68,6 +70,7 @@ class FakeLab:
         self.boots = 0
         self.subjects = {c: f"mm/rmap: change {i}" for i, c in enumerate(self.history)}
         self.subjects[self.history[0]] = "Linux 6.1"
+        self.machine = "fake-qemu"  # the machine its runs are stored under
 
     @property
     def built(self) -> int:
@@ -96,9 +99,11 @@ class FakeLab:
         if row is None:
             self.attempted.add(commit)
         status = "build-failed" if idx in self.broken else "built"
-        bid = br.record_build(
-            eng, tree, commit, status=status, config_name="fake", config_hash="fake",
-            compiler="fake", meta={"subject": self.subjects[commit]},
+        # the row as the real driver's build stage writes it
+        bid = update_build(
+            eng, KernelTask(label="", name=commit[:12], commit=commit), series_id=None,
+            tree=tree, config="fake", chash="fake", status=status, compiler="fake",
+            meta={"subject": self.subjects[commit]},
         )  # fmt: skip
         return None if status != "built" else bid
 
@@ -123,7 +128,7 @@ class FakeLab:
                     kernel=ig.KernelSpec(
                         commit, config_name="fake", config_hash="fake", compiler="fake", tree=tree
                     ),
-                    machine=ig.MachineSpec("fake-qemu", kind="qemu", cpus=2, memory_mb=1024),
+                    machine=ig.MachineSpec(self.machine, kind="qemu", cpus=2, memory_mb=1024),
                     iteration=it,
                     samples={
                         METRIC: [float(self.rng.normal(mean, self.noise))],

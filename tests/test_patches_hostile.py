@@ -90,3 +90,54 @@ def test_missing_patches_message_is_bounded():
     err = refused(mail(f"[PATCH 1/{MAX_PATCHES}] lib: change a"))
     assert f"has 1: missing patch 2/{MAX_PATCHES}, 3/{MAX_PATCHES}" in str(err)
     assert f"and {MAX_PATCHES - 11} more" in str(err)
+
+
+def nested(depth: int) -> bytes:
+    """A patch mail whose text sits ``depth`` multiparts deep (57 KB at 1,000)."""
+    head = mail("[PATCH] lib: change a").split(b"Content-Type:")[0]
+    out = head + b'Content-Type: multipart/mixed; boundary="b0"\n\n'
+    for i in range(1, depth):
+        out += f'--b{i - 1}\nContent-Type: multipart/mixed; boundary="b{i}"\n\n'.encode()
+    out += f"--b{depth - 1}\nContent-Type: text/plain\n\n".encode()
+    out += ("lib: change a\n---\n" + DIFF.replace("N", "1")).encode()
+    return out + b"".join(f"--b{i}--\n".encode() for i in reversed(range(depth)))
+
+
+def test_mime_nested_a_thousand_deep_is_refused():
+    data = nested(1000)
+    assert 50_000 < len(data) < 70_000
+    err = refused(data)
+    assert str(err) == "x.mbox: mail 1: 1000 multipart or message/rfc822 MIME parts: at most 16"
+    # a patch two levels deep, as mailers send it, still parses
+    assert "+int a = 2;" in parse_mbox(nested(2)).patches[0].diff
+
+
+@pytest.mark.parametrize("header", ["Subject", "From"])
+def test_non_ascii_charset_name_in_an_encoded_word_is_kept_as_text(header):
+    data = mail("[PATCH] lib: change a").replace(
+        f"{header}: ".encode(), f"{header}: =?utf-\u00e9?q?x?= ".encode(), 1
+    )
+    s = parse_mbox(data, source="x.mbox")
+    p = s.patches[0]
+    assert "=?utf-" in (p.subject if header == "Subject" else p.author)
+    assert "+int a = 2;" in p.diff
+
+
+@pytest.mark.parametrize(
+    "body, where",
+    [
+        (b"lib: \x00change a\n---\n", "NUL byte on line 8: an mbox is text"),
+        # hidden by the transfer encoding: found in the decoded text
+        (None, "mail 1: a NUL byte in its decoded text: a patch mail is text"),
+    ],
+)
+def test_nul_bytes_are_refused(body, where):
+    if body is None:
+        data = mail("[PATCH] lib: change a").replace(
+            b"Content-Type: text/plain; charset=utf-8\n",
+            b"Content-Type: text/plain; charset=utf-8\nContent-Transfer-Encoding: quoted-printable\n",
+        )
+        data = data.replace(b"\n\nlib: change a\n", b"\n\nlib: =00change a\n", 1)
+    else:
+        data = mail("[PATCH] lib: change a").replace(b"lib: change a\n---\n", body, 1)
+    assert where in str(refused(data))

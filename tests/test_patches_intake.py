@@ -208,3 +208,54 @@ def test_build_tree_fetches_the_pushed_commits(eng, setup, tmp_path):
     assert git(tree, "cat-file", "-e", head, check=False).returncode != 0
     gitcmd.fetch_commit(tree, bare, head, f"refs/stackbench/series/{sid}")
     assert git(tree, "rev-parse", f"refs/stackbench/series/{sid}").stdout.strip() == head
+
+
+def test_the_refusal_suggests_a_push_that_is_accepted(eng, setup, tmp_path, monkeypatch):
+    """The intake the server makes is empty: no tags, no HEAD. The refusal's own example
+    (HEAD:refs/for/linux-6.1/v6.1-debian) and a push to refs/for/linux-6.1/HEAD name the
+    base by the tree's tag and the tree's HEAD, which are looked up in the tree's
+    repository."""
+    import re
+
+    work, _cloned = setup
+    tree_repo = tmp_path / "linux-6.1"
+    git(tmp_path, "clone", "-q", "--branch", "main", str(work), str(tree_repo))
+    git(tree_repo, "tag", "v6.1-debian")
+    defs = tmp_path / "trees"
+    defs.mkdir()
+    (defs / "linux-6.1.yaml").write_text(
+        f"name: linux-6.1\nsource:\n  path: {tree_repo}\ndefault_base: v6.1-debian\n"
+    )
+    monkeypatch.setenv("STACKBENCH_TREES", str(defs))
+    bare = tmp_path / "empty-intake.git"
+    git(tmp_path, "init", "-q", "--bare", str(bare))
+    intake.install_hook(bare, [sys.executable, "-m", "stackbench", "intake-push"])
+    git(work, "checkout", "-q", "topic")
+
+    refused = git(work, "push", str(bare), "HEAD:refs/heads/topic", check=False)
+    assert refused.returncode != 0
+    suggested = re.search(r"e\.g\. git push <url> (\S+)", refused.stderr).group(1)
+    assert suggested == "HEAD:refs/for/linux-6.1/v6.1-debian"
+    main = git(work, "rev-parse", "main").stdout.strip()
+    for refspec, base_ref in [(suggested, "v6.1-debian"), ("HEAD:refs/for/linux-6.1/HEAD", main)]:
+        push = git(work, "push", str(bare), refspec, check=False)
+        assert push.returncode == 0, push.stderr
+        assert "patch(es) on " in push.stderr
+        with Session(eng) as s:
+            series = s.scalars(select(Series).order_by(Series.id.desc())).first()
+            assert (series.base_ref, series.base_commit) == (base_ref, main)
+            assert len(series.patches) == 2
+
+    # a base the tree names but the push does not contain: say so
+    git(tree_repo, "commit", "-q", "--allow-empty", "-m", "later")
+    git(tree_repo, "tag", "v6.2")
+    push = git(work, "push", str(bare), "HEAD:refs/for/linux-6.1/v6.2", check=False)
+    assert push.returncode != 0
+    assert "base 'v6.2' is " in push.stderr
+    assert "in tree linux-6.1, which the pushed history does not contain: rebase onto it" in (
+        push.stderr
+    )
+    push = git(work, "push", str(bare), "HEAD:refs/for/linux-6.1/nope", check=False)
+    assert "base 'nope' is not a branch, tag or commit of tree linux-6.1 or of the push: " in (
+        push.stderr
+    )

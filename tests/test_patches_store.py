@@ -136,6 +136,27 @@ def test_record_apply_failure_marks_the_patch_and_skips_the_rest(eng):
         assert states == ["new", "apply-failed"]
 
 
+def test_record_apply_says_a_patch_not_built_as_shown_is_refused(eng):
+    sid = _series(eng)
+    result = ApplyResult(
+        base_sha=SHA[0],
+        commits=[],
+        ok=False,
+        failed_index=0,
+        error="git am built something other than the diff shown: evil.c differ",
+        not_as_shown=True,
+    )
+    with Session(eng) as s, s.begin():
+        store.record_apply(s, sid, result)
+    with Session(eng) as s:
+        series = s.get(Series, sid)
+        assert series.state == "apply-failed"
+        assert series.error == (
+            "patch 1/3 'lib: raise a' is refused: "
+            "git am built something other than the diff shown: evil.c differ"
+        )
+
+
 def test_record_apply_rejects_a_result_for_another_series(eng):
     sid = _series(eng, "single-base.mbox")
     result = ApplyResult(base_sha=SHA[0], commits=SHA[1:3], ok=True)

@@ -242,3 +242,30 @@ def test_pushed_series_builds_the_commits_as_pushed(eng, tmp_path):
     assert proc.run(["git", "-C", tree, "cat-file", "-e", head], check=False).returncode == 0
     with Session(eng) as s:
         assert s.get(Series, sid).state != "applying"  # nothing was re-applied
+
+
+def test_a_kernel_of_no_series_is_recorded_by_the_build_stage(eng, tmp_path):
+    """A nightly or bisect kernel goes through the series' build stage: a commit that cannot
+    be built gets its build-failed row (no series, the caller's meta) and no series event;
+    asking again finds the same row."""
+    from stackbench.jobs.build_stage import build_kernel
+    from stackbench.kernels import trees
+    from stackbench.resultsdb.models import Event, KernelBuild
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    tree = trees.load_tree("linux-6.1")
+    missing = "0123456789abcdef" * 2 + "01234567"
+    ids = []
+    for _ in range(2):
+        t = pipeline.KernelTask(label="", name=missing[:12], commit=missing)
+        build_kernel(eng, repo, tree, t, config="tiny-guest", make_jobs=1, meta={"subject": "x"})
+        assert t.outcome == "build-failed" and t.error, t
+        ids.append(t.build_id)
+    assert ids[0] is not None and ids[0] == ids[1]
+    with Session(eng) as s:
+        row = s.get(KernelBuild, ids[0])
+        assert (row.commit, row.status, row.series_id) == (missing, "build-failed", None)
+        assert row.config_name == "tiny-guest" and row.meta["subject"] == "x"
+        assert row.log
+        assert s.scalar(select(func.count()).select_from(Event)) == 0

@@ -95,7 +95,8 @@ def test_base_and_one_commit_end_to_end(eng, kernel_env, capsys):
     # state transitions, in order, in the event log
     states = [st for subj, st in events(eng, sid) if subj == f"series:{sid}"]
     assert states[:1] == ["new"]
-    assert states[-4:] == ["applied", "building", "running", "done"]
+    # once done, the service publishes the series' comparison of the base and every commit
+    assert states[-5:] == ["applied", "building", "running", "done", "compared"]
     stages = {ev.stage for ev in seen}
     assert {"apply", "build", "boot", "run", "ingest", "done"} <= stages
     assert any(ev.stage == "run" and ev.step == 3 for ev in seen)

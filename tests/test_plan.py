@@ -10,6 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from stackbench.jobs import plan as bp
+from stackbench.resultsdb import series_runs_store
 from stackbench.resultsdb.ingest import JobSpec, KernelSpec, MachineSpec, RunData, ingest
 from stackbench.resultsdb.models import Run
 
@@ -118,7 +119,7 @@ def test_the_in_process_executor_boots_each_kernel_once_per_round(eng, monkeypat
     )
     with Session(eng) as s:
         series = s.get(Series, sid)
-        (recorded,) = series.meta["plans"]
+        (recorded,) = series_runs_store.plans(s, sid)
         commits = [series.base_commit, series.patches[0].commit_sha]
         rows = s.execute(
             select(KernelBuild.commit, Run.boot_id, Run.boot_round, Run.iteration)
@@ -130,6 +131,12 @@ def test_the_in_process_executor_boots_each_kernel_once_per_round(eng, monkeypat
             for e in s.scalars(select(Event).where(Event.series_id == sid).order_by(Event.id))
             if e.state == "boot-ok"
         ]
+        tries = series_runs_store.rounds(s, sid)
+        (attempt,) = series_runs_store.attempts(s, sid)
+    # one attempt (the foreground run), its three rounds each run once, whole, here
+    assert (attempt.executor, attempt.outcome) == ("foreground", "done")
+    assert [(r.round, r.try_, r.state) for r in tries] == [(n, 1, "done") for n in (1, 2, 3)]
+    assert all(r.worker for r in tries)
     assert recorded["seed"] == 11 and recorded["boots_per_kernel"] == 3
     assert recorded["order"] == bp.make_plan(commits, 3, seed=11).describe()["order"]
     for c in commits:

@@ -54,7 +54,7 @@ def test_more_rounds_measure_the_doubtful_kernels_and_jobs_and_continue_the_numb
     )
     subjob_jobs = {"vm-scalability-anon-w-seq": "vm", "thpscale-fault": "thp"}
     nxt, described, again = rounds.more_boots(more, built, ["vm", "thp"], 3, subjob_jobs,
-                                              offsets, "k2")  # fmt: skip
+                                              offsets, "k2", first_round=4)  # fmt: skip
     assert again == ["vm"]
     assert {b["commit"] for b in nxt} == {BASE, P2} and {b["job"] for b in nxt} == {"vm"}
     assert sorted((b["round"], b["first"]) for b in nxt) == [(4, 3), (4, 3), (5, 4), (5, 4)]
@@ -62,14 +62,17 @@ def test_more_rounds_measure_the_doubtful_kernels_and_jobs_and_continue_the_numb
     both = adaptive.MoreRounds(boots=2, have=3, cap=10, kernels=[BASE, P2],
                                subjobs=["vm-scalability-anon-w-seq", "thpscale-fault"])  # fmt: skip
     uneven, _, again = rounds.more_boots(both, built, ["vm", "thp"], 3, subjob_jobs,
-                                         {"vm": 5, "thp": 3}, "k2")  # fmt: skip
+                                         {"vm": 5, "thp": 3}, "k2", first_round=6)  # fmt: skip
     assert again == ["vm", "thp"] and {b["job"] for b in uneven} == {"vm,thp"}
     assert {b["first"] for b in uneven} == {5, 6}
+    # numbered after every round planned, whatever the look counted (a paired verdict counts
+    # only rounds holding both kernels): no round number is used twice
+    assert {b["round"] for b in uneven} == {6, 7}
     assert described["boots_per_kernel"] == 2
     # nothing in doubt that this series ran: no batch
     none, _, again = rounds.more_boots(
         adaptive.MoreRounds(boots=2, have=3, cap=10, kernels=[BASE], subjobs=["other"]),
-        built, ["vm"], 3, subjob_jobs, offsets, "k3",
+        built, ["vm"], 3, subjob_jobs, offsets, "k3", first_round=8,
     )  # fmt: skip
     assert none == [] and again == []
 
@@ -101,8 +104,7 @@ def test_every_sub_job_of_a_boot_keeps_its_own_runs(monkeypatch, tmp_path):
     continue from the boot's place in the plan."""
     import argparse
 
-    from stackbench.cli import worker
-    from stackbench.jobs import pipeline
+    from stackbench.jobs import pipeline, worker
     from stackbench.jobs.buildbot.results import key_base, run_key
     from stackbench.resultsdb.ingest import JobSpec, KernelSpec, MachineSpec, RunData
 
@@ -141,8 +143,7 @@ def test_one_boot_runs_every_job_and_keys_each_as_its_own_boot_would(monkeypatch
     each run is keyed and labelled by the job it came from, as a boot per job keyed them."""
     import argparse
 
-    from stackbench.cli import worker
-    from stackbench.jobs import pipeline
+    from stackbench.jobs import pipeline, worker
     from stackbench.jobs.buildbot.results import key_base, run_key
     from stackbench.resultsdb.ingest import JobSpec, KernelSpec, MachineSpec, RunData
 
@@ -195,3 +196,65 @@ def test_a_bench_step_passes_every_job_of_the_boot_to_the_worker():
     argv = argv.result if hasattr(argv, "result") else argv
     jobs = [argv[i + 1] for i, a in enumerate(argv) if a == "--job"]
     assert jobs == ["vm", "thpscale[max_threads=2, madvise=false]"]
+
+
+def test_a_round_run_again_after_its_worker_was_lost_is_its_next_try_not_a_second_run(eng):
+    """The rounds' bookkeeping in its tables: the dispatcher's hand-over, a batch of two
+    rounds, each build of a round as the master reports it (seen again at every look)."""
+    from stackbench.jobs import lifecycle
+    from stackbench.resultsdb import db, series_runs_store
+    from stackbench.resultsdb.models import Series
+
+    with db.session(eng) as s:
+        row = Series(title="t", base_commit=BASE, state="applied", meta={"submitted": "web"})
+        s.add(row)
+        s.flush()
+        sid = row.id
+        series_runs_store.begin(s, sid, source="web")
+    lifecycle.set_state(eng, sid, "building", "handed to Buildbot", progress="0/3",
+                        record=lambda s: series_runs_store.take(
+                            s, sid, "buildbot", submission="sub-1", buildset=7, kernels=3,
+                            benchmarks=6))  # fmt: skip
+    with db.session(eng) as s:
+        assert series_runs_store.active(s, lifecycle.PENDING) == [
+            (sid, "building", {"submitted": "web"}, "buildbot")
+        ]
+        assert series_runs_store.progress(s, [sid]) == {sid: "0/3"}
+        attempt = series_runs_store.current(s, sid)
+        series_runs_store.add_batch(s, attempt, "sub-1-rounds-1", {"boots": 2}, [1, 2, 2, 1],
+                                    buildset=8, boots=6, have=None, offsets={"vm": 2})  # fmt: skip
+    looks = [
+        [(1, 10, "w1", "running"), (2, 11, "w2", "running")],
+        [(1, 10, "w1", "lost"), (2, 11, "w2", "running"), (1, 12, "w2", "running")],
+        [(1, 10, "w1", "lost"), (2, 11, "w2", "done"), (1, 12, "w2", "done")],
+        [(1, 10, "w1", "lost"), (2, 11, "w2", "done"), (1, 12, "w2", "done")],
+    ]
+    for look in looks:
+        with db.session(eng) as s:
+            attempt = series_runs_store.current(s, sid)
+            for rnd, buildid, worker, state in look:
+                series_runs_store.record_round(s, attempt, rnd, buildid, worker, state)
+    with db.session(eng) as s:
+        tries = [(r.round, r.try_, r.worker, r.state, r.buildid)
+                 for r in series_runs_store.rounds(s, sid)]  # fmt: skip
+        d = series_runs_store.dispatch(s, sid)
+    assert tries == [(1, 1, "w1", "lost", 10), (1, 2, "w2", "done", 12), (2, 1, "w2", "done", 11)]
+    assert (d.executor, d.submission, d.buildset, d.batches, d.benchmarks) == (
+        "buildbot", "sub-1", 7, 1, 6
+    )  # fmt: skip
+    assert d.offsets == {"vm": 2} and d.open
+    # the series page shows the lost try beside the one that measured the round
+    from stackbench.web import create_app
+
+    client = create_app({"ENGINE": eng, "SECRET_KEY": "t", "TESTING": True}).test_client()
+    page = client.get(f"/series/{sid}").get_data(as_text=True)
+    assert "round 1 on w1: lost" in page and "round 1 (try 2) on w2: done" in page
+    assert "#1 via web (buildbot)" in page and "0/3" in page
+
+    lifecycle.set_state(eng, sid, "done", "measured")
+    assert lifecycle.hand_over(eng, sid, source="web", fresh=True) == "handed-over"
+    with db.session(eng) as s:
+        got = [(a.number, a.executor, a.outcome, a.ended is not None)
+               for a in series_runs_store.attempts(s, sid)]  # fmt: skip
+        assert series_runs_store.dispatch(s, sid).batches == 0  # the new attempt's own
+    assert got == [(1, "buildbot", "done", True), (2, "", "", False)]

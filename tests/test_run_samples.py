@@ -1,15 +1,14 @@
 """run_samples (migration 0005): a large run's samples again in one row, read by whole-run
-queries. It must give exactly what the sample table gives, on both client paths, for a mix
-of packed and unpacked runs, and go with its run."""
+queries. It must give exactly what the sample table gives, for a mix of packed and
+unpacked runs, and go with its run."""
 
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from sqlalchemy import text
 
 from stackbench.resultsdb import ingest as ig
-from stackbench.resultsdb import libpq, pgsession, query
+from stackbench.resultsdb import query
 
 
 def _run(iteration: int, big: bool) -> ig.RunData:
@@ -36,17 +35,12 @@ def _same(a: query.Samples, b: query.Samples) -> None:
     np.testing.assert_array_equal(a.value, b.value)  # NaN where NaN, bit for bit elsewhere
 
 
-@pytest.mark.parametrize("client", ["psycopg", "libpq", "pgwire"])
-def test_whole_runs_read_as_the_sample_table_gives_them(eng, db_url, wire, client):
+def test_whole_runs_read_as_the_sample_table_gives_them(eng):
     res = ig.ingest(eng, [_run(0, True), _run(1, False), _run(2, True)], workers=1)
     ids = sorted(res.inserted)
     assert ig.count(eng, "run_samples") == 2  # only the COPYed (large) runs
     with eng.connect() as conn:
         raw = query._raw(conn)
-        if client == "libpq":
-            raw = pgsession.Session(libpq.connect(db_url.replace("+psycopg", "")))
-        if client == "pgwire":
-            raw = pgsession.Session(wire)
         mixed = query.read_samples(raw, ids)
         rows = query._read_rows(raw, ids, None)
         assert len(rows.value) == 2 * (2 * (ig.COPY_THRESHOLD + 1000) + 1) + 7

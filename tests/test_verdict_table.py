@@ -105,10 +105,10 @@ def test_table_rows_and_outcomes(three):
     na = rows[("slow", "vm-scalability.migrate_mbps")]
     assert na[5] == "n/a" and na[3] == "-" and na[4] == "-" and na[6] == "-"
     assert "undecided rows need 10 boots per side" in out
-    assert "Benjamini-Hochberg" in out and "across the 8 rows" in out
+    assert "Benjamini-Hochberg" in out and "per kernel and job" in out and "(8 rows)" in out
 
 
-def test_compare_shares_the_verdicts_and_fdr_spans_the_table(three):
+def test_compare_shares_the_verdicts_and_fdr_spans_the_family(three):
     with three.connect() as conn:
         ds = query.load(conn, query.resolve_kernels(conn, ["base", "slow", "same"]))
     blocks = verdict.compare(ds)
@@ -120,8 +120,8 @@ def test_compare_shares_the_verdicts_and_fdr_spans_the_table(three):
     mb, mn, v = rows[("slow", "vm-scalability.throughput")]
     assert mb == pytest.approx(100000, rel=0.01) and mn == pytest.approx(90000, rel=0.01)
     assert v.outcome == "changed" and v.direction == "worse" and v.test == "welch"
-    # the q-value is BH-adjusted across all 6 tested rows, so never below the row's own
-    # p-value times the planned looks
+    # the q-value is BH-adjusted within its family (this kernel and job, headline metrics
+    # apart), so never below the row's own p-value times the planned looks
     assert v.q_value >= min(1.0, v.p_value * 3)
     assert rows[("slow", "vm-scalability.free_time")][2].test == "mann-whitney"
 
@@ -156,8 +156,8 @@ def test_cli_compare_style_stackbench(three):
     rows = _rows(out)
     assert rows[("slow", "vm-scalability.throughput")][5] == "worse"
     assert ("same", "vm-scalability.throughput") not in rows
-    # 4 rows in this table: the FDR statement counts them
-    assert "across the 4 rows" in out
+    # 4 rows in this table: the FDR statement names its families and counts the rows
+    assert "per kernel and job, headline metrics one family" in out and "(4 rows)" in out
 
 
 def test_default_view_lists_changed_and_undecided_headline_metrics(three):
@@ -175,8 +175,8 @@ def test_default_view_lists_changed_and_undecided_headline_metrics(three):
         "  4 more rows not shown (headline: 1 ~; other metrics: 1 n/a, 2 ~); --all lists them"
     )
     assert "  no headline metric changed or undecided" in lines
-    # the FDR still spans every row, shown or not
-    assert "across the 8 rows" in out
+    # the FDR families hold every row, shown or not
+    assert "(8 rows)" in out
     assert "need" not in out  # no headline metric asks for more boots
 
 

@@ -71,6 +71,27 @@ def test_series_submit_with_token_and_read_back(eng, client):
     assert "int b = 1;" in one["diff"]
 
 
+def test_series_resubmitted_with_another_cover_letter_is_the_same_series(eng, client):
+    """Same Message-ID and patches, another cover letter: 200 (nothing created) with the
+    stored series and a note saying so, not 201."""
+    add_user(eng, "alice")
+    add_tree(eng, "mm")
+    tok = add_token(eng, "alice")
+    mbox = (DATA / "series.mbox").read_text()
+    body = {"mbox": mbox, "tree": "mm", "jobs": ["vm-scalability"], "runs": 3}
+    first = client.post("/api/series", json=body, headers=bearer(tok))
+    assert first.status_code == 201 and "note" not in first.get_json()
+    again = {**body, "mbox": mbox.replace("Two tweaks to compaction.", "Two tweaks, reworded.")}
+    r = client.post("/api/series", json=again, headers=bearer(tok))
+    assert r.status_code == 200, r.get_json()
+    sid = first.get_json()["id"]
+    assert r.get_json()["id"] == sid
+    assert r.get_json()["note"] == (
+        f"series {sid} is already stored: same Message-ID and patches [new]; this mbox's "
+        "cover letter differs: the stored one is kept"
+    )
+
+
 def test_series_submit_field_errors(eng, client):
     add_user(eng, "alice")
     add_tree(eng, "mm")

@@ -112,3 +112,27 @@ def test_receive_pack_advertisement_needs_credentials(client):
 def test_unknown_repository_path_is_404(client):
     assert client.get("/git/other.git/info/refs?service=git-upload-pack").status_code == 404
     assert client.get("/git/intake.git/config").status_code == 404
+
+
+def test_guessed_tokens_never_stop_a_push_with_a_valid_one(eng, app, server, work):
+    """Issue 27: ten wrong tokens for a name blocked that user's pushes with a valid token
+    for 15 minutes, and git said "wrong user name or token". A valid token always pushes;
+    a wrong one, while the name is held up, is told to wait."""
+    from stackbench.resultsdb.models import Series
+
+    add_user(eng, "alice")
+    add_tree(eng, "mm")
+    tok = add_token(eng, "alice")
+    w, base = work
+    bad = server.replace("http://", "http://alice:sbt_wrong@") + "/git/intake.git"
+    for _ in range(app.config["LOGIN_FAIL_COUNT"]):
+        p = git(w, "push", bad, f"HEAD:refs/for/mm/{base}", check=False)
+        assert p.returncode != 0 and "Authentication failed" in p.stderr, p.stderr
+    p = git(w, "push", bad, f"HEAD:refs/for/mm/{base}", check=False)
+    assert p.returncode != 0 and "too many failed sign-ins" in p.stderr, p.stderr
+    assert "wait" in p.stderr and "wrong user name" not in p.stderr
+    good = server.replace("http://", f"http://alice:{tok}@") + "/git/intake.git"
+    p = git(w, "push", good, f"HEAD:refs/for/mm/{base}")
+    assert "remote: stackbench: series" in p.stdout + p.stderr
+    with db(eng) as s:
+        assert s.scalars(select(Series)).one().source == "push"

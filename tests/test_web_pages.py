@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from test_web_support import (
     add_tree,
     add_user,
@@ -41,7 +43,8 @@ def test_series_page_matrix_and_compare_link(eng, client):
     populate_results(eng, sid)
     html = client.get(f"/series/{sid}").get_data(as_text=True)
     assert "vm-scalability/anon-w-seq" in html
-    assert "done 3/3" in html
+    # boots done and planned, never "done 10/3"
+    assert 'done</span> <span class="boots">3 of 3 boots</span>' in html
     assert client.get(f"/series/{sid}/state.json").get_json()["commits"][0]["state"] == "done"
     r = client.get(f"/series/{sid}/compare")
     assert r.status_code == 302 and "/compare/new?" in r.headers["Location"]
@@ -157,3 +160,108 @@ def test_seed_experiments_page_lists_each_seed_with_its_definitions(eng, client)
     assert "vm.compaction_proactiveness: [0, 20]" in html
     jobs = client.get("/jobs").get_data(as_text=True)
     assert 'href="/jobs/seeds"' in jobs
+
+
+def _finished(eng, build_ids: list[int], sid: int) -> None:
+    """The series ended, its kernels built with a config as the pipeline builds them."""
+    from sqlalchemy import update
+
+    from stackbench.resultsdb import db as rdb
+    from stackbench.resultsdb.models import KernelBuild, Series
+
+    with rdb.session(eng) as s:
+        s.execute(update(Series).where(Series.id == sid).values(state="done"))
+        s.execute(
+            update(KernelBuild)
+            .where(KernelBuild.id.in_(build_ids))
+            .values(config_name="tiny-guest")
+        )
+
+
+def test_a_finished_series_leads_with_verdicts_and_its_public_comparison(eng, client):
+    from stackbench.jobs import lifecycle
+
+    add_tree(eng)
+    sid = make_series(eng, n=2)
+    _finished(eng, populate_results(eng, sid, runs=4), sid)
+    # what the service does when a series ends (dispatcher and in-process pipeline)
+    key = lifecycle.publish_comparison(eng, sid)
+    assert key and lifecycle.publish_comparison(eng, sid) == key  # made once
+    html = client.get(f"/series/{sid}").get_data(as_text=True)  # nobody signed in
+    lead = html.index('id="series-verdicts"')
+    assert lead < html.index("<h2>Patches</h2>") and lead < html.index('id="series-state"')
+    rows = html[lead : html.index("</section>", lead)]
+    # 2/2 lowered throughput by about 20%: worse, with its interval; 1/2 changed nothing
+    worse = rows[rows.index("2/2") :]
+    assert "<strong>worse</strong>" in worse and "vm-scalability.throughput" in worse
+    first = worse.split("</tr>")[0]
+    assert re.search(r"-(19|20)\.\d% <span class=\"muted\">\[-\d+\.\d+%, -\d+\.\d+%\]", first), (
+        first
+    )
+    assert "<strong>" not in rows[rows.index("1/2") : rows.index("2/2")]
+    assert f'href="/compare/{key}"' in rows
+    # the link of the page and the series' compare route lead there, with no sign-in
+    r = client.get(f"/series/{sid}/compare")
+    assert r.status_code == 302 and r.headers["Location"].endswith(f"/compare/{key}")
+    page = client.get(f"/compare/{key}")
+    assert page.status_code == 200 and '<tr class="worse">' in page.get_data(as_text=True)
+
+
+def test_a_series_that_ended_before_publishing_gets_its_comparison_on_first_ask(eng, client):
+    add_tree(eng)
+    sid = make_series(eng)
+    _finished(eng, populate_results(eng, sid), sid)
+    r = client.get(f"/series/{sid}/compare")
+    assert r.status_code == 302 and "/compare/new" not in r.headers["Location"]
+    assert client.get(r.headers["Location"]).status_code == 200
+    assert 'id="series-verdicts"' in client.get(f"/series/{sid}").get_data(as_text=True)
+
+
+def test_the_demos_last_lines_link_the_public_comparison(eng, client):
+    from stackbench.cli import demo
+
+    add_tree(eng)
+    sid = make_series(eng)
+    builds = populate_results(eng, sid)
+    assert demo.comparison_line(eng, sid, 8080) == ""  # still running: nothing to link yet
+    _finished(eng, builds, sid)
+    line = demo.comparison_line(eng, sid, 8080)
+    url = re.search(r"http://127\.0\.0\.1:8080(/compare/\w+)$", line)
+    assert url and "no account needed" in line
+    assert client.get(url.group(1)).status_code == 200  # nobody signed in
+
+
+def test_boots_past_the_plan_read_as_boots_done_and_planned(eng, client):
+    add_tree(eng)
+    sid = make_series(eng)
+    populate_results(eng, sid, runs=10)  # more rounds took the 3 planned runs to 10 boots
+    html = client.get(f"/series/{sid}").get_data(as_text=True)
+    assert "10 boots: 3 planned, 7 more for undecided metrics" in html
+    assert "10/3" not in html
+
+
+def test_events_keep_state_changes_and_fold_progress(eng, client):
+    from stackbench.jobs import lifecycle
+    from stackbench.resultsdb import db, series_runs_store
+
+    add_tree(eng)
+    sid = make_series(eng)
+    with db.session(eng) as s:  # handed over: the k/N is the running attempt's
+        series_runs_store.begin(s, sid, source="web", executor="buildbot")
+    lifecycle.set_state(eng, sid, "building", "building 3 kernels", progress="0/3")
+    for i in range(1, 4):
+        lifecycle.set_state(eng, sid, "building", f"kernel {i} built", progress=f"{i}/3")
+    for i in range(1, 43):  # one line per benchmark, as the rounds report them
+        lifecycle.set_state(eng, sid, "running", f"benchmark {i} of 42 stored", progress=f"{i}/42")
+    html = client.get(f"/series/{sid}").get_data(as_text=True)
+    assert '<span id="series-progress">42/42</span>' in html
+    assert client.get(f"/api/series/{sid}").get_json()["progress"] == "42/42"
+    lifecycle.set_state(eng, sid, "done", "3 kernels built, 42 benchmarks measured")
+    assert client.get(f"/api/series/{sid}").get_json()["progress"] is None
+    html = client.get(f"/series/{sid}").get_data(as_text=True)
+    assert 'id="series-progress"' not in html
+    events = html[html.index("<h2>Events</h2>") :]
+    assert events.count('<tr class="event">') == 3  # building, running, done
+    assert "benchmark 42 of 42 stored" in events and "41 earlier running lines" in events
+    assert "3 earlier building lines" in events
+    assert events.index("3 kernels built, 42") < events.index("benchmark 42 of 42")

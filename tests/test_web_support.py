@@ -39,19 +39,19 @@ def db(eng) -> Session:
 
 
 def add_user(eng, name="alice", password="pw-alice-1", admin=False, worker=False):
-    from stackbench.web import auth
+    from stackbench.mail import accounts
 
     with db(eng) as s:
-        u = auth.create_user(s, name, password=password, admin=admin, worker=worker)
+        u = accounts.create_user(s, name, password=password, admin=admin, worker=worker)
         s.commit()
         return u
 
 
 def add_token(eng, name="alice") -> str:
-    from stackbench.web import auth
+    from stackbench.mail import accounts
 
     with db(eng) as s:
-        tok = auth.create_token(s, auth.find_user(s, name), "test")
+        tok = accounts.create_token(s, accounts.find_user(s, name), "test")
         s.commit()
         return tok
 

@@ -28,10 +28,15 @@ DEFAULTS: dict[str, Any] = {
     "COMPARE_RATE_WINDOW": 3600,
     # each kernel adds about a second to a comparison; a 31-patch series plus its base fits
     "COMPARE_MAX_KERNELS": 32,
-    # wrong passwords or git tokens: LOGIN_FAIL_COUNT per user name (three times that per
-    # client address) in LOGIN_FAIL_WINDOW seconds, then sign-in waits
+    # wrong passwords or git tokens: past LOGIN_FAIL_COUNT per user name (three times that
+    # per client address) in LOGIN_FAIL_WINDOW seconds, each next try waits 2 s, doubling,
+    # at most LOGIN_MAX_DELAY (web/ratelimit.py)
     "LOGIN_FAIL_COUNT": 10,
     "LOGIN_FAIL_WINDOW": 900,
+    "LOGIN_MAX_DELAY": 60,
+    # proxies in front that append to X-Forwarded-For (the shipped nginx: 1); the throttle
+    # counts per client address, which is the proxy's own without this
+    "TRUSTED_PROXIES": sb_config.get_int("STACKBENCH_TRUSTED_PROXIES"),
     "SESSION_COOKIE_HTTPONLY": True,
     "SESSION_COOKIE_SAMESITE": "Lax",
     # behind HTTPS (production): send the session cookie only over TLS
@@ -63,14 +68,22 @@ def create_app(config: dict | None = None) -> Flask:
         app.config.update(config)
     if not app.config.get("SECRET_KEY"):
         app.config["SECRET_KEY"] = _secret_key()
+    if app.config["TRUSTED_PROXIES"]:
+        from werkzeug.middleware.proxy_fix import ProxyFix
 
-    from stackbench.web import auth, csrf, dbsession
+        n = int(app.config["TRUSTED_PROXIES"])
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=n, x_proto=n, x_host=n)  # type: ignore[method-assign]
+
+    from stackbench.web import auth, csrf, dbsession, inputs
+
+    inputs.init_app(app)
     from stackbench.web.blueprints import (
         admin,
         api,
         compare,
         git_http,
         jobs,
+        lists,
         machines,
         regressions,
         series,
@@ -81,7 +94,7 @@ def create_app(config: dict | None = None) -> Flask:
     dbsession.init_app(app)
     auth.init_app(app)
     csrf.init_app(app)
-    for bp in (series, submit, compare, regressions, machines, jobs, auth_bp, admin):
+    for bp in (series, submit, compare, regressions, machines, jobs, lists, auth_bp, admin):
         app.register_blueprint(bp.bp)
     app.register_blueprint(api.bp, url_prefix="/api")
     app.register_blueprint(git_http.bp, url_prefix="/git")
@@ -106,10 +119,35 @@ def create_app(config: dict | None = None) -> Flask:
     def database_gone(exc: Exception):
         # a database restart or network cut: say so (503, retry later) instead of a bare 500;
         # the pool pings connections, so the next request reconnects
+        from stackbench.resultsdb import db
+
         app.logger.warning("database unavailable: %s", str(exc).splitlines()[0][:200])
+        full = db.disk_full(exc)
+        if full:  # not an outage that passes by itself: say what the operator must fix
+            return http_error(
+                ServiceUnavailable(
+                    f"the database cannot store anything: {full}; try again once space is freed"
+                )  # fmt: skip
+            )
         return http_error(
             ServiceUnavailable("the database is unavailable right now; try again in a moment")
         )
+
+    from werkzeug.exceptions import BadRequest
+
+    @app.errorhandler(sa_exc.DataError)
+    def database_refused(exc: sa_exc.DataError):
+        # a value the request checks let through (a string longer than its column, say):
+        # still the request's fault, so a 400 with PostgreSQL's one line, not a 500
+        why = str(getattr(exc, "orig", None) or exc).splitlines()[0][:200]
+        app.logger.warning("database refused a value: %s", why)
+        dbsession.get().rollback()  # the error page reads the user through the same session
+        return http_error(BadRequest(f"a value in the request cannot be stored: {why}"))
+
+    @app.errorhandler(RecursionError)
+    def too_deep(exc: RecursionError):
+        # a JSON body of 100,000 '[' or a mail nested 1,000 MIME parts deep
+        return http_error(BadRequest("the request is nested too deeply to read"))
 
     @app.after_request
     def security_headers(resp):

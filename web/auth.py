@@ -1,24 +1,18 @@
-"""Users, passwords and API tokens.
-
-Passwords are hashed with werkzeug's scrypt; API tokens are random 256-bit strings of which
-only a SHA-256 is stored (a fast hash is right for high-entropy secrets, and lets a request
-find its token with one indexed lookup).
+"""Signing in: sessions, API tokens and basic auth of requests, device cookies, and the
+decorators of views. The accounts themselves (users, passwords, tokens) are
+stackbench.mail.accounts, which the CLI uses too.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
-import secrets
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from flask import Flask, abort, g, redirect, request, session, url_for
-from werkzeug.security import check_password_hash, generate_password_hash
+from flask import Flask, Response, abort, current_app, g, redirect, request, session, url_for
+from itsdangerous import BadSignature, URLSafeTimedSerializer
 
-from stackbench.errors import InputError, NotFoundError
-from stackbench.patches.mailheaders import is_mail_address
+from stackbench.mail.accounts import user_for_token
 from stackbench.resultsdb import accounts_q
 
 if TYPE_CHECKING:
@@ -26,92 +20,11 @@ if TYPE_CHECKING:
 
     from stackbench.resultsdb.models import AppUser
 
-TOKEN_PREFIX = "sbt_"
-
-
-def hash_token(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def clean_username(name: str) -> str:
-    name = name.strip()
-    if not name or len(name) > 64 or not all(c.isalnum() or c in "._-" for c in name):
-        raise InputError("user", f"invalid user name {name!r} (letters, digits, . _ - only)")
-    return name
-
-
-def create_user(
-    s: Session,
-    name: str,
-    *,
-    password: str | None = None,
-    email: str = "",
-    admin: bool = False,
-    worker: bool = False,
-) -> AppUser:
-    name = clean_username(name)
-    email = email.strip()
-    if email and not is_mail_address(email):
-        raise InputError("user", f"invalid mail address {email[:120]!r} (one plain local@domain)")
-    if accounts_q.user_named(s, name) is not None:
-        raise InputError("user", f"user '{name}' already exists")
-    return accounts_q.add_user(
-        s,
-        name,
-        email=email,
-        # an address an administrator typed for the account is the account's own
-        email_verified=bool(email),
-        password_hash=generate_password_hash(password) if password else "",
-        is_admin=admin,
-        is_worker=worker,
-    )
-
-
-def set_password(user: AppUser, password: str) -> None:
-    """A new password; every signed-in session of the user ends."""
-    accounts_q.set_password_hash(user, generate_password_hash(password))
-    end_sessions(user)
-
-
-def end_sessions(user: AppUser) -> None:
-    """Sessions are signed cookies holding (uid, generation): a new generation voids them."""
-    accounts_q.end_sessions(user)
-
 
 def start_session(user: AppUser) -> None:
     session.clear()
     session["uid"] = user.id
     session["gen"] = user.session_gen or 0
-
-
-def find_user(s: Session, name: str) -> AppUser:
-    user = accounts_q.user_named(s, name)
-    if user is None:
-        raise NotFoundError(f"unknown user '{name}'")
-    return user
-
-
-def check_password(s: Session, name: str, password: str) -> AppUser | None:
-    user = accounts_q.user_named(s, name)
-    if user is None or not user.password_hash:
-        # same cost whether or not the user exists
-        check_password_hash(_DUMMY_HASH, password)
-        return None
-    return user if check_password_hash(user.password_hash, password) else None
-
-
-_DUMMY_HASH = generate_password_hash("not-a-password")
-
-
-def create_token(s: Session, user: AppUser, label: str = "") -> str:
-    """A new token for ``user``; the clear text is returned once and never stored."""
-    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    accounts_q.add_token(s, user.id, hash_token(token), label)
-    return token
-
-
-def user_for_token(s: Session, token: str) -> AppUser | None:
-    return accounts_q.use_token(s, hash_token(token), datetime.now(UTC))
 
 
 def token_from_request() -> str | None:
@@ -126,19 +39,64 @@ def token_from_request() -> str | None:
 def basic_auth_user(s: Session) -> AppUser | None:
     """The user of HTTP Basic credentials: NAME and one of NAME's API tokens. The account
     password is not accepted here (git stores credentials in helpers and URLs; a token can
-    be revoked alone). Wrong tokens count toward the login throttle like wrong passwords."""
+    be revoked alone). A valid token is never throttled (it cannot be guessed); wrong ones
+    count toward the sign-in throttle like wrong passwords, and while it holds a name back
+    they raise :class:`ratelimit.Throttled` saying how long to wait."""
     from stackbench.web import ratelimit
 
     auth = request.authorization
     if auth is None or auth.type != "basic" or not auth.username or not auth.password:
         return None
-    if ratelimit.login_blocked(s, auth.username, request.remote_addr or ""):
-        return None
     user = user_for_token(s, auth.password)
     if user is not None and user.name == auth.username:
         return user
-    ratelimit.record_login_failure(s, auth.username, request.remote_addr or "")
+    remote = request.remote_addr or ""
+    wait = ratelimit.login_wait(s, auth.username, remote)
+    if wait:
+        raise ratelimit.Throttled(wait)
+    ratelimit.record_login_failure(s, auth.username, remote)
     return None
+
+
+DEVICE_COOKIE = "sb_device"
+DEVICE_MAX_AGE = 180 * 86400
+
+
+def _device_serializer() -> URLSafeTimedSerializer:
+    return URLSafeTimedSerializer(current_app.secret_key, salt="stackbench sign-in device")
+
+
+def known_device(name: str) -> bool:
+    """Whether this browser signed in as ``name`` before (a signed cookie, kept across
+    sign-outs): such a sign-in is not held up by other people's wrong guesses for the name."""
+    raw = request.cookies.get(DEVICE_COOKIE)
+    if not raw:
+        return False
+    try:
+        names = _device_serializer().loads(raw, max_age=DEVICE_MAX_AGE)
+    except BadSignature:
+        return False
+    return isinstance(names, list) and name in names
+
+
+def remember_device(resp: Response, name: str) -> Response:
+    raw = request.cookies.get(DEVICE_COOKIE)
+    names: list[str] = []
+    if raw:
+        try:
+            names = list(_device_serializer().loads(raw, max_age=DEVICE_MAX_AGE))
+        except (BadSignature, TypeError):
+            names = []
+    names = [name] + [n for n in names if n != name][:4]
+    resp.set_cookie(
+        DEVICE_COOKIE,
+        _device_serializer().dumps(names),
+        max_age=DEVICE_MAX_AGE,
+        httponly=True,
+        samesite="Lax",
+        secure=bool(current_app.config.get("SESSION_COOKIE_SECURE")),
+    )
+    return resp
 
 
 def init_app(app: Flask) -> None:

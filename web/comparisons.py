@@ -7,8 +7,6 @@ removed since, so the comparison page costs two small queries once computed.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import math
 import threading
@@ -21,7 +19,8 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from stackbench.errors import NotFoundError, StackbenchError
-from stackbench.resultsdb import comparisons_q, db, kernels_q, query
+from stackbench.resultsdb import comparisons_q, db, kernels_q, query, storable
+from stackbench.resultsdb.tables import render
 from stackbench.resultsdb.verdict import is_headline
 
 if TYPE_CHECKING:
@@ -78,8 +77,7 @@ class Options:
 
 
 def comparison_key(build_ids: list[int], opts: Options) -> str:
-    raw = json.dumps([build_ids, opts.as_dict()], sort_keys=True)
-    return hashlib.sha256(raw.encode()).hexdigest()[:16]
+    return comparisons_q.key_for(build_ids, opts.as_dict())
 
 
 def resolve_builds(s: Session, refs: list[str]) -> list[int]:
@@ -91,9 +89,15 @@ def resolve_builds(s: Session, refs: list[str]) -> list[int]:
         if not ref:
             continue
         if ref.startswith("#") and ref[1:].isdigit():
-            if kernels_q.get(s, int(ref[1:])) is None:
-                raise NotFoundError(f"unknown kernel build {ref}")
-            ids.append(int(ref[1:]))
+            # no id column holds more than ten digits: longer is unknown, not a query
+            build_id = int(ref[1:]) if ref.isascii() and len(ref) <= 11 else None
+            if (
+                build_id is None
+                or storable.int_problem(build_id)
+                or kernels_q.get(s, build_id) is None
+            ):
+                raise NotFoundError(f"unknown kernel build {ref[:24]}")
+            ids.append(build_id)
         else:
             ids.append(query.resolve_kernel(conn, ref).id)
     if not ids:
@@ -137,43 +141,29 @@ def create_for(
 
 
 def _render_tables(ds: query.Dataset, opts: Options) -> tuple[dict[str, Any], dict[str, str]]:
+    """Every table the page shows, each made as ``stackbench compare`` makes it."""
     tables: dict[str, Any] = {"mmtests": []}
     errors: dict[str, str] = {}
-    try:
-        from stackbench.resultsdb.tables import lkp
-
-        tables["lkp"] = lkp.render(ds, all_rows=opts.all_rows)
-    except ImportError:
-        errors["lkp"] = "the LKP table renderer is not installed on this server"
-    except StackbenchError as exc:
-        errors["lkp"] = str(exc)
-    try:
-        from stackbench.resultsdb.tables import mmtests
-    except ImportError:
-        errors["mmtests"] = "the mmtests table renderer is not installed on this server"
-    else:
-        msgs = []
-        for kind, name in MMTESTS_VIEWS:
-            try:
-                kw = {"table": name} if kind == "table" else {"table": None, "monitor": name}
-                out = mmtests.render(ds, **kw)
-            except StackbenchError as exc:
-                msgs.append(f"{name}: {exc}")
-                continue
-            if out.strip() and all(out != t["text"] for t in tables["mmtests"]):
-                tables["mmtests"].append({"name": f"{kind} {name}", "text": out})
-        if not tables["mmtests"] and msgs:
-            # every view says the same thing when the suites are missing: say it once
-            errors["mmtests"] = msgs[0].split(": ", 1)[-1]
-    try:
-        from stackbench.resultsdb.tables import verdict
-
-        # as the CLI prints it: headline changes by default, every row with all_rows
-        tables["stackbench"] = verdict.render(ds, all_rows=opts.all_rows)
-    except ImportError:
-        errors["stackbench"] = "the stackbench verdict renderer is not installed on this server"
-    except StackbenchError as exc:
-        errors["stackbench"] = str(exc)
+    for style in ("lkp", "stackbench"):
+        try:
+            # as the CLI prints them: LKP's changed rows and the headline verdicts by
+            # default, every row with all_rows
+            tables[style] = render.table_of(ds, style, all_rows=opts.all_rows)
+        except StackbenchError as exc:
+            errors[style] = str(exc)
+    msgs = []
+    for kind, name in MMTESTS_VIEWS:
+        try:
+            kw = {"table": name} if kind == "table" else {"monitor": name}
+            out = render.table_of(ds, "mmtests", **kw)
+        except StackbenchError as exc:
+            msgs.append(f"{name}: {exc}")
+            continue
+        if out.strip() and all(out != t["text"] for t in tables["mmtests"]):
+            tables["mmtests"].append({"name": f"{kind} {name}", "text": out})
+    if not tables["mmtests"] and msgs:
+        # every view says the same thing when the suites are missing: say it once
+        errors["mmtests"] = msgs[0].split(": ", 1)[-1]
     tables["seeds"] = _seed_tables(ds)
     return tables, errors
 
@@ -181,14 +171,10 @@ def _render_tables(ds: query.Dataset, opts: Options) -> tuple[dict[str, Any], di
 def _seed_tables(ds: query.Dataset) -> list[dict[str, str]]:
     """The seeds' layouts (001's latency percentiles, 003's Success/Success(N)) that these
     results can fill; none when the comparison has no such runs."""
-    try:
-        from stackbench.resultsdb.tables import render
-    except ImportError:
-        return []
     out = []
     for style in ("alloc-latency", "order-success"):
         try:
-            out.append({"style": style, "text": render.render_seed_style(ds, style)})
+            out.append({"style": style, "text": render.table_of(ds, style)})
         except StackbenchError:
             continue
     return out
@@ -255,9 +241,17 @@ def compute(eng: Engine, build_ids: list[int], opts: Options) -> dict[str, Any]:
         on = f" on machine {opts.machine}" if opts.machine else ""
         result["errors"]["all"] = f"no finished runs stored for these kernels{on} yet"
         return result
-    from stackbench.resultsdb.tables.render import machines_of
-
-    result["machines"] = machines_of(ds)
+    result["machines"] = render.machines_of(ds)
+    result["boxes"] = ds.boxes()
+    try:
+        render.mixed_clocks_error(ds)
+    except StackbenchError as exc:
+        result["errors"]["all"] = str(exc)
+        return result
+    result["warnings"] = render.coarse_clock_notes(ds)
+    coarse_jobs: dict[int, str] = {}
+    for (job_id, _build), why in sorted(ds.coarse_clocks().items()):
+        coarse_jobs.setdefault(job_id, why)
     if ds.pooled_machines():
         if not opts.pool_machines:
             result["errors"]["all"] = (
@@ -272,7 +266,7 @@ def compute(eng: Engine, build_ids: list[int], opts: Options) -> dict[str, Any]:
         )
     result["tables"], result["errors"] = _render_tables(ds, opts)
     if result.get("pooled"):
-        head = f"# {result['pooled']} (--pool-machines)\n"
+        head = render.check_machines(ds, pool=True)  # the CLI's first line
         for style in ("lkp", "stackbench"):
             if result["tables"].get(style):
                 result["tables"][style] = head + result["tables"][style]
@@ -294,6 +288,8 @@ def compute(eng: Engine, build_ids: list[int], opts: Options) -> dict[str, Any]:
                 "higher_is_better": met.higher_is_better,
                 "kind": met.kind,
                 "counter": is_counter(met.name),
+                # timed with a coarse clock: marked, and the verdict stays undecided
+                "coarse_clock": coarse_jobs.get(job_id, "") if met.kind == "latency" else "",
                 "headline": is_headline(met.name, met.kind, met.higher_is_better),
                 "values": _per_run(ds, job_id, metric_id),
                 "verdicts": [],
@@ -301,6 +297,10 @@ def compute(eng: Engine, build_ids: list[int], opts: Options) -> dict[str, Any]:
         )
     verdicts.judge_rows(ds, rows)
     result["metrics"] = rows
+    if len(ds.kernels) > 1:
+        from stackbench.resultsdb.tables import verdict as judged_table
+
+        result["blocking"] = judged_table.blocking(ds)
     return result
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from contextlib import suppress
+
 from flask import Flask, current_app, g
 from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 
@@ -32,7 +35,20 @@ def init_app(app: Flask) -> None:
     @app.teardown_appcontext
     def _close(exc: BaseException | None) -> None:
         s = g.pop("_db", None)
-        if s is not None:
+        if s is None:
+            return
+        try:
             if exc is not None:
                 s.rollback()
             s.close()
+        except SQLAlchemyError as err:
+            # the server cut the connection (a restart, an admin): the answer is already
+            # made (or is the 503), so the ROLLBACK's failure must not replace it; the
+            # connection is thrown away and the pool opens a fresh one for the next request
+            current_app.logger.warning("dropping a cut database connection: %s", _first(err))
+            with suppress(SQLAlchemyError):
+                s.invalidate()
+
+
+def _first(err: BaseException) -> str:
+    return str(err).splitlines()[0][:200] if str(err) else type(err).__name__

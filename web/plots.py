@@ -144,3 +144,51 @@ def bar_chart(title: str, labels: Sequence[str], per_kernel: Sequence[Sequence[f
     _labels(parts, xs, labels)
     parts.append("</svg>")
     return Markup("".join(parts))
+
+
+def history_plot(
+    title: str,
+    labels: Sequence[str],
+    per_night: Sequence[Sequence[float]],
+    segments: Sequence[tuple[int, int, float]],
+    marks: Sequence[tuple[int, str]] = (),
+) -> Markup:
+    """A branch's nights: each night's boots (points), the segments between change points
+    at their means (lines), and the nights regressions were opened at (dashed, titled).
+    Only the first night, the last and the marked ones are labelled: sixty labels do not
+    fit."""
+    flat = [v for vals in per_night for v in vals]
+    if not flat:
+        return Markup("")
+    lo = min(flat + [m for _a, _b, m in segments])
+    hi = max(flat + [m for _a, _b, m in segments])
+    parts, y = _frame(title, lo, hi)
+    xs = _xs(len(labels))
+    step = (xs[1] - xs[0]) if len(xs) > 1 else 10.0
+    for x, vals in zip(xs, per_night, strict=True):
+        for v in vals:
+            parts.append(f'<circle cx="{x:.1f}" cy="{y(v):.1f}" r="1.8" class="pp"/>')
+    for a, b, m in segments:
+        x1, x2 = xs[a] - step / 2, xs[b - 1] + step / 2
+        parts.append(
+            f'<line x1="{x1:.1f}" y1="{y(m):.1f}" x2="{x2:.1f}" y2="{y(m):.1f}" class="mn">'
+            f"<title>nights {a + 1}-{b}: mean {escape(_fmt(m))}</title></line>"
+        )
+    shown = {0, len(labels) - 1}
+    for night, text in marks:
+        if 0 <= night < len(xs):
+            x = xs[night] - step / 2
+            parts.append(
+                f'<line x1="{x:.1f}" y1="{TOP}" x2="{x:.1f}" y2="{H - BOTTOM}" class="ci" '
+                f'stroke-dasharray="3,3"><title>{escape(text)}</title></line>'
+            )
+            shown.add(night)
+    for i in sorted(shown):
+        lab = labels[i]
+        short = lab if len(lab) <= 10 else lab[:9] + "\u2026"
+        parts.append(
+            f'<text x="{xs[i]:.1f}" y="{H - BOTTOM + 14}" class="tk" text-anchor="middle">'
+            f"<title>{escape(lab)}</title>{escape(short)}</text>"
+        )
+    parts.append("</svg>")
+    return Markup("".join(parts))

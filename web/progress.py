@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy.orm import Session
 
-from stackbench.resultsdb import jobs_q, runs_q, series_q
+from stackbench.jobs import plan
+from stackbench.resultsdb import boots, jobs_q, runs_q, series_q, series_runs_store, signals
 
 if TYPE_CHECKING:
-    from stackbench.resultsdb.models import Job, KernelBuild, Patch, Run, Series
+    from stackbench.resultsdb.models import Event, Job, KernelBuild, Patch, Run, Series
 
 PENDING_SERIES = {"new", "applying", "applied", "building", "running"}
 RUN_ACTIVE = {"queued", "running"}
@@ -28,6 +29,26 @@ class Cell:
     @property
     def done(self) -> int:
         return sum(1 for r in self.runs if r.status == "done")
+
+    @property
+    def boots_done(self) -> int:
+        """Boots of this kernel that finished a run of this job (the verdict's unit)."""
+        return len({boots.boot_key(r) for r in self.runs if r.status == "done"})
+
+    @property
+    def boots_planned(self) -> int:
+        """Boots the series planned for its runs (more rounds may add boots beyond them)."""
+        return plan.boots_for(self.expected) if self.expected > 0 else 0
+
+    def boots_text(self) -> str:
+        """Boots done and planned, in words: "2 of 3 boots", or "10 boots: 3 planned, 7 more
+        for undecided metrics" once more rounds went past the plan."""
+        done, planned = self.boots_done, self.boots_planned
+        if not planned:
+            return f"{done} boot{'s' if done != 1 else ''}"
+        if done <= planned:
+            return f"{done} of {planned} boots"
+        return f"{done} boots: {planned} planned, {done - planned} more for undecided metrics"
 
 
 @dataclass
@@ -59,7 +80,8 @@ def _build_state(patch: Patch | None, build: KernelBuild | None) -> str:
         return "building"
     if build.status == "build-failed":
         return "failed"
-    return "applied"
+    # a kernel built and not measured yet says so (a Buildbot build is on the page at once)
+    return "built" if build.status == "built" else "applied"
 
 
 def commits_of(
@@ -113,3 +135,44 @@ def is_pending(series: Series) -> bool:
     if series.state in ("done", "failed") and meta.get("submitted"):
         return "report_mail" not in meta
     return series.state in PENDING_SERIES
+
+
+@dataclass
+class EventGroup:
+    """Events in a row about one subject in one state (newest first): the newest is shown,
+    the others fold under it. A change of state or subject starts a new group, so every
+    state change stays a line of its own while per-benchmark progress becomes one line."""
+
+    latest: Event
+    earlier: list[Event] = field(default_factory=list)
+
+
+def fold_events(events: list[Event]) -> list[EventGroup]:
+    """Group the series' events (newest first) as :class:`EventGroup` says."""
+    out: list[EventGroup] = []
+    for e in events:
+        last = out[-1] if out else None
+        if last is not None and (last.latest.subject, last.latest.state) == (e.subject, e.state):
+            last.earlier.append(e)
+        else:
+            out.append(EventGroup(e))
+    return out
+
+
+def service_warnings(s: Session, series: Series) -> list[str]:
+    """What keeps a pending series from moving that is not the series' doing: no
+    dispatcher at work, a host fault it waits on, a Buildbot worker lost mid-build."""
+    meta = series.meta or {}
+    if series.state not in PENDING_SERIES:
+        return []
+    out = []
+    last = series_runs_store.current(s, series.id)
+    handed = last is not None and last.executor != series_runs_store.FOREGROUND
+    if handed and not signals.lock_held(s, signals.DISPATCHER_LOCK):
+        out.append("dispatcher not running: this series waits until it runs again "
+                   "('stackbench up' starts it)")  # fmt: skip
+    fault = meta.get("host_fault") or {}
+    if fault.get("error"):
+        out.append(f"waiting on a host fault (retried until it is fixed): {fault['error']}")
+    out += [str(w) for w in meta.get("lost_workers") or []]
+    return out

@@ -50,9 +50,10 @@ def job_choices(s: Session) -> list[str]:
     return jobs_q.suites(s)
 
 
-def submit(s: Session, user: AppUser, req: Request) -> Series:
+def submit(s: Session, user: AppUser, req: Request) -> tuple[Series, str]:
     """Validate and store, then hand over to the dispatcher; raises FieldErrors naming the
-    fields at fault, writes nothing then."""
+    fields at fault, writes nothing then. Returns the series and, when the same series was
+    stored before (and is what comes back), what to tell the submitter about it."""
     msg = ratelimit.check_submission(s, user.id)
     if msg:
         raise FieldErrors({"submit": msg})
@@ -78,4 +79,9 @@ def submit(s: Session, user: AppUser, req: Request) -> Series:
             errors["mbox"] = "the patch parser is not installed on this server"
     if errors or checked is None or parsed is None:
         raise FieldErrors(errors)
-    return lifecycle.create(s, parsed, checked, source=req.source, owner_id=user.id, mbox=req.mbox)
+    stored = lifecycle.already_stored(s, parsed, checked)
+    note = lifecycle.resubmission_note(stored, parsed) if stored is not None else ""
+    series = lifecycle.create(
+        s, parsed, checked, source=req.source, owner_id=user.id, mbox=req.mbox
+    )
+    return series, note

@@ -1,7 +1,7 @@
 """Verdicts for the comparison page, from :mod:`stackbench.resultsdb.verdict` so the page
 highlights exactly what the stackbench table says (:func:`stackbench.resultsdb.tables.verdict.
 compare`): each later kernel against the base, one value per boot, false-discovery control
-across every row of the comparison."""
+per kernel and job, headline metrics one family and the other metrics another."""
 
 from __future__ import annotations
 
@@ -50,3 +50,36 @@ def css_class(row: dict[str, Any]) -> str:
         if label in labels:
             return label
     return ""
+
+
+def by_commit(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The series page's verdicts, from its comparison's stored result: per later kernel,
+    its changed headline metrics (worse first, then largest change), then its undecided
+    ones; a kernel with neither says how many headline metrics it has unchanged."""
+    kernels = result.get("kernels") or []
+    out = []
+    for i, k in enumerate(kernels[1:]):
+        changed, undecided, steady = [], [], 0
+        for row in result.get("metrics") or []:
+            if not row.get("headline") or i >= len(row["verdicts"]):
+                continue
+            v = row["verdicts"][i]
+            item = {"job": row["job"], "metric": row["metric"], **v}
+            if v.get("outcome") == "changed":
+                changed.append(item)
+            elif v.get("outcome") == "undecided":
+                undecided.append(item)
+            elif v.get("outcome") == "unchanged":
+                steady += 1
+        changed.sort(key=lambda v: (v["verdict"] != "worse", -abs(v.get("change_pct") or 0.0)))
+        undecided.sort(key=lambda v: -abs(v.get("change_pct") or 0.0))
+        out.append(
+            {
+                "commit": k["commit"],
+                "label": k["label"],
+                "changed": changed,
+                "undecided": undecided,
+                "unchanged": steady,
+            }
+        )
+    return out

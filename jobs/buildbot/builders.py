@@ -9,6 +9,7 @@ over as many workers as exist while no machine runs two heavy things at once.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from buildbot.plugins import steps, util
@@ -21,6 +22,19 @@ SERIES = "series"
 ROUNDS = "rounds"
 NIGHTLY = "nightly"
 BISECT = "bisect"
+
+
+def built_kernel(rc: int, stdout: str, stderr: str) -> dict[str, Any]:
+    """The ``kernel`` property of a kernel build: the worker's last line (``kernel.json``'s
+    keys), which the dispatcher records as soon as the build ends."""
+    lines = [line for line in stdout.splitlines() if line.strip()]
+    if rc != 0 or not lines:
+        return {}
+    try:
+        last = json.loads(lines[-1])
+    except ValueError:
+        return {}
+    return {"kernel": last["kernel"]} if isinstance(last, dict) and "kernel" in last else {}
 
 
 def bench_builder(kind: str) -> str:
@@ -48,7 +62,15 @@ def _nightly_factory(cfg: BuildbotConfig) -> util.BuildFactory:
 
 def _build_factory(cfg: BuildbotConfig) -> util.BuildFactory:
     f = util.BuildFactory()
-    f.addStep(sb.command(cfg, "build", "build kernel"))
+    f.addStep(
+        steps.SetPropertyFromCommand(
+            name="build kernel",
+            command=sb.worker_command(cfg, "build"),
+            extract_fn=built_kernel,
+            haltOnFailure=True,
+            timeout=cfg.step_timeout,
+        )
+    )
     f.addStep(
         steps.FileUpload(
             name="store kernel",
@@ -72,6 +94,13 @@ def _rounds_factory() -> util.BuildFactory:
 def _bench_factory(cfg: BuildbotConfig, kind: str = "qemu") -> util.BuildFactory:
     f = util.BuildFactory()
     f.addStep(sb.FindLostAttempts())
+    if kind != "baremetal":
+        # a build is one round of boots (or one boot): lost with its worker, it runs again
+        # on another worker of the kind, once; then it fails and says so
+        f.addStep(sb.GiveUpAfterLostAttempts(cfg.round_attempts))
+        # each boot uploads its own runs (worker bench --upload): one interpreter less
+        f.addStep(sb.RunBoots(cfg))
+        return f
     f.addStep(
         steps.FileDownload(
             name="fetch kernel",
@@ -81,15 +110,11 @@ def _bench_factory(cfg: BuildbotConfig, kind: str = "qemu") -> util.BuildFactory
         )
     )
     f.addStep(sb.command(cfg, "mark-lost", "mark lost runs", doStepIf=sb.has_lost_attempts))
-    if kind == "baremetal":
-        # the box runs the job itself after a kexec and uploads its runs; the master waits
-        # for them through the API while the box is away
-        f.addStep(sb.GiveUpAfterLostAttempts(cfg.baremetal_attempts))
-        f.addStep(sb.queue_on_box(cfg))
-        f.addStep(sb.AwaitReport(cfg))
-        return f
-    # the benchmark step uploads its own runs (worker bench --upload): one interpreter less
-    f.addStep(sb.command(cfg, "bench", "benchmark"))
+    # the box runs the job itself after a kexec and uploads its runs; the master waits
+    # for them through the API while the box is away
+    f.addStep(sb.GiveUpAfterLostAttempts(cfg.baremetal_attempts))
+    f.addStep(sb.queue_on_box(cfg))
+    f.addStep(sb.AwaitReport(cfg))
     return f
 
 
@@ -114,7 +139,7 @@ def make(cfg: BuildbotConfig) -> list[Any]:
     qemu_hosts = [w.name for w in cfg.workers_of("qemu")] or everyone
     out = [
         util.BuilderConfig(name=SERIES, workernames=calm, factory=_series_factory(cfg)),
-        # takes no machine lock: it only waits for the boots it triggers, one at a time
+        # takes no machine lock: it only waits for the rounds it hands to the workers
         util.BuilderConfig(name=ROUNDS, workernames=calm, factory=_rounds_factory()),
         util.BuilderConfig(
             name=NIGHTLY, workernames=qemu_hosts, factory=_nightly_factory(cfg), locks=heavy

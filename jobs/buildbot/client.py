@@ -258,11 +258,19 @@ def buildset_properties(master: Master, bsid: int) -> dict[str, Any]:
 
 
 def submit_rounds(
-    master: Master, *, series: int, submission: str, rounds_key: str, boots: list[dict[str, Any]]
+    master: Master,
+    *,
+    series: int,
+    submission: str,
+    rounds_key: str,
+    boots: list[dict[str, Any]],
+    avoid: list[str] | None = None,
 ) -> int:
     """Hand the master a batch of boots (``steps.BootRounds`` runs them in this order) for a
-    submission; returns the buildset. ``rounds_key`` makes a lost answer safe to retry."""
+    submission; returns the buildset. ``rounds_key`` makes a lost answer safe to retry;
+    ``avoid`` names the workers none of its rounds may run on (quarantined machines)."""
     params = {
+        "quarantined": ",".join(avoid or []),
         "builderid": master.builder_id("rounds"),
         "reason": f"series {series}: {rounds_key}",
         "series": str(series),

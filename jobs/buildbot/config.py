@@ -36,9 +36,17 @@ class WorkerSpec:
     # how many builds may run at once on this worker (benchmarks want 1: no noise)
     slots: int = 1
     password: str = ""
+    # boxes of one kind and one pool (LKP's tbox_group: same hardware, same guest size) store
+    # their runs under the pool's name, so a series' verdict pools them, the box a block
+    pool: str = ""
 
     def properties(self) -> dict[str, Any]:
-        return {"machine_kind": self.kind, "cpus": self.cpus, "memory_mb": self.memory_mb}
+        props: dict[str, Any] = {
+            "machine_kind": self.kind, "cpus": self.cpus, "memory_mb": self.memory_mb
+        }  # fmt: skip
+        if self.pool:
+            props["machine_pool"] = self.pool
+        return props
 
 
 @dataclass
@@ -62,6 +70,9 @@ class BuildbotConfig:
     buildbot_url: str = ""
     stackbench_url: str = ""
     db_url: str = "sqlite:///state.sqlite"
+    # stackbench's database, told of every build's start and end (jobs.buildbot.reporter);
+    # empty: $STACKBENCH_DATABASE_URL or the embedded cluster
+    notify_url: str = ""
     workers: list[WorkerSpec] = field(default_factory=list)
     kernel_configs: list[KernelConfigSpec] = field(
         default_factory=lambda: [KernelConfigSpec("linux-6.1", "tiny-guest")]
@@ -85,6 +96,8 @@ class BuildbotConfig:
     report_timeout: int = 4 * 3600
     report_poll: float = 30.0
     baremetal_attempts: int = 2
+    # attempts a round of QEMU boots gets: one more when its worker is lost mid-round
+    round_attempts: int = 2
     kexec_delay: int = 10
     path: Path | None = None
 
@@ -132,7 +145,7 @@ def parse_worker(path: Path, raw: Any) -> WorkerSpec:
     kind = str(raw.get("kind", "qemu"))
     if kind not in KINDS:
         raise InputError(path, f"worker {name}: kind must be one of {', '.join(KINDS)}")
-    unknown = set(raw) - {"name", "kind", "cpus", "memory_mb", "slots"}
+    unknown = set(raw) - {"name", "kind", "cpus", "memory_mb", "slots", "pool"}
     if unknown:
         raise InputError(path, f"worker {name}: unknown keys {', '.join(sorted(unknown))}")
     return WorkerSpec(
@@ -141,7 +154,17 @@ def parse_worker(path: Path, raw: Any) -> WorkerSpec:
         cpus=_int(path, f"worker {name}: cpus", raw.get("cpus", 1), 1),
         memory_mb=_int(path, f"worker {name}: memory_mb", raw.get("memory_mb", 1024), 64),
         slots=_int(path, f"worker {name}: slots", raw.get("slots", 1), 1),
+        pool=_pool(path, name, raw.get("pool", "")),
     )
+
+
+def _pool(path: Path, worker: str, raw: Any) -> str:
+    pool = str(raw or "")
+    if pool and not _NAME.match(pool):
+        raise InputError(
+            path, f"worker {worker}: pool {pool!r} must be letters, digits, '.', '_' or '-'"
+        )
+    return pool
 
 
 def parse_time(path: Path, text: str) -> tuple[int, int]:
@@ -170,6 +193,7 @@ _TOP_KEYS = {
     "buildbot_url",
     "stackbench_url",
     "db_url",
+    "notify_url",
     "workers",
     "kernel_configs",
     "jobs",
@@ -185,6 +209,7 @@ _TOP_KEYS = {
     "report_timeout",
     "report_poll",
     "baremetal_attempts",
+    "round_attempts",
     "kexec_delay",
     "secrets_file",
 }
@@ -207,13 +232,13 @@ def load(path: Path | None = None, env: dict[str, str] | None = None) -> Buildbo
             raise InputError(path, f"unknown keys: {', '.join(sorted(unknown))}")
 
     cfg = BuildbotConfig(path=path)
-    for key in ("title", "bind", "buildbot_url", "stackbench_url", "db_url"):
+    for key in ("title", "bind", "buildbot_url", "stackbench_url", "db_url", "notify_url"):
         if key in raw:
             setattr(cfg, key, str(raw[key]))
     for key in ("www_port", "pb_port", "runs", "step_timeout", "report_timeout"):
         if key in raw:
             setattr(cfg, key, _int(path, key, raw[key], 1))
-    for key in ("baremetal_attempts", "kexec_delay"):
+    for key in ("baremetal_attempts", "round_attempts", "kexec_delay"):
         if key in raw:
             setattr(cfg, key, _int(path, key, raw[key], 1))
     if "report_poll" in raw:
@@ -229,6 +254,12 @@ def load(path: Path | None = None, env: dict[str, str] | None = None) -> Buildbo
     if not isinstance(workers, list):
         raise InputError(path, "workers must be a list")
     cfg.workers = [parse_worker(path, w) for w in workers]
+    kinds_of_pool: dict[str, set[str]] = {}
+    for w in cfg.workers:
+        kinds_of_pool.setdefault(w.pool, set()).add(w.kind)
+    mixed = sorted(p for p, kinds in kinds_of_pool.items() if p and len(kinds) > 1)
+    if mixed:  # different kinds are never pooled: their numbers are not comparable
+        raise InputError(path, f"pool {mixed[0]} mixes machine kinds; one kind per pool")
     if "kernel_configs" in raw:
         cfg.kernel_configs = []
         for item in raw["kernel_configs"]:
@@ -333,3 +364,25 @@ def _check(cfg: BuildbotConfig, path: Path) -> None:
             raise InputError(path, f"admin {admin} has no password in the secrets or environment")
     if cfg.runs < 1:
         raise InputError(path, "runs must be at least 1")
+
+
+def relax_state_db(db_url: str) -> None:
+    """No fsync per commit of the master's SQLite state (WAL mode, synchronous=NORMAL).
+
+    Buildbot commits every step's start, log chunk and end on its own: at 4 ms an fsync on
+    the build host, about 0.4 s of every round's build. NORMAL in WAL mode survives the
+    master's crash; a power cut may lose its last commits, which the dispatcher's
+    reconciliation and the runs' idempotency keys already survive (a lost build runs again).
+    """
+    import sqlalchemy as sa
+
+    # a reconfig runs master.cfg again: one listener, not one per reconfig
+    if db_url.startswith("sqlite") and not sa.event.contains(sa.engine.Engine, "connect", _sync):
+        sa.event.listen(sa.engine.Engine, "connect", _sync)
+
+
+def _sync(conn: Any, _record: Any) -> None:
+    import sqlite3
+
+    if isinstance(conn, sqlite3.Connection):  # the master's process may hold others
+        conn.execute("pragma synchronous = normal")

@@ -63,6 +63,7 @@ def make(cfg: BuildbotConfig) -> list[Any]:
                 _text("submission", "submission key"),
                 _text("rounds_key", "this batch's key"),
                 _text("boots", "boots (JSON list, in order)"),
+                _text("quarantined", "workers the rounds keep off (quarantined machines)"),
             ],
         ),
         schedulers.ForceScheduler(

@@ -14,8 +14,10 @@ from typing import Any
 from buildbot.plugins import steps, util
 from buildbot.process import buildstep
 from buildbot.process.results import CANCELLED, FAILURE, RETRY, SUCCESS, WARNINGS
+from buildbot.steps.worker import CompositeStepMixin
 from twisted.internet import defer, task, threads
 
+from stackbench.jobs.buildbot import kept_kernels
 from stackbench.jobs.buildbot.config import BuildbotConfig
 
 ARTIFACT = "kernel.tar"
@@ -43,18 +45,8 @@ def bench_scheduler(kind: str) -> str:
 
 
 # properties handed down from a submission to every build and benchmark it causes
-CARRIED = (
-    "series",
-    "submission",
-    "jobs",
-    "runs",
-    "kinds",
-    "min_cpus",
-    "min_memory_mb",
-    "title",
-    "report_timeout",
-    "rounds_by",
-)
+CARRIED = ("series", "submission", "jobs", "runs", "kinds", "min_cpus", "min_memory_mb",
+           "title", "report_timeout", "rounds_by", "quarantined")  # fmt: skip
 
 # what the dispatcher sets in a submission whose benchmarks it plans itself, in rounds of
 # boots (see BootRounds); without it a kernel build fans out its benchmarks at once
@@ -152,12 +144,14 @@ def benches_now(step: Any) -> bool:
 
 class BootRounds(buildstep.BuildStep):
     """On the master: the boots of a plan's rounds (``boots``, a JSON list in the order they
-    must run), one benchmark build each, one after another.
+    must run) as one benchmark build per round, all handed to the machine kind's builder at
+    once.
 
-    Each boot becomes a Trigger step that waits for its benchmark, so the boots run in the
-    plan's shuffled order whatever else the worker queue holds: kernels interleave round by
-    round, and host drift cannot line up with one kernel. A failed boot does not stop the
-    rounds (the dispatcher reads every benchmark build and says which failed).
+    A round (every kernel booted once, in its shuffled order) runs whole on one worker, so a
+    worker is a block: its offset falls on every kernel of the round alike, and host drift
+    cannot line up with one kernel. Buildbot's own scheduling spreads the rounds over every
+    idle worker of the kind (one at a time each: the machine lock). A failed boot does not
+    stop the rounds (the dispatcher reads every benchmark build and says which failed).
     """
 
     name = "plan boots"
@@ -169,11 +163,11 @@ class BootRounds(buildstep.BuildStep):
     @defer.inlineCallbacks
     def _measured(self) -> Any:
         """Boots an earlier attempt of this build already measured or still has queued (the
-        master stopped while it ran, and Buildbot runs the request again; a queued boot
+        master stopped while it ran, and Buildbot runs the request again; a queued round
         survives the restart and runs by itself): they are not booted twice."""
         from buildbot.data import resultspec
 
-        done = set()
+        done: set[tuple[str, ...]] = set()
         for req in self.build.requests:
             builds = yield self.master.data.get(("buildrequests", req.id, "builds"))
             for b in builds:
@@ -183,10 +177,12 @@ class BootRounds(buildstep.BuildStep):
                     ("buildsets",),
                     filters=[resultspec.Filter("parent_buildid", "eq", [b["buildid"]])],
                 )
+                self.rerun = True
                 for bs in sets:
                     if not bs["complete"] or bs["results"] in (SUCCESS, WARNINGS):
                         props = yield self.master.db.buildsets.getBuildsetProperties(bs["bsid"])
-                        done.add(boot_key({k: v[0] for k, v in props.items()}))
+                        flat = {k: v[0] for k, v in props.items()}
+                        done.update(boot_key(b) for b in round_boots(flat))
         return done
 
     @defer.inlineCallbacks
@@ -198,27 +194,113 @@ class BootRounds(buildstep.BuildStep):
             self.descriptionDone = ["boots is not JSON"]
             return FAILURE
         carried = {p: self.getProperty(p) for p in CARRIED if self.getProperty(p) is not None}
+        self.rerun = False
         measured = yield self._measured()
         boots = [b for b in boots if boot_key(b) not in measured]
-        triggers = []
+        if self.rerun:  # a round cut short with the earlier attempt keeps what it stored
+            carried["skip_stored"] = True
+        by_round: dict[tuple[str, Any], list[dict[str, Any]]] = {}
         for b in boots:
-            props = dict(carried)
-            props.update({k: b[k] for k in BOOT_PROPS if k in b})
-            kind = str(b.get("machine_kind") or "qemu")
-            label = f"r{b.get('round')} {b.get('kernel_name') or str(b.get('commit'))[:12]}"
-            triggers.append(
-                steps.Trigger(
-                    name=f"boot {label} {b.get('job')}"[:50],
-                    schedulerNames=[bench_scheduler(kind)],
-                    waitForFinish=True,
-                    set_properties=props,
-                    haltOnFailure=False,
-                    flunkOnFailure=True,
-                )
+            by_round.setdefault((str(b.get("machine_kind") or "qemu"), b.get("round")), []).append(
+                b
             )
-        self.build.addStepsAfterCurrentStep(triggers)
+        if by_round:
+            self.build.addStepsAfterCurrentStep([TriggerRounds(carried, by_round)])
         skipped = f", {len(measured)} measured or queued before" if measured else ""
-        self.descriptionDone = [f"{len(triggers)} boot(s) planned{skipped}"]
+        self.descriptionDone = [f"{len(boots)} boot(s) in {len(by_round)} round(s){skipped}"]
+        return SUCCESS
+
+
+class TriggerRounds(steps.Trigger):
+    """One benchmark build per round, triggered together; waits for all of them."""
+
+    def __init__(self, carried: dict[str, Any], by_round: dict[tuple[str, Any], list[dict]],
+                 **kwargs: Any) -> None:  # fmt: skip
+        self.carried = carried
+        self.by_round = by_round
+        kinds = sorted({kind for kind, _r in by_round})
+        kwargs.setdefault("name", f"run {len(by_round)} round(s)")
+        super().__init__(
+            schedulerNames=[bench_scheduler(k) for k in kinds],
+            waitForFinish=True,
+            haltOnFailure=False,
+            flunkOnFailure=True,
+            **kwargs,
+        )
+
+    def getSchedulersAndProperties(self) -> list[dict[str, Any]]:
+        out = []
+        for (kind, rnd), boots in self.by_round.items():
+            props = dict(self.carried)
+            # what every boot of the round shares; the boots themselves in round_boots
+            props.update(round=rnd, machine_kind=kind, job=boots[0].get("job"),
+                         round_boots=json.dumps(boots), boots=len(boots))  # fmt: skip
+            out.append(
+                {"sched_name": bench_scheduler(kind), "props_to_set": props, "unimportant": False}
+            )
+        return out
+
+
+def round_boots(props: dict[str, Any]) -> list[dict[str, Any]]:
+    """The boots a benchmark build runs: its round's (``round_boots``), else the one boot its
+    own properties describe (a kernel build's fan-out, a forced benchmark)."""
+    raw = props.get("round_boots")
+    if raw:
+        return list(json.loads(raw) if isinstance(raw, str) else raw)
+    return [{k: props[k] for k in BOOT_PROPS if props.get(k) is not None}]
+
+
+class RunBoots(CompositeStepMixin, buildstep.BuildStep):
+    """On the master: fetch the round's kernels its worker does not keep (kept_kernels), boot
+    them in order in one process; a retry records the lost attempt, skips what it stored."""
+
+    name = "plan the round"
+    logEnviron = False  # of the remote stat, glob and rmfile of kept_kernels
+
+    def __init__(self, cfg: BuildbotConfig, **kwargs: Any) -> None:
+        kwargs.setdefault("haltOnFailure", True)
+        super().__init__(**kwargs)
+        self.cfg = cfg
+
+    @defer.inlineCallbacks
+    def run(self) -> Any:
+        try:
+            boots = round_boots({k: v[0] for k, v in self.build.getProperties().asDict().items()})
+        except ValueError:
+            self.descriptionDone = ["round_boots is not JSON"]
+            return FAILURE
+        named = {str(b.get("artifact")): b.get("kernel_name") or str(b.get("commit"))[:12]
+                 for b in boots}  # fmt: skip
+        artifacts = [str(b.get("artifact")) for b in boots]  # one per boot, in order
+        tars, fetches = yield kept_kernels.plan_fetches(self, artifacts)
+        added: list[Any] = [
+            steps.FileDownload(
+                name=f"fetch {named[artifact]}"[:50],
+                mastersrc=artifact,
+                workerdest=tar,
+                haltOnFailure=True,
+            )
+            for artifact, tar in fetches
+        ]
+        retry = bool(self.getProperty("lost_attempts") or self.getProperty("skip_stored"))
+        if self.getProperty("lost_attempts"):
+            added.append(steps.ShellCommand(
+                name="mark lost attempts",
+                command=worker_command(self.cfg, "mark-lost", boots=boots[:1], kernels=tars),
+                haltOnFailure=False, flunkOnFailure=False, timeout=600,
+            ))  # fmt: skip
+        # one process boots the round's kernels in order (a failed boot does not stop it)
+        added.append(steps.ShellCommand(
+            name="benchmark",
+            command=worker_command(self.cfg, "bench", boots=boots, kernels=tars,
+                                   skip_stored=retry),
+            timeout=self.cfg.step_timeout,
+        ))  # fmt: skip
+        self.build.addStepsAfterCurrentStep(added)
+        kept = len(boots) - len(fetches)
+        self.descriptionDone = [
+            f"{len(boots)} boot(s)" + (f", {kept} kernel(s) kept" if kept else "")
+        ]
         return SUCCESS
 
 
@@ -261,12 +343,25 @@ def _opt(argv: list[str], flag: str, value: Any) -> None:
         argv += [flag, str(value)]
 
 
-def worker_command(cfg: BuildbotConfig, what: str) -> Any:
-    """The argv (a renderer over build properties) of one ``stackbench worker`` command."""
+def worker_command(
+    cfg: BuildbotConfig,
+    what: str,
+    *,
+    boots: list[dict[str, Any]] | None = None,
+    kernels: list[str] | None = None,
+    skip_stored: bool = False,
+) -> Any:
+    """The argv (a renderer over build properties) of one ``stackbench worker`` command;
+    ``boots``: a round's boots, whose own values come before the build's properties, and
+    ``kernels`` their artifacts on the worker."""
 
     @util.renderer
     def render(props: Any) -> list[str]:
-        p = props.getProperty
+        def p(name: str) -> Any:
+            if boots and boots[0].get(name) is not None:
+                return boots[0][name]
+            return props.getProperty(name)
+
         # bisect and nightly are stackbench's own commands; the rest are worker-side steps
         if what in ("bisect", "nightly"):
             argv = [*cfg.stackbench, what]
@@ -279,12 +374,15 @@ def worker_command(cfg: BuildbotConfig, what: str) -> Any:
             _opt(argv, "--series", p("series"))
             _opt(argv, "--name", p("kernel_name"))
         elif what in ("bench", "baremetal", "mark-lost"):
-            argv += ["--kernel", ARTIFACT]
+            argv += ["--kernel", (kernels or [ARTIFACT])[0]]
             # a boot of the dispatcher's rounds runs every job of the series in one guest
             for job in split_list(p("job")) if what == "bench" else [str(p("job"))]:
                 argv += ["--job", job]
             argv += ["--submission", str(p("submission")), "--kind", str(p("machine_kind"))]
-            argv += ["--machine", str(p("workername"))]
+            # a pool's boxes store their runs under the pool; every run names its worker
+            argv += ["--machine", str(p("machine_pool") or p("workername"))]
+            if what == "bench":
+                argv += ["--worker", str(p("workername"))]
             # the worker's capacity; the guest's size is the request's (or the kind's default)
             _opt(argv, "--cpus", p("cpus"))
             _opt(argv, "--memory-mb", p("memory_mb"))
@@ -298,6 +396,12 @@ def worker_command(cfg: BuildbotConfig, what: str) -> Any:
                 # a boot of a round the dispatcher planned: its place in the kernel's runs
                 _opt(argv, "--round", p("round"))
                 _opt(argv, "--first", p("first"))
+                for tar, boot in zip((kernels or [])[1:], (boots or [])[1:], strict=False):
+                    argv += ["--kernel", tar, "--first", str(boot.get("first") or 0)]
+                if boots and len(boots) > 1:  # a round: its boots numbered within the build
+                    argv += ["--boot-index", "0"]
+                if skip_stored:
+                    argv += ["--skip-stored"]
             elif what == "baremetal":
                 argv += ["--runs", str(p("runs") or cfg.runs)]
                 argv += ["--kexec-delay", str(cfg.kexec_delay)]

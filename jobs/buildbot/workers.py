@@ -60,5 +60,9 @@ def fits(worker_props: Any, request_props: Any) -> bool:
 
 
 def can_start_build(builder: Any, workerforbuilder: Any, request: Any) -> bool:
-    """Buildbot's ``canStartBuild`` hook: size and kind checks against worker properties."""
+    """Buildbot's ``canStartBuild`` hook: size and kind checks against worker properties,
+    and no rounds on a worker the request says is quarantined (its A/A went bad)."""
+    avoid = str(_prop(request.properties, "quarantined") or "").split(",")
+    if workerforbuilder.worker.workername in avoid:
+        return False
     return fits(workerforbuilder.worker.properties, request.properties)

@@ -56,6 +56,13 @@ snapshot() { # <dir> <before|after|scenario-before>
 		kcompactd*) cut -d' ' -f2,14,15 $p/stat 2> /dev/null ;;
 		esac
 	done > "$1/kcompactd.$2"
+	# the clock every latency is timed with: a jiffies clocksource or a switch during the
+	# run (the watchdog's console lines) makes the run's latencies coarse (jobs/collect.py)
+	{
+		echo "source $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource)"
+		$SB/bin/clockres
+		dmesg | grep -iE 'clocksource|tsc: ' | sed 's/^/log /'
+	} > "$1/clock.$2" 2> /dev/null
 }
 
 # a knob file's value; THP's "always [madvise] never" reads as the bracketed choice

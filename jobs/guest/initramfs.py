@@ -34,6 +34,7 @@ PROGRAMS: dict[str, tuple[str, ...]] = {
     "readfile": ("readfile.c",),
     "thpscale": ("thpscale.c",),
     "fragment": ("fragment.c",),
+    "clockres": ("clockres.c",),
 }
 RUNNERS = (
     "run-vm-scalability.sh",

@@ -223,11 +223,6 @@ def _is_int_zero(v: Any) -> bool:
     return type(v) is int and v == 0
 
 
-def read_stats(path: Path) -> dict[str, list[float]]:
-    """stats.json: one scalar per stat (a list counts as several samples of one run)."""
-    return _read_stats(path)[0]
-
-
 def _read_stats(path: Path) -> tuple[dict[str, list[float]], frozenset[str]]:
     data, text = _load_json(path)
     if not isinstance(data, dict):

@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -228,13 +227,6 @@ def _aligned(col: Column, where: dict[str, int]) -> tuple[np.ndarray, np.ndarray
     arr[rows] = col.as_array()
     present[rows] = True
     return arr, present
-
-
-def _with_source(col: Column) -> dict[str, Sequence[Any]]:
-    # LKP sizes a matrix by its stats_source list: one entry per run
-    m: dict[str, Sequence[Any]] = dict(col.matrix)
-    m["stats_source"] = [""] * col.runs
-    return m
 
 
 def all_stat_keys(group: Group) -> list[str]:

@@ -18,18 +18,18 @@ columns it summarises in memory, so the web's tables and the CLI's are the same 
 
 from __future__ import annotations
 
+import json
 import sys
+from array import array
 from collections import namedtuple
 from operator import mul, sub, truediv
+from typing import Any
 
-from stackbench.resultsdb import kernelrefs
+import psycopg
+
+from stackbench.errors import NotFoundError
+from stackbench.resultsdb import db, kernelrefs
 from stackbench.resultsdb.tables import lkp_format, textcache
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
-
-    from stackbench.resultsdb import pgwire
 
 # perf: stat names, their averages and cells; fails: failure stat names and their sums over
 # every run; origins: (first run id, metric id) of each perf-profile stat, which orders
@@ -215,8 +215,6 @@ def to_row(col: Column) -> dict[str, Any] | None:
 def _pack(values: list[float]) -> str:
     """float8s as hex text, little-endian: every bit kept, and read back without parsing a
     number (20,000 float() calls took 2 ms of a 60 ms command)."""
-    from array import array
-
     packed = array("d", values)
     if sys.byteorder == "big":
         packed.byteswap()
@@ -224,8 +222,6 @@ def _pack(values: list[float]) -> str:
 
 
 def _unpack(text: str) -> list[float]:
-    from array import array
-
     packed = array("d", bytes.fromhex(text))
     if sys.byteorder == "big":
         packed.byteswap()
@@ -299,21 +295,20 @@ _GATHER = (
 _ID, _JOB, _MACHINES, _SUITE, _TEST, _PARAMS, _COLUMN = 1, 6, 7, 8, 9, 10, 11
 
 
-def quick_render(conn: pgwire.Client, refs: list[str], suite: str | None) -> str | None:
-    """The ``--all`` LKP table of ``refs`` from their kept columns, over a small client's
-    connection (pgwire or libpq); columns not kept yet (or stale) are made from their
-    samples and kept. None when this path cannot serve (a kernel it cannot resolve, no
-    runs, runs of several machines in one job, a schema to migrate, a database error): the
-    full path then computes or reports."""
-    from stackbench.errors import NotFoundError
-    from stackbench.resultsdb import db, pgsession, pgwire
-
-    session = pgsession.Session(conn)
+def render_kept(
+    conn: psycopg.Connection, refs: list[str], suite: str | None
+) -> tuple[str, list[int]] | None:
+    """The ``--all`` LKP table of ``refs`` from their kept columns and the ids of the
+    kernels it shows (base first), on a psycopg connection (the CLI's, in autocommit mode or
+    in a transaction); columns not kept yet (or stale) are made from their samples and
+    kept. None when this path cannot serve (a kernel it cannot resolve, no runs, runs of
+    several machines in one job, a schema to migrate, a database error): the full path then
+    computes or reports."""
     try:
         code = _code()
         prefixes = [p for p in map(kernelrefs.prefix_pattern, refs) if p is not None]
         params = {"code": code, "refs": list(refs), "prefixes": prefixes}
-        rows = session.execute(_GATHER, params).fetchall()
+        rows = conn.execute(_GATHER, params).fetchall()
         if not rows or rows[0][0] != db.head_revision():
             return None
         candidates = list({r[_ID]: r[_ID:_JOB] for r in rows}.values())
@@ -338,8 +333,8 @@ def quick_render(conn: pgwire.Client, refs: list[str], suite: str | None) -> str
         }
         stale = {(r[_JOB], r[_ID]) for r in rows if r[_COLUMN] is None}
         if stale:
-            kept.update(_summarise(session, kernels, stale, code))
-    except pgwire.Error:
+            kept.update(_summarise(conn, kernels, stale, code))
+    except psycopg.Error:
         return None
     jobs = {r[_JOB]: r for r in rows}
     if len(jobs) > 1:
@@ -350,38 +345,38 @@ def quick_render(conn: pgwire.Client, refs: list[str], suite: str | None) -> str
         cols = [(k[2] or k[1], kept[(job_id, k[0])]) for k in kernels if (job_id, k[0]) in kept]
         if len(cols) >= 2 or (single and cols):
             groups.append(cols)
-    return render(groups, [k[2] or k[1] for k in kernels])
+    return render(groups, [k[2] or k[1] for k in kernels]), [k[0] for k in kernels]
 
 
 def _job_key(row: tuple) -> tuple:
-    import json  # params arrive as text: only a table of several jobs orders them
-
     params = row[_PARAMS]
     return job_order(row[_SUITE], row[_TEST], json.loads(params) if params else None)
 
 
-def _summarise(session: Any, kernels: list[tuple], stale: set, code: str) -> dict:
+def _summarise(conn: psycopg.Connection, kernels: list[tuple], stale: set, code: str) -> dict:
     """The stale columns made from their samples (numpy, lkp.py), and kept when the
     database takes them (a read-only one does not; the table is printed all the same)."""
-    from stackbench.resultsdb import pgwire, query
+    # query and lkp bring numpy (50-70 ms measured), which a table of kept columns never
+    # needs; lkp also imports this module
+    from stackbench.resultsdb import query
     from stackbench.resultsdb.tables import lkp
 
     wanted = {build for _job, build in stale}
     ks = [query.Kernel(*k) for k in kernels if k[0] in wanted]
-    with session.transaction():  # the samples' read sets its plan for the transaction
-        ds = query.load(session, list({k.id: k for k in ks}.values()))
+    with conn.transaction():  # the samples' read sets its plan for the transaction
+        ds = query.load(conn, list({k.id: k for k in ks}.values()))
     made = {key: col for key, col in lkp.column_summaries(ds).items() if key in stale}
     try:
-        with session.transaction():
-            store(session, ds, made, code)
-    except pgwire.Error:
+        with conn.transaction():
+            store(conn, ds, made, code)
+    except psycopg.Error:
         pass
     return made
 
 
 def store(conn: Any, ds: Any, columns: dict[tuple[int, int], Column], code: str) -> None:
-    """Keep ``columns`` ((job id, build id) -> Column) made from ``ds``'s runs; ``conn``:
-    psycopg's or a pgsession.Session, in a transaction the caller commits."""
+    """Keep ``columns`` ((job id, build id) -> Column) made from ``ds``'s runs on a psycopg
+    connection, in a transaction the caller commits."""
     runs: dict[tuple[int, int], list[int]] = {}
     for r in ds.runs.values():
         runs.setdefault((r.job_id, r.build_id), []).append(r.id)
@@ -411,7 +406,7 @@ def refresh(conn: Any, build_ids: list[int]) -> int:
     table of them is as quick as the next). ``conn``: psycopg's or SQLAlchemy's, committed
     by the caller. Returns how many columns were kept."""
     from stackbench.resultsdb import query
-    from stackbench.resultsdb.tables import lkp
+    from stackbench.resultsdb.tables import lkp  # see _summarise
 
     ds = query.load(conn, query.kernels_by_id(conn, build_ids))
     if not ds.runs:

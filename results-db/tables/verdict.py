@@ -15,20 +15,28 @@ first, and one line counting the rows it hides; ``all_rows`` lists every metric 
   latency metrics (the rank path of :mod:`stackbench.resultsdb.verdict`) it is the
   Hodges-Lehmann ratio, the median of all pairwise new/base ratios, with its
   distribution-free interval.
+* Runs stored with their round (the plan's executors) are paired by round: a kernel against
+  the base on the rounds holding one boot of each (:func:`blocks.complete_rounds`), so an
+  offset a round's boots share (its box, the host's load) cancels; the boots column counts
+  those rounds. Under ``blocks.MIN_ROUNDS`` of them, or for latencies, boots stay unpaired;
+  the footer says which (:func:`blocking`).
 * verdict: ``better`` / ``worse`` (changed, direction from the metric), ``changed`` (a metric
   with no preferred direction), ``~`` (shown to be within the kind's equivalence margin),
   ``undecided`` (needs more boots: the boots column says how many per side), ``n/a`` (a side
-  with fewer than two runs). Significance is controlled with Benjamini-Hochberg across ALL
-  rows of the comparison, shown or not; q is that adjusted p-value.
+  with fewer than two runs). Significance is controlled with Benjamini-Hochberg within a
+  family: one later kernel against the base in one job, its headline metrics one family and
+  its other metrics another (:func:`verdict.family`), shown or not; q is that adjusted
+  p-value. A kernel's verdicts are therefore the same whatever other kernels the table holds.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 
 from stackbench.errors import StackbenchError
-from stackbench.resultsdb import boots, query, verdict
+from stackbench.resultsdb import blocks, boots, query, verdict
 
 
 def _job_order(job: query.JobRow) -> tuple:
@@ -126,12 +134,21 @@ def compare(
 def _compare(ds: query.Dataset, policy: verdict.Policy) -> list:
     base = ds.kernels[0]
     boot_of = {rid: boots.boot_key(r) for rid, r in ds.runs.items()}
+    rounds: dict = {}  # each round numbered once: an int is cheaper to look up per metric
+    block_of = {
+        boot_of[rid]: rounds.setdefault(blk, len(rounds))
+        for rid, r in ds.runs.items()
+        if (blk := blocks.round_of(r))
+    }
+    paired: dict[tuple[int, int, str], blocks.Paired] = {}
     pairs: dict[tuple[int, int, str], tuple] = {}
     means: dict[tuple[int, int, str], tuple[float | None, float | None]] = {}
-    blocks: list[tuple[query.JobRow, int, list[str]]] = []
+    groups: list[tuple[query.JobRow, int, list[str]]] = []
     by_job: dict[int, list[tuple[int, query.MetricRow]]] = {}
     for job_id, metric_id in ds.values:
         by_job.setdefault(job_id, []).append((metric_id, ds.metrics[metric_id]))
+    coarse = ds.coarse_clocks()
+    untested: dict[tuple[int, int, str], verdict.Verdict] = {}
     for job_id in sorted(by_job, key=lambda j: _job_order(ds.jobs[j])):
         job = ds.jobs[job_id]
         metrics = sorted(by_job[job_id], key=lambda m: m[1].name)
@@ -144,22 +161,72 @@ def _compare(ds: query.Dataset, policy: verdict.Policy) -> list:
                 if not b and not n:
                     continue
                 key = (job_id, idx, m.name)
-                pairs[key] = (b, n, m.higher_is_better, m.kind)
                 means[key] = (_mean(_flat(b)), _mean(_flat(n)))
                 names.append(m.name)
+                if m.kind == "latency" and (
+                    (job_id, base.id) in coarse or (job_id, kernel.id) in coarse
+                ):
+                    untested[key] = verdict.coarse_clock(m.name, len(b), len(n))
+                    continue
+                pairs[key] = (b, n, m.higher_is_better, m.kind)
+                if block_of and m.kind not in policy.rank_kinds:
+                    # the round is the block: the boot offsets a round shares cancel
+                    paired[key] = blocks.complete_rounds(b, n, block_of)
             if names:
-                blocks.append((job, idx, names))
+                groups.append((job, idx, names))
+    enough = [k for k, p in paired.items() if p.rounds >= blocks.MIN_ROUNDS]
+    for key, sides in zip(enough, blocks.paired_sides([paired[k] for k in enough]), strict=True):
+        pairs[key] = (*sides, *pairs[key][2:])
     flat = {f"{j}\0{i}\0{name}": p for (j, i, name), p in pairs.items()}
-    judged = verdict.judge_many(flat, policy)
+    families = {
+        f"{j}\0{i}\0{name}": verdict.family(j, i, verdict.is_headline(name, p[3], p[2]))
+        for (j, i, name), p in pairs.items()
+    }
+    judged = verdict.judge_many(flat, policy, families)
     out = []
-    for job, idx, names in blocks:
+    for job, idx, names in groups:
         rows = []
         for name in names:
             key = (job.id, idx, name)
-            v = judged[f"{job.id}\0{idx}\0{name}"]
+            v = untested.get(key) or judged[f"{job.id}\0{idx}\0{name}"]
+            if key in paired:
+                v = _blocked(v, paired[key], policy)
             v.metric = name
             rows.append((name, *means[key], v))
         out.append((job, ds.kernels[idx], rows))
+    return out
+
+
+def _blocked(v: verdict.Verdict, p: blocks.Paired, policy: verdict.Policy) -> verdict.Verdict:
+    """The verdict of a pair whose runs carry rounds: judged paired by round (its boots and
+    runs are those of the rounds that hold both kernels), or, with fewer such rounds than
+    ``blocks.MIN_ROUNDS``, unpaired on every boot and saying so."""
+    if p.rounds < blocks.MIN_ROUNDS:
+        if v.outcome == "n/a" or v.test == "one boot per side":
+            return v
+        return replace(v, test=f"{v.test}, unpaired ({p.rounds} rounds hold both kernels)")
+    wanted = policy.next_look(p.rounds) if v.outcome == "undecided" else 0
+    return replace(
+        v, test=blocks.PAIRED, n_base=p.rounds, n_new=p.rounds, runs_base=p.runs_base,
+        runs_new=p.runs_new, warmup_dropped=p.warmup_dropped, runs_wanted=wanted,
+    )  # fmt: skip
+
+
+def blocking(ds: query.Dataset, judged: list | None = None) -> str:
+    """One line saying how many boxes contributed and how the verdicts treated the rounds:
+    paired by round (each round ran whole on one box, so the box's offset and the host's
+    load of that time fall on both kernels alike), or unpaired and why; "" when no run
+    carries a round (imports: every boot stands alone)."""
+    if not any(blocks.round_of(r) for r in ds.runs.values()):
+        return ""
+    found = [v for _j, _k, rows in (judged or compare(ds)) for *_x, v in rows]
+    n_paired = sum(v.test == blocks.PAIRED for v in found)
+    n_unpaired = sum(", unpaired (" in v.test for v in found)
+    boxes = ds.boxes()
+    where = f"{len(boxes)} box{'' if len(boxes) == 1 else 'es'} ({', '.join(boxes)})"
+    out = f"blocks: {n_paired} of {len(found)} rows paired by round (the block), on {where}"
+    if n_unpaired:
+        out += f"; {n_unpaired} unpaired: fewer than {blocks.MIN_ROUNDS} rounds hold both kernels"
     return out
 
 
@@ -200,8 +267,8 @@ def render(
         raise StackbenchError(
             "the stackbench table compares kernels: give a base and at least one more"
         )
-    blocks = compare(ds, policy)
-    if not blocks:
+    judged = compare(ds, policy)
+    if not judged:
         raise StackbenchError("no metric has results for the base and a later kernel")
     headline = {
         m.name
@@ -209,8 +276,8 @@ def render(
         if verdict.is_headline(m.name, m.kind, m.higher_is_better)
     }
     base = ds.kernels[0]
-    n_rows = sum(len(rows) for _j, _k, rows in blocks)
-    shown = [_shown(rows, headline, all_rows) for _j, _k, rows in blocks]
+    n_rows = sum(len(rows) for _j, _k, rows in judged)
+    shown = [_shown(rows, headline, all_rows) for _j, _k, rows in judged]
     table_rows: list[list[tuple[str, ...]]] = []
     for rows, _rest in shown:
         table_rows.append(
@@ -227,7 +294,7 @@ def render(
     undecided = 0
     last_job = None
     for (job, kernel, _rows), (rows, rest), formatted in zip(
-        blocks, shown, table_rows, strict=True
+        judged, shown, table_rows, strict=True
     ):
         if job.id != last_job:
             if lines:
@@ -246,18 +313,28 @@ def render(
         undecided = max(undecided, verdict.runs_needed([r[3] for r in rows], policy))
     lines.append("")
     lines.append(
-        "change: difference of means relative to the base, Welch's 95% interval on boot means "
-        "(latency: Hodges-Lehmann ratio, rank test)"
+        "change: difference of means relative to the base, 95% interval on boot means (Welch's "
+        "t, or the paired t on rounds; latency: Hodges-Lehmann ratio, rank test)"
     )
     lines.append(
         "boots: base/new boots, the unit of the test (the runs of a boot are averaged first; "
         "w: the first run of each boot differed measurably and was dropped)"
     )
     lines.append(
-        f"verdict: Benjamini-Hochberg at q={policy.fdr_q:g} across the {n_rows} rows, "
+        f"verdict: Benjamini-Hochberg at q={policy.fdr_q:g} per kernel and job, headline "
+        f"metrics one family and the other metrics another ({n_rows} rows), "
         f"alpha={policy.alpha:g} per metric over {policy.n_looks} looks; "
         "~ = within the equivalence margin of the metric's kind"
     )
+    note = blocking(ds, judged)
+    if note:
+        lines.append(note + " (latencies: rank test, unpaired)")
+    coarse = sorted(set(ds.coarse_clocks().values()))
+    if coarse:
+        lines.append(
+            "undecided (coarse clock): latencies timed with a clock too coarse to compare "
+            f"({'; '.join(coarse)}), no verdict on them"
+        )
     if undecided:
         what = "undecided rows" if all_rows else "undecided headline metrics"
         lines.append(f"{what} need {undecided} boots per side to decide.")

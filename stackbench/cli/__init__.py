@@ -1,24 +1,21 @@
 """The ``stackbench`` command. Each subcommand is one module in this package that defines
 ``NAME``, ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``; they are found here
-by name, so adding a command never touches this file. A command may also define
-``quick(args) -> int | None``: a fast path tried before logging is set up (importing and
-configuring logging is 5 ms, a tenth of a cached ``stackbench compare``), which must log
-nothing and raise nothing it cannot finish; None sends the command on to ``run``."""
+by name, so adding a command never touches this file."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
+import pkgutil
 import sys
+import traceback
 from types import ModuleType
+from typing import NoReturn
 
-from stackbench import __version__
+from stackbench import __version__, config
 from stackbench.errors import StackbenchError
-
-TYPE_CHECKING = False  # typing is 2 ms of every command's start-up
-if TYPE_CHECKING:
-    from typing import NoReturn
 
 DESCRIPTION = """\
 stackbench builds a kernel for the base and every commit of a memory-management patch stack,
@@ -39,19 +36,7 @@ Run 'stackbench COMMAND --help' for a command's options."""
 
 
 def _module_names() -> list[str]:
-    # a listing of the package's folder, not pkgutil.iter_modules: that imports inspect,
-    # 5 ms of every command's start-up
-    names = set()
-    for folder in __path__:
-        for entry in os.listdir(folder):
-            stem, dot, ext = entry.partition(".")
-            if stem.startswith("_") or not stem.isidentifier():
-                continue
-            if (dot and ext == "py") or (
-                not dot and os.path.isfile(os.path.join(folder, entry, "__init__.py"))
-            ):
-                names.add(stem)
-    return sorted(names)
+    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
 
 
 def _load(name: str) -> ModuleType | None:
@@ -85,43 +70,12 @@ def _command_word(argv: list[str]) -> str | None:
     return None
 
 
-class _Formatter(argparse.RawDescriptionHelpFormatter):
-    """argparse's, with the terminal's width found without shutil: argparse makes a
-    formatter for every argument it adds, and shutil.get_terminal_size imports shutil (with
-    bz2 and lzma), 3 ms of every command."""
-
-    def __init__(
-        self,
-        prog: str,
-        indent_increment: int = 2,
-        max_help_position: int = 24,
-        width: int | None = None,
-    ) -> None:
-        if width is None:
-            width = _terminal_columns() - 2  # as argparse does
-        super().__init__(prog, indent_increment, max_help_position, width)
-
-
-def _terminal_columns() -> int:
-    """shutil.get_terminal_size().columns: $COLUMNS, else the terminal's, else 80."""
-    try:
-        columns = int(os.environ["COLUMNS"])
-    except (KeyError, ValueError):
-        columns = 0
-    if columns <= 0:
-        try:
-            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
-        except (AttributeError, ValueError, OSError):
-            columns = 0
-    return columns or 80
-
-
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="stackbench",
         description=DESCRIPTION,
         epilog=EPILOG,
-        formatter_class=_Formatter,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"stackbench {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
@@ -131,7 +85,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             mod.NAME,
             help=mod.HELP,
             description=getattr(mod, "DESCRIPTION", mod.HELP),
-            formatter_class=_Formatter,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         mod.add_arguments(p)
         p.set_defaults(_run=mod.run)
@@ -139,14 +93,23 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def entry() -> NoReturn:
-    """The ``stackbench`` program: :func:`main`, ended at once after a quick path."""
-    sys.exit(main(exit_when_quick=True))
+    """The ``stackbench`` program: :func:`main`, its output flushed before it exits."""
+    try:
+        try:
+            code = main()
+        except SystemExit as exc:  # argparse's --help, --version and usage errors
+            code = exc.code
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # the reader went away (| head): what it took is all it wanted. Python flushes
+        # stdout once more at exit; pointing it at /dev/null keeps that flush quiet
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 0
+    sys.exit(code)
 
 
-def main(argv: list[str] | None = None, exit_when_quick: bool = False) -> int:
-    """Run the command of ``argv`` (else the program's arguments); its exit status.
-    ``exit_when_quick``: end the process as soon as a quick path has printed, as the
-    program does (never in a caller's process)."""
+def main(argv: list[str] | None = None) -> int:
+    """Run the command of ``argv`` (else the program's arguments); its exit status."""
     words = sys.argv[1:] if argv is None else argv
     parser = build_parser(_command_word(words))
     args = parser.parse_args(words)
@@ -154,15 +117,6 @@ def main(argv: list[str] | None = None, exit_when_quick: bool = False) -> int:
         parser.print_help()
         return 2
     try:
-        quick = getattr(sys.modules[args._run.__module__], "quick", None)
-        if quick is not None and not args.verbose:
-            done = quick(args)
-            if done is not None and exit_when_quick:
-                _exit_now(int(done))
-            if done is not None:
-                return int(done)
-        import logging
-
         logging.basicConfig(
             level=logging.DEBUG if args.verbose else logging.WARNING,
             format="%(asctime)s %(name)s: %(message)s",
@@ -177,7 +131,7 @@ def main(argv: list[str] | None = None, exit_when_quick: bool = False) -> int:
     except BrokenPipeError:
         return 0
     except Exception as exc:
-        lost = database_failure(exc)
+        lost = database_failure(exc) or input_refused(exc)
         if lost is not None:
             print(f"stackbench: error: {lost}", file=sys.stderr)
             return 1
@@ -192,39 +146,20 @@ def main(argv: list[str] | None = None, exit_when_quick: bool = False) -> int:
         return 1
 
 
-def _exit_now(code: int) -> NoReturn:
-    """End the process without the interpreter's teardown. Freeing a printed table's tens
-    of thousands of objects one by one took 6-8 ms of a 70 ms ``compare``; a quick path
-    registers no exit handler and holds no open file but the standard streams."""
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except BrokenPipeError:
-        pass  # the reader went away (| head): what it took is all it wanted
-    os._exit(code)
-
-
 def database_failure(exc: BaseException) -> str | None:
     """One line for a database that went away or cannot be reached (a restart, a network
     cut, a wrong URL), or None for any other exception. Every command writes in
     transactions, so what was committed is whole and running the command again is safe."""
-    import psycopg
-    from sqlalchemy import exc as sa_exc
+    from stackbench.resultsdb import db
 
-    if isinstance(exc, sa_exc.DBAPIError) and not isinstance(
-        exc, (sa_exc.OperationalError, sa_exc.InterfaceError)
-    ):
+    if not db.connection_lost(exc):
         return None
-    if not isinstance(
-        exc,
-        (
-            sa_exc.OperationalError,
-            sa_exc.InterfaceError,
-            psycopg.OperationalError,
-            psycopg.InterfaceError,
-        ),
-    ):
-        return None
+    full = db.disk_full(exc)
+    if full:
+        return (
+            f"the database cannot store anything ({full}); what was committed is complete: "
+            "run the command again once space is freed"
+        )
     cause = getattr(exc, "orig", None) or exc
     first = next((ln.strip() for ln in str(cause).splitlines() if ln.strip()), type(cause).__name__)
     return (
@@ -233,12 +168,23 @@ def database_failure(exc: BaseException) -> str | None:
     )
 
 
+def input_refused(exc: BaseException) -> str | None:
+    """One line for input no check caught that still cannot be taken: a value PostgreSQL
+    refuses (a NUL character, a number beyond its column) or a document nested too deeply to
+    read; None for any other exception. The command's transaction is rolled back."""
+    if isinstance(exc, RecursionError):
+        return "the input is nested too deeply to read; nothing of it was stored"
+    from sqlalchemy import exc as sa_exc
+
+    if not isinstance(exc, sa_exc.DataError):
+        return None
+    cause = getattr(exc, "orig", None) or exc
+    first = next((ln.strip() for ln in str(cause).splitlines() if ln.strip()), type(cause).__name__)
+    return f"the database refused a value of the input ({first[:200]}); nothing of it was stored"
+
+
 def _keep_traceback() -> str:
     """Write the current exception's traceback where a bug report can pick it up."""
-    import traceback
-
-    from stackbench import config
-
     try:
         path = config.home() / "last-error.log"
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -3,7 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import codecs
+import os
 import sys
+from typing import TYPE_CHECKING
+
+from stackbench import config
+from stackbench.errors import InputError, StackbenchError
+from stackbench.resultsdb import db
+
+# every command module is imported for `stackbench --help`: the database's and the tables'
+# modules (psycopg, numpy: 150-250 ms measured) are imported where a command uses them
+if TYPE_CHECKING:
+    import psycopg
+
+    from stackbench.resultsdb.tables import textcache
 
 NAME = "compare"
 ORDER = 31
@@ -86,8 +100,7 @@ SEED_STYLES = ("alloc-latency", "order-success", "per-run")
 
 def write_plot(path: str, kernels: list[str], metric: str | None, machine: str | None) -> None:
     """The per-run series as an SVG file (one line per kernel over the run index)."""
-    from stackbench.errors import InputError, StackbenchError
-    from stackbench.resultsdb import db, query
+    from stackbench.resultsdb import query
     from stackbench.resultsdb.tables import per_run
 
     if not metric:
@@ -102,44 +115,9 @@ def write_plot(path: str, kernels: list[str], metric: str | None, machine: str |
     print(f"stackbench: plot written to {path}", file=sys.stderr)
 
 
-def quick(args: argparse.Namespace) -> int | None:
-    """The kept table of an unchanged comparison, or an LKP ``--all`` table made of kept
-    columns, printed before the CLI sets up logging: start-up, one small client's
-    connection (textcache.quick_connect) and one or two queries. None on a miss or when
-    this path cannot serve (a server URL, a plot to draw, no database yet): run() then
-    goes on, on the connection opened here when there is one."""
-    from stackbench import config
-
-    if config.server_url() or args.plot:
-        return None
-    from stackbench.resultsdb.tables import textcache
-
-    conn = textcache.quick_connect()
-    if conn is None:
-        return None
-    if _from_columns(args):
-        from stackbench.resultsdb.tables import lkp_columns
-
-        text = lkp_columns.quick_render(conn, args.kernels, args.suite)
-        if text is not None:
-            conn.close()
-            _print(text)
-            return 0
-    hit = textcache.quick_lookup(textcache.View(tuple(args.kernels), **options(args)), conn)
-    if hit is None:
-        args.quick_conn = conn  # the cold path computes the table on it
-        return None
-    conn.close()
-    for line in hit.warnings:
-        _warn(line)
-    _print(hit.text)
-    return 0
-
-
 def _from_columns(args: argparse.Namespace) -> bool:
-    """An LKP ``--all`` table made of kept per-kernel columns (tables/lkp_columns). It is
-    not kept as a text: made of columns, it takes no longer than reading the kept text back
-    would. The machine and suite-source choices take the full path."""
+    """An LKP ``--all`` table made of kept per-kernel columns (tables/lkp_columns) when
+    its text is not kept yet. The machine and suite-source choices take the full path."""
     return (
         args.style == "lkp"
         and args.all
@@ -148,17 +126,13 @@ def _from_columns(args: argparse.Namespace) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    import os
-
-    from stackbench import config
-
     # numpy's OpenBLAS starts a thread per core when numpy is imported, and those threads
     # spin for a while: on a busy 2-core machine that doubled numpy's import (55 -> 60-160
     # ms). A table's arrays are far too small for threaded BLAS; a user's setting stays.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
     if config.server_url():
-        from stackbench import apiclient  # urllib's HTTP stack only when it talks HTTP
+        from stackbench import apiclient  # urllib's HTTP stack: 40-85 ms measured
 
         client = apiclient.client()
         if (
@@ -169,8 +143,6 @@ def run(args: argparse.Namespace) -> int:
             or args.suite_source
             or args.style in SEED_STYLES
         ):
-            from stackbench.errors import StackbenchError
-
             raise StackbenchError(
                 "--table/--monitor/--machine/--pool-machines/--suite-source and the seed "
                 "styles are not available through STACKBENCH_URL; open the comparison page, "
@@ -178,39 +150,27 @@ def run(args: argparse.Namespace) -> int:
             )
         out = client.compare(args.kernels, style=args.style, all_rows=args.all, suite=args.suite)
     else:
-        from stackbench.resultsdb.tables import textcache
-
-        opts = options(args)
-        view = textcache.View(tuple(args.kernels), **opts)
-        out = None
-        conn = getattr(args, "quick_conn", None)
-        looked = conn is not None  # quick() looked already: a miss
-        if conn is None:
-            conn = textcache.quick_connect()
-        if conn is not None:
-            with conn:
-                hit = None if looked else textcache.quick_lookup(view, conn)
-                if hit is not None:
-                    for line in hit.warnings:
-                        _warn(line)
-                    out = hit.text
-                else:
-                    out = _without_psycopg(conn, args.kernels, opts, view)
-        if out is None:
-            out = _without_sqlalchemy(args.kernels, opts, view)
-        if out is None:
-            from stackbench.resultsdb import db
-            from stackbench.resultsdb.tables import render
-
-            out = render.render(db.engine(), args.kernels, warn=_warn, cache=view, **opts)
+        out = _local(args)
         if args.plot:
             write_plot(args.plot, args.kernels, args.metric, args.machine)
     _print(out)
     return 0
 
 
-def _print(out: str) -> None:
-    print(out, end="" if out.endswith("\n") else "\n")
+def _print(out: str | bytes) -> None:
+    # a kept table's UTF-8 bytes go out as they are, unless stdout is text only (a caller's
+    # StringIO) or encodes otherwise
+    encoding = getattr(sys.stdout, "encoding", None) or "ascii"
+    if isinstance(out, bytes) and (
+        not hasattr(sys.stdout, "buffer") or codecs.lookup(encoding).name != "utf-8"
+    ):
+        out = out.decode()
+    if isinstance(out, str):
+        print(out, end="" if out.endswith("\n") else "\n")
+        return
+    # a kept table, as the server sent its bytes: after what was printed before it
+    sys.stdout.flush()
+    sys.stdout.buffer.write(out if out.endswith(b"\n") else out + b"\n")
 
 
 def options(args: argparse.Namespace) -> dict:
@@ -235,44 +195,66 @@ def _warn(line: str) -> None:
     print(f"stackbench: warning: {line}", file=sys.stderr)
 
 
-def _without_psycopg(conn, kernels: list[str], opts: dict, view) -> str | None:
-    """The table computed and stored over ``conn`` (libpq, through pgsession): a cold
-    table without psycopg's start-up. None when this path cannot serve (a schema to
-    migrate, a type pgsession does not read, an error): the caller then takes psycopg's."""
-    from stackbench.resultsdb import db, pgsession, pgwire
-    from stackbench.resultsdb.tables import render, textcache
-
-    session = pgsession.Session(conn)
-    try:
-        revision = session.execute("SELECT version_num FROM alembic_version").fetchone()
-        if revision is None or revision[0] != db.head_revision():
-            return None
-        return render.render_on(session, kernels, warn=_warn, cache=view, **opts)
-    except (textcache.Schema, pgwire.Error):
-        return None
-
-
-def _without_sqlalchemy(kernels: list[str], opts: dict, view) -> str | None:
-    """The table through one psycopg connection: the stored text when the runs are
-    unchanged, else computed there and stored. None when that path cannot serve (no
-    running database, a schema to migrate, a connection error): the caller then goes
-    through db.engine(), which starts, checks and reports."""
-    import psycopg
-
+def _local(args: argparse.Namespace) -> str:
+    """The table from the configured database, through one psycopg connection: the kept
+    text when the runs are unchanged, an LKP ``--all`` table of kept columns, or the table
+    computed there and kept. A database that is not at this stackbench's revision goes
+    through db.engine() once, which migrates an empty one and names the command otherwise."""
     from stackbench.resultsdb.tables import textcache
 
-    conn = textcache.connect_for_lookup()
-    if conn is None:
-        return None
-    with conn:
-        try:
-            hit = textcache.lookup(view, conn)
-            if hit is not None:
-                for line in hit.warnings:
-                    _warn(line)
-                return hit.text
-            from stackbench.resultsdb.tables import render
+    try:
+        with db.connect() as conn:
+            return _on(conn, args)
+    except textcache.Schema:
+        db.ensure_schema(db.engine(migrate=False))
+        with db.connect() as conn:
+            return _on(conn, args)
 
-            return render.render_on(conn, kernels, warn=_warn, cache=view, **opts)
-        except (textcache.Schema, psycopg.Error):
-            return None
+
+def _on(conn: psycopg.Connection, args: argparse.Namespace) -> str | bytes:
+    from stackbench.resultsdb.tables import textcache
+
+    opts = options(args)
+    view = textcache.View(tuple(args.kernels), **opts)
+    hit = textcache.lookup(view, conn)
+    if hit is not None:
+        for line in hit.warnings:
+            _warn(line)
+        return hit.text
+    if _from_columns(args):
+        text = _from_kept_columns(conn, args, view)
+        if text is not None:
+            return text
+    # the tables bring numpy (50-70 ms measured): a kept text or kept columns need none
+    from stackbench.resultsdb.tables import render
+
+    return render.render(conn, args.kernels, warn=_warn, cache=view, **opts)
+
+
+def _from_kept_columns(
+    conn: psycopg.Connection, args: argparse.Namespace, view: textcache.View
+) -> str | None:
+    """The ``--all`` table of kept columns, kept as a text for the next same command, or
+    None when the columns cannot serve it."""
+    import psycopg
+
+    from stackbench.resultsdb.tables import lkp_columns, textcache
+
+    made = None
+    with conn.transaction():
+        # one snapshot for the columns and the runs' fingerprint: runs added meanwhile
+        # make the kept text stale, never wrong
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        made = lkp_columns.render_kept(conn, args.kernels, args.suite)
+        if made is None:
+            raise psycopg.Rollback()  # the full path computes the table or says why not
+        fp = textcache.fingerprint(conn, made[1])
+    if made is None:
+        return None
+    text, build_ids = made
+    try:
+        with conn.transaction():
+            textcache.store(conn, view, build_ids, fp, text, [])
+    except psycopg.Error as exc:
+        _warn(textcache.not_kept(exc))
+    return text

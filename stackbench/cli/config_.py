@@ -10,7 +10,9 @@ HELP = "print every setting in effect (environment or default), secrets masked"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--table", action="store_true", help="print the README's table instead")
+    p.add_argument(
+        "--table", action="store_true", help="print the table of docs/configuration.md instead"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -96,9 +96,28 @@ def run(args: argparse.Namespace) -> int:
     print_summary(eng, sid)
     print()
     print_tables(eng, sid, all_rows=args.all)
+    link = comparison_line(eng, sid, args.port)
     if not args.no_serve:
-        serve(args.port, sid)
+        serve(args.port, sid, link)
+    elif link:
+        print(f"\n{link}")
     return 0 if state == "done" else 1
+
+
+def comparison_line(eng, sid: int, port: int) -> str:
+    """The line that links the series' public comparison (made once by the service when the
+    series ended; made here for a series that ended before that), "" when there is none."""
+    from stackbench.jobs import lifecycle
+
+    if _state(eng, sid) not in ("done", "failed"):
+        return ""
+    key = lifecycle.publish_comparison(eng, sid)
+    if not key:
+        return ""
+    return (
+        f"comparison of the base and every commit (public, no account needed): "
+        f"http://127.0.0.1:{port}/compare/{key}"
+    )
 
 
 def store(eng, mbox: bytes, stack: str, *, tree: str, base: str | None, jobs: list[str],
@@ -113,8 +132,7 @@ def store(eng, mbox: bytes, stack: str, *, tree: str, base: str | None, jobs: li
     with db.session(eng) as s:
         checked = lifecycle.check(s, tree=tree, base=base, jobs=jobs, runs=runs)
         # the dispatcher takes it only when lifecycle.hand_over says so
-        meta = {"dispatch": {"executor": "foreground"}}
-        series = lifecycle.create(s, parsed, checked, source="demo", mbox=mbox, meta=meta)
+        series = lifecycle.create(s, parsed, checked, source="demo", mbox=mbox, foreground=True)
         return series.id
 
 
@@ -142,9 +160,13 @@ def run_through_dispatcher(eng, sid: int, *, fresh: bool, source: str = "demo") 
         return how
     print(buildbot_services.start(), flush=True)
     print(dispatcher_service.start(), flush=True)
-    dispatch = lifecycle.update_meta(eng, sid).get("dispatch") or {}
+    from stackbench.resultsdb import db, series_runs_store
+
+    with db.session(eng) as s:
+        dispatch = series_runs_store.dispatch(s, sid)
     if how == "attached":
-        where = f"buildset {dispatch['buildset']}, " if dispatch.get("buildset") else ""
+        bsid = dispatch.buildset if dispatch is not None else None
+        where = f"buildset {bsid}, " if bsid else ""
         print(f"buildbot: series {sid} attached ({where}already submitted)", flush=True)
     else:
         print(f"series {sid} submitted to the dispatcher; it hands it to Buildbot", flush=True)
@@ -172,14 +194,14 @@ def run_here(eng, sid: int, args: argparse.Namespace, *, rerun: bool) -> str:
     """--in-process: this process is the executor (the same plan and state code as the
     dispatcher's in-process executor). A series the dispatcher is running is watched."""
     from stackbench.jobs import lifecycle, pipeline, watch
+    from stackbench.resultsdb import db, series_runs_store
 
-    meta = lifecycle.update_meta(eng, sid)
-    how = (meta.get("dispatch") or {}).get("executor")
+    with db.session(eng) as s:
+        how = series_runs_store.executor(s, sid)
     state = _state(eng, sid)
     if how in ("buildbot", "in-process") and state in lifecycle.PENDING:
         print(f"series {sid} is being run by the dispatcher: watching it", flush=True)
         return watch.follow(eng, sid, say=lambda line: print(line, flush=True))
-    lifecycle.update_meta(eng, sid, dispatch={"executor": "foreground"})
     return pipeline.run_series(
         eng, sid, progress=pipeline.StderrProgress(), settings=settings_from(args), rerun=rerun
     )
@@ -253,7 +275,7 @@ def print_tables(eng, sid: int, *, all_rows: bool = False, out=None) -> None:
         print(text.rstrip("\n"), file=out)
 
 
-def serve(port: int, sid: int) -> None:
+def serve(port: int, sid: int, link: str = "") -> None:
     try:
         from stackbench.web import create_app
     except ImportError:
@@ -264,6 +286,8 @@ def serve(port: int, sid: int) -> None:
     app = create_app()
     server = make_server("127.0.0.1", port, app, threaded=True)
     print(f"\nweb UI: http://127.0.0.1:{port}/series/{sid}  (Ctrl-C stops)", flush=True)
+    if link:
+        print(link, flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

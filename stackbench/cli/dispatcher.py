@@ -20,26 +20,29 @@ following is picked up again by the next one."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--poll", type=float, default=2.0, help="seconds between looks (default 2)")
+    # no default here: importing the dispatcher for its POLL_S would slow every command
+    p.add_argument(
+        "--poll", type=float, help="seconds between looks when nothing wakes it (default 10)"
+    )
+    p.add_argument(
+        "--keep-alive",
+        action="store_true",
+        help="run the dispatcher as a child and start it again whenever it dies (what "
+        "'stackbench up' runs; systemd and compose restart the plain command themselves)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    from stackbench.jobs.dispatch import Dispatcher, hold_lock
-    from stackbench.resultsdb import db
-
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s", force=True)
     logging.getLogger("stackbench").setLevel(logging.INFO)
-    eng = db.engine()
-    disp = Dispatcher(eng)
+    if args.keep_alive:
+        from stackbench.jobs.dispatcher_service import keep_alive
+
+        return keep_alive(["--poll", str(args.poll)] if args.poll else [])
+    from stackbench.jobs.dispatch import Dispatcher
+    from stackbench.resultsdb import db
+
+    disp = Dispatcher(db.engine())
     signal.signal(signal.SIGTERM, lambda *_: disp.stop.set())
-    lock = hold_lock(eng, lambda: not disp.stop.is_set())
-    if lock is None:
-        return 0
-    logging.getLogger("stackbench").info(
-        "dispatcher: working on %s", eng.url.render_as_string(hide_password=True)
-    )
-    try:
-        disp.run(poll=args.poll)
-    finally:
-        lock.close()
+    disp.serve(**({"poll": args.poll} if args.poll else {}))
     return 0

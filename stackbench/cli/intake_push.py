@@ -73,6 +73,7 @@ def _options(raw: dict[str, str]) -> dict[str, object]:
 
 
 def _check(repo: Path, updates: list[tuple[str, str, str]], options: dict) -> None:
+    from stackbench.kernels import trees
     from stackbench.patches import intake
     from stackbench.resultsdb import db
 
@@ -81,12 +82,13 @@ def _check(repo: Path, updates: list[tuple[str, str, str]], options: dict) -> No
     with db.session() as session:
         for (tree, base), new in targets:
             _checked(session, tree, options)
-            intake.series_from_push(repo, tree, base, new)
+            intake.series_from_push(repo, tree, base, new, tree_repo=trees.local_repo(tree))
 
 
 def _register(repo: Path, updates: list[tuple[str, str, str]], options: dict) -> int:
     from stackbench import config, gitcmd
     from stackbench.jobs import lifecycle
+    from stackbench.kernels import trees
     from stackbench.patches import intake
     from stackbench.patches.apply import ApplyResult
     from stackbench.resultsdb import db
@@ -97,8 +99,11 @@ def _register(repo: Path, updates: list[tuple[str, str, str]], options: dict) ->
         for _old, new, ref in updates:
             tree, base = intake.parse_push_ref(ref)
             checked = _checked(session, tree, options)
-            parsed = intake.series_from_push(repo, tree, base, new)
-            checked.base = base
+            parsed = intake.series_from_push(
+                repo, tree, base, new, tree_repo=trees.local_repo(tree)
+            )
+            # HEAD moves: the series keeps the commit it named at the push
+            checked.base = parsed.base_commit if base == "HEAD" else base
             # the pushed commits are the applied patches: nothing to git am
             result = ApplyResult(
                 base_sha=parsed.base_commit or "",

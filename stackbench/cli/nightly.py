@@ -21,6 +21,9 @@ without measuring twice; --now measures whatever is missing and judges again).
 
   --branch TREE:BRANCH   only this branch (repeatable)
   --no-bisect            open regressions but do not bisect them
+  --aa N                 then boot each branch's baseline 2 x N more times, judge the two
+                         interleaved sets against each other and keep the figures on the
+                         machines (the machines page's A/A table)
   --json                 print the summary as JSON
 
 Exit status: 0 when every branch ran (regressions found or not), 1 when one failed."""
@@ -31,6 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--branch", action="append", default=[], metavar="TREE:BRANCH")
     p.add_argument("--no-bisect", action="store_true", help="do not bisect new regressions")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--aa", type=int, default=0, metavar="N", help="A/A: 2 x N boots (0: none)")
     p.add_argument("--cpus", type=int, default=2, help="guest CPUs (default 2)")
     p.add_argument("--mem-mb", type=int, default=1024, help="guest memory (default 1024)")
     p.add_argument("--accel", choices=["auto", "kvm", "tcg"], default="auto")
@@ -38,15 +42,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from stackbench.errors import InputError
-    from stackbench.jobs import bisect_runner, nightly, pipeline
+    from stackbench.jobs import nightly, pipeline
+    from stackbench.jobs.driver import Driver
     from stackbench.resultsdb import db
 
     for b in args.branch:
         if ":" not in b:
             raise InputError(f"--branch {b}", "expected TREE:BRANCH")
+    if args.aa and not 2 <= args.aa <= 100:
+        raise InputError(f"--aa {args.aa}", "expected 2 to 100 boots per set (0: no A/A)")
     eng = db.engine()
     settings = pipeline.Settings(cpus=args.cpus, mem_mb=args.mem_mb, accel=args.accel)
-    lab = bisect_runner.KernelLab(settings=settings)
+    lab = Driver(settings=settings)
     tracked = nightly.load_tracked()
     if args.no_bisect:
         for t in tracked:
@@ -62,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
         progress=progress,
         lab=lab,
         tracked=tracked,
+        aa_boots=args.aa,
     )
     if args.json:
         print(json.dumps(summary, indent=1, default=str))

@@ -116,20 +116,22 @@ def _through_dispatcher(args: argparse.Namespace) -> bool:
     return buildbot_installed()
 
 
-def store(eng, data: bytes, args: argparse.Namespace, *, here: bool) -> int:
+def store(eng, data: bytes, args: argparse.Namespace, *, here: bool) -> tuple[int, str]:
     """The series through the one validation and creation of every front door; ``here``:
-    this process runs it, so the dispatcher leaves it alone."""
+    this process runs it, so the dispatcher leaves it alone. Returns its ID and, when the
+    same series was stored before, what to say about it (else "")."""
     from stackbench.jobs import lifecycle, pipeline
     from stackbench.patches.parser import parse_mbox
     from stackbench.resultsdb import db
 
     jobs = pipeline.split_job_specs(args.jobs) if args.jobs else None
     parsed = parse_mbox(data, source=args.mbox)
-    meta = {"dispatch": {"executor": "foreground"}} if here else None
     with db.session(eng) as s:
         checked = lifecycle.check(s, tree=args.tree, base=args.base, jobs=jobs, runs=args.runs)
-        series = lifecycle.create(s, parsed, checked, source="mbox", mbox=data, meta=meta)
-        return series.id
+        stored = lifecycle.already_stored(s, parsed, checked)
+        note = lifecycle.resubmission_note(stored, parsed) if stored is not None else ""
+        series = lifecycle.create(s, parsed, checked, source="mbox", mbox=data, foreground=here)
+        return series.id, note
 
 
 def run(args: argparse.Namespace) -> int:
@@ -139,10 +141,11 @@ def run(args: argparse.Namespace) -> int:
     data = read_mbox(args.mbox)
     eng = db.engine()
     # the series is the dispatcher's only when handed over (lifecycle.hand_over)
-    sid = store(eng, data, args, here=not args.no_wait)
-    print(f"series {sid} stored")
+    sid, same = store(eng, data, args, here=not args.no_wait)
+    print(same or f"series {sid} stored")
     if args.no_wait:
-        print(f"series {sid} handed to the dispatcher ('stackbench up' runs it)")
+        if not same:
+            print(f"series {sid} handed to the dispatcher ('stackbench up' runs it)")
         return 0
     if _through_dispatcher(args):
         from stackbench.cli.demo import run_through_dispatcher

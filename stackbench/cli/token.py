@@ -23,10 +23,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from stackbench.mail import accounts
     from stackbench.resultsdb import db
-    from stackbench.web import auth
 
     with db.session() as s:
-        token = auth.create_token(s, auth.find_user(s, args.name), args.label)
+        token = accounts.create_token(s, accounts.find_user(s, args.name), args.label)
     print(token)
     return 0

@@ -55,8 +55,8 @@ def _password(from_stdin: bool, required: bool) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from stackbench.mail import accounts
     from stackbench.resultsdb import accounts_q, db
-    from stackbench.web import auth
 
     if args.action == "list":
         with db.session() as s:
@@ -67,12 +67,12 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "passwd":
         pw = _password(args.password_stdin, required=True)
         with db.session() as s:
-            auth.set_password(auth.find_user(s, args.name), pw or "")
+            accounts.set_password(accounts.find_user(s, args.name), pw or "")
         print(f"password of {args.name} set")
         return 0
     pw = _password(args.password_stdin, required=False)
     with db.session() as s:
-        auth.create_user(
+        accounts.create_user(
             s, args.name, password=pw, email=args.email, admin=args.admin, worker=args.worker
         )
     print(f"user {args.name} added" + ("" if pw else " (no password: use API tokens)"))

@@ -1,4 +1,5 @@
-"""Administration: trees, machines, tracked branches and users (admins only)."""
+"""Administration: trees, machines, tracked branches, mailing lists and users (admins
+only)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from flask import Blueprint, abort, flash, redirect, render_template, request, u
 from sqlalchemy.exc import IntegrityError
 
 from stackbench.errors import InputError
-from stackbench.resultsdb import accounts_q, machines_q, trees_q
+from stackbench.resultsdb import accounts_q, lists_q, machines_q, trees_q
 from stackbench.web import dbsession
 from stackbench.web.auth import admin_required
 
@@ -33,6 +34,7 @@ def index():
         machines=machines_q.listing(s),
         branches=trees_q.branches(s),
         users=accounts_q.users(s),
+        lists=[r for r in lists_q.all_lists(s) if (r.meta or {}).get("definition")],
     )
 
 
@@ -156,3 +158,51 @@ def delete_branch(branch_id: int):
     b = trees_q.branch(s, branch_id) or abort(404)
     trees_q.delete_branch(s, b)
     return _commit(f"tracked branch {b.branch} deleted")
+
+
+def _words(raw: str) -> list[str]:
+    return [w for w in re.split(r"[\s,]+", raw) if w]
+
+
+@bp.route("/lists", methods=["POST"])
+def add_list():
+    f = request.form
+    name = f.get("name", "").strip()
+    definition: dict = {
+        "name": name,
+        "archive": f.get("archive", "").strip(),
+        "tree": f.get("tree", "").strip(),
+        "filters": {
+            k: v
+            for k, v in (("to", _words(f.get("to", ""))), ("paths", _words(f.get("paths", ""))))
+            if v
+        },
+        "reports": {"to": _words(f.get("report_to", ""))},
+    }
+    # checked as a list file is, so the watcher never meets a list it cannot read
+    from stackbench.kernels.lists import clean_list
+
+    try:
+        lst = clean_list(definition, Path(f"list {name[:100]}"))
+    except InputError as exc:
+        abort(400, str(exc))
+    if not lst.is_url and not lst.archive.startswith("/"):
+        abort(400, "list archive: an http(s):// URL or an absolute path")
+    lists_q.declare(dbsession.get(), lst.name, lst.archive, definition)
+    return _commit(f"list {name}")
+
+
+@bp.route("/lists/<int:list_id>/toggle", methods=["POST"])
+def toggle_list(list_id: int):
+    row = lists_q.get(dbsession.get(), list_id) or abort(404)
+    enabled = not row.meta["definition"].get("enabled", True)
+    lists_q.set_enabled(row, enabled)
+    return _commit(f"list {row.name} {'enabled' if enabled else 'disabled'}")
+
+
+@bp.route("/lists/<int:list_id>/delete", methods=["POST"])
+def delete_list(list_id: int):
+    s = dbsession.get()
+    row = lists_q.get(s, list_id) or abort(404)
+    lists_q.delete(s, row)
+    return _commit(f"list {row.name} deleted")

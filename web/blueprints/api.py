@@ -22,6 +22,7 @@ from stackbench.resultsdb import (
     regressions_q,
     runs_q,
     series_q,
+    series_runs_store,
     wire,
 )
 from stackbench.web import comparisons, dbsession, progress, submission
@@ -45,7 +46,12 @@ def _limit() -> tuple[int, int]:
     return limit, offset
 
 
-def series_json(x: Series, commits: list[progress.Commit] | None = None) -> dict[str, Any]:
+def series_json(
+    x: Series, commits: list[progress.Commit] | None = None, step: str | None = None
+) -> dict[str, Any]:
+    """The series as the API shows it; ``step``: its k/N when the caller looked it up."""
+    if step is None:
+        step = series_runs_store.progress(dbsession.get(), [x.id]).get(x.id)
     d: dict[str, Any] = {
         "id": x.id,
         "url": url_for("series.show", series_id=x.id, _external=True),
@@ -62,7 +68,7 @@ def series_json(x: Series, commits: list[progress.Commit] | None = None) -> dict
         "message_id": x.message_id,
         "jobs": (x.meta or {}).get("jobs", []),
         "runs": (x.meta or {}).get("runs"),
-        "progress": (x.meta or {}).get("progress"),
+        "progress": step or None,
         "report_mail": (x.meta or {}).get("report_mail"),
         "created_at": _iso(x.created_at),
         "patches": [
@@ -122,7 +128,11 @@ def series_list():
     f = {k: request.args.get(k, "").strip() for k in ("tree", "submitter", "state")}
     rows, more = filtered_series(**f, page=page, size=limit)
     commits = progress.commits_of(dbsession.get(), rows)
-    return {"series": [series_json(x, commits[x.id]) for x in rows], "more": more}
+    steps = series_runs_store.progress(dbsession.get(), [x.id for x in rows])
+    return {
+        "series": [series_json(x, commits[x.id], steps.get(x.id, "")) for x in rows],
+        "more": more,
+    }
 
 
 @bp.route("/series", methods=["POST"])
@@ -162,14 +172,17 @@ def series_create():
         filename="api upload",
     )
     try:
-        x = submission.submit(s, g.user, req)
+        x, note = submission.submit(s, g.user, req)
     except submission.FieldErrors as exc:
         s.rollback()
         status = 429 if "submit" in exc.errors else 400
         return {"error": str(exc), "fields": exc.errors, "status": status}, status
     s.commit()
     x = load_series(x.id)
-    return series_json(x), 201, {"Location": url_for("api.series_get", series_id=x.id)}
+    where = {"Location": url_for("api.series_get", series_id=x.id)}
+    if note:  # the same series again: nothing was created
+        return {**series_json(x), "note": note}, 200, where
+    return series_json(x), 201, where
 
 
 @bp.route("/series/<int:series_id>")

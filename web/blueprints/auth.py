@@ -7,6 +7,7 @@ from urllib.parse import urlsplit
 
 from flask import Blueprint, abort, flash, g, redirect, render_template, request, session, url_for
 
+from stackbench.mail import accounts
 from stackbench.resultsdb import accounts_q
 from stackbench.web import auth, dbsession, ratelimit
 from stackbench.web.auth import login_required
@@ -36,16 +37,18 @@ def login():
         s = dbsession.get()
         name = request.form.get("name", "")
         remote = request.remote_addr or ""
-        if ratelimit.login_blocked(s, name, remote):
-            error, status = ratelimit.login_wait_message(), 429
+        wait = ratelimit.login_wait(s, name, remote, known_device=auth.known_device(name))
+        if wait:
+            error, status = wait, 429
         else:
-            user = auth.check_password(s, name, request.form.get("password", ""))
+            user = accounts.check_password(s, name, request.form.get("password", ""))
             if user is None:
                 ratelimit.record_login_failure(s, name, remote)
                 error, status = "wrong user name or password", 401
             else:
                 auth.start_session(user)
-                return redirect(_safe_next(request.form.get("next")), code=303)
+                resp = redirect(_safe_next(request.form.get("next")), code=303)
+                return auth.remember_device(resp, user.name)
     return (
         render_template("login.html", error=error, next=_safe_next(request.values.get("next"))),
         status,
@@ -56,7 +59,7 @@ def login():
 def logout():
     if g.get("user") is not None and not g.get("via_token"):
         # ends this session and the user's others: a stolen cookie stops working too
-        auth.end_sessions(g.user)
+        accounts.end_sessions(g.user)
         dbsession.get().commit()
     session.clear()
     return redirect(url_for("series.index"), code=303)
@@ -74,7 +77,7 @@ def account():
 def create_token():
     s = dbsession.get()
     label = request.form.get("label", "").strip()[:100] or "web"
-    token = auth.create_token(s, g.user, label)
+    token = accounts.create_token(s, g.user, label)
     s.commit()
     tokens = accounts_q.tokens_of(s, g.user.id)
     # shown once; only its hash is stored

@@ -17,7 +17,7 @@ from flask import (
 from markupsafe import Markup
 
 from stackbench.errors import NotFoundError, StackbenchError
-from stackbench.resultsdb import kernels_q
+from stackbench.resultsdb import aa, kernels_q
 from stackbench.web import comparisons, dbsession, plots
 from stackbench.web.auth import login_required
 
@@ -75,7 +75,16 @@ def _sig_key(row: dict) -> tuple:
     return (order, best_p, row["metric"])
 
 
-def _fragment(comp: comparisons.Found, result: dict) -> str:
+def _aa_of(result: dict) -> dict[str, list[str]]:
+    """{metric: its A/A figures on each machine of the comparison}, in words."""
+    found = aa.of_machines(dbsession.get(), result.get("machines") or [])
+    out: dict[str, list[str]] = {}
+    for (machine, metric), row in sorted(found.items()):
+        out.setdefault(metric, []).append(f"{machine}: {aa.describe(row)}")
+    return out
+
+
+def _fragment(comp: comparisons.Found, result: dict, aa_of: dict[str, list[str]]) -> str:
     labels = [k["label"] for k in result["kernels"]]
     metrics = result.get("metrics", [])
     flagged = [m for m in metrics if m.get("cls")]
@@ -106,16 +115,19 @@ def _fragment(comp: comparisons.Found, result: dict) -> str:
         inline=inline,
         lazy=lazy,
         charts=charts,
+        aa_of=aa_of,
     )
 
 
 @bp.route("/compare/<key>")
 def show(key: str):
     comp, result = load(key)
-    ck = (comp.key, comp.fingerprint, "page")
+    aa_of = _aa_of(result)
+    # the machines' A/A figures change nightly: a page cached before tonight's is stale
+    ck = (comp.key, comp.fingerprint, "page", repr(sorted(aa_of.items())))
     body = comparisons.CACHE.get(ck)
     if body is None:
-        body = _fragment(comp, result)
+        body = _fragment(comp, result, aa_of)
         comparisons.CACHE.put(ck, body)
     return render_template("compare.html", comp=comp, result=result, body=Markup(body))
 

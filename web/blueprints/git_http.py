@@ -1,9 +1,9 @@
 """git push (and fetch) over HTTP(S): git's smart protocol, served by running
 ``git http-backend`` as a CGI program from this view.
 
-Pushing needs an account: HTTP Basic credentials with the user name and an API token (or the
-password). The intake repository's hooks refuse every ref outside ``refs/for/<tree>/<base>``
-and answer with the new series' URL, which git prints as ``remote: ...`` lines.
+Pushing needs an account: HTTP Basic credentials with the user name and an API token. The
+intake repository's hooks refuse every ref outside ``refs/for/<tree>/<base>`` and answer
+with the new series' URL, which git prints as ``remote: ...`` lines.
 """
 
 from __future__ import annotations
@@ -108,7 +108,11 @@ def backend(repo: str, rest: str):
     user = None
     s = dbsession.get()
     if request.authorization is not None:
-        found = auth.basic_auth_user(s)
+        try:
+            found = auth.basic_auth_user(s)
+        except ratelimit.Throttled as exc:
+            # text/plain: git prints the body of a refused request as "remote: ..."
+            return Response(f"stackbench: {exc}\n", 429, {"Content-Type": "text/plain"})
         if found is None:
             return _challenge("stackbench: wrong user name or token")
         user = found

@@ -15,10 +15,13 @@ from flask import (
     url_for,
 )
 
-from stackbench.resultsdb import kernels_q, runs_q, series_q, trees_q
-from stackbench.web import dbsession, filters, progress
+from stackbench.errors import StackbenchError
+from stackbench.resultsdb import kernels_q, runs_q, series_q, series_runs_store, trees_q
+from stackbench.web import comparisons, dbsession, filters, progress, verdicts
 
 if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
     from stackbench.resultsdb.models import Series
 
 bp = Blueprint("series", __name__)
@@ -66,9 +69,31 @@ def load_series(series_id: int) -> Series:
     return x
 
 
-def state_key(x: Series, commits: list[progress.Commit]) -> str:
-    """Changes whenever anything shown on the series page changes state."""
-    parts = [x.state, str((x.meta or {}).get("progress", "")), str("report_mail" in (x.meta or {}))]
+def runs_of(s: Session, series_id: int) -> tuple[str, list, list[series_runs_store.RoundTry]]:
+    """The running attempt's k/N, every attempt, and the round tries of the latest one (a
+    round whose worker was lost shows beside its next try)."""
+    attempts = series_runs_store.attempts(s, series_id)
+    step = series_runs_store.progress(s, [series_id]).get(series_id, "")
+    last = attempts[-1].number if attempts else 0
+    tries = [r for r in series_runs_store.rounds(s, series_id) if r.attempt == last]
+    return step, attempts, tries
+
+
+def state_key(
+    x: Series,
+    commits: list[progress.Commit],
+    warnings: list[str],
+    step: str,
+    tries: list[series_runs_store.RoundTry],
+) -> str:
+    """Changes whenever anything shown on the series page changes state (``step``: the
+    running attempt's k/N; ``tries``: its rounds)."""
+    meta = x.meta or {}
+    # the public comparison is made a moment after the series ends: the page refreshes for it
+    parts = [x.state, step, str("report_mail" in meta)]
+    parts.append(str("comparison" in meta))
+    parts += warnings
+    parts += [f"{r.round}.{r.try_}:{r.state}:{r.worker}" for r in tries]
     parts += [
         c.state + "".join(f"{j}:{cell.state}:{len(cell.runs)}" for j, cell in c.cells.items())
         for c in commits
@@ -82,15 +107,25 @@ def show(series_id: int):
     x = load_series(series_id)
     commits = progress.commits_of(s, [x])[x.id]
     jobs = progress.jobs_for(s, commits)
-    events = series_q.events(s, x.id, limit=50)
+    # enough rows that a series' hundreds of progress lines fold around its state changes
+    events = progress.fold_events(series_q.events(s, x.id, limit=500))
+    comparison, judged = verdicts_of(x, commits)
+    warnings = progress.service_warnings(s, x)
+    step, attempts, tries = runs_of(s, x.id)
     return render_template(
         "series.html",
         series=x,
+        series_progress=step,
+        attempts=attempts,
+        round_tries=tries,
         commits=commits,
         jobs=jobs,
         events=events,
+        comparison=comparison,
+        judged=judged,
         pending=progress.is_pending(x),
-        state_key=state_key(x, commits),
+        state_key=state_key(x, commits, warnings, step, tries),
+        service_warnings=warnings,
         buildbot_url=filters.httpurl(current_app.config.get("BUILDBOT_URL") or ""),
     )
 
@@ -98,19 +133,51 @@ def show(series_id: int):
 @bp.route("/series/<int:series_id>/state.json")
 def state(series_id: int):
     x = load_series(series_id)
-    commits = progress.commits_of(dbsession.get(), [x])[x.id]
+    s = dbsession.get()
+    commits = progress.commits_of(s, [x])[x.id]
+    warnings = progress.service_warnings(s, x)
+    step, _attempts, tries = runs_of(s, x.id)
     return {
         "id": x.id,
         "state": x.state,
-        "state_key": state_key(x, commits),
+        "state_key": state_key(x, commits, warnings, step, tries),
+        "warnings": warnings,
         "commits": [{"label": c.label, "sha": c.sha, "state": c.state} for c in commits],
     }
 
 
+def verdicts_of(x: Series, commits: list[progress.Commit]) -> tuple[str | None, list[dict]]:
+    """The key of the series' own comparison and its verdicts per commit, labelled as the
+    series labels them (none before the series ended, or when its comparison cannot be
+    computed: the page says so)."""
+    key = ((x.meta or {}).get("comparison") or {}).get("key")
+    if not key:
+        return None, []
+    try:
+        found = comparisons.lookup(dbsession.engine(), key)
+    except StackbenchError:
+        return key, []
+    labels = {c.sha: c.label for c in commits if c.sha}
+    judged = verdicts.by_commit(found.result)
+    for k in judged:
+        k["label"] = labels.get(k["commit"], k["label"])
+    return key, judged
+
+
 @bp.route("/series/<int:series_id>/compare")
 def compare(series_id: int):
-    """The default comparison: the base and every commit of the series that has a kernel."""
+    """The default comparison: the base and every commit of the series with results. A
+    series that ended has its own, public (made once, see lifecycle.publish_comparison);
+    before that, a comparison of the kernels so far is a new one and needs an account."""
     x = load_series(series_id)
+    key = ((x.meta or {}).get("comparison") or {}).get("key")
+    if not key and x.state in ("done", "failed"):
+        from stackbench.jobs import lifecycle
+
+        # a series that ended before the service published comparisons
+        key = lifecycle.publish_comparison(dbsession.engine(), x.id)
+    if key:
+        return redirect(url_for("compare.show", key=key))
     commits = progress.commits_of(dbsession.get(), [x], with_runs=False)[x.id]
     refs = [f"#{c.build.id}" for c in commits if c.build is not None]
     if not refs:

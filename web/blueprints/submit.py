@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, g, redirect, render_template, request, url_for
+from flask import Blueprint, flash, g, redirect, render_template, request, url_for
 
 from stackbench.jobs import lifecycle
 from stackbench.web import dbsession, submission
@@ -59,10 +59,12 @@ def post():
         filename=filename,
     )
     try:
-        series = submission.submit(s, g.user, req)
+        series, note = submission.submit(s, g.user, req)
     except submission.FieldErrors as exc:
         s.rollback()
         status = 429 if "submit" in exc.errors else 400
         return _render(exc.errors, values, status)
     s.commit()
+    if note:
+        flash(note)
     return redirect(url_for("series.show", series_id=series.id), code=303)

@@ -1,6 +1,6 @@
 """The bare-metal box's side of ``stackbench worker`` (``baremetal``, ``mark-lost``,
 ``await-box``): queueing a job for the box and kexec'ing into its kernel, and recording the
-attempts that never reported back. The commands are parsed in stackbench/cli/worker.py."""
+attempts that never reported back. The command line is parsed in stackbench/cli/worker.py."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import re
 import shutil
 from pathlib import Path
 
-from stackbench.cli.worker import read_kernel, run_specs
 from stackbench.errors import InputError, StackbenchError
+from stackbench.jobs.worker import read_kernel, run_specs
 
 # -- baremetal ------------------------------------------------------------------------------
 

@@ -1,0 +1,223 @@
+"""How a lab of workers shortens a series: one series (4 kernels, 10 boots each) through the
+real dispatcher and Buildbot master with 1, 2 and 4 local workers.
+
+    .venv/bin/python bench/scale_bench.py [--workers 1 2 4] [--boot-seconds 4]
+
+The workers' boots take a fixed time (``--dry-kernel``: a dry boot that sleeps, so the
+host's cores are not the limit); everything else is the real path: the dispatcher plans the
+rounds, the master hands each round to a worker as one build, the kernels travel through
+the master and every run is uploaded into the embedded PostgreSQL. A private
+``STACKBENCH_HOME`` keeps the bench's series and database apart from real ones.
+
+Printed per worker count: wall time from hand-over to ``done``, the ideal time (the
+kernels' builds and the rounds' boots packed on N workers, nothing else), and the
+orchestration overhead per boot: (wall - ideal) x N / boots, the worker time each boot
+costs beyond its own (process start, artifact transfer, upload, scheduling, the
+dispatcher's looks; the builds' own overhead included). The same for the rounds alone
+(first round started to last ended, by the master's clock) says what a boot costs once the
+kernels are built. Goals: 4 workers at least 3.2x faster than 1; overhead under 0.5 s
+per boot. Exit status 1 if a goal is missed.
+
+Measured 2026-11-25 on the shared 2-core build host (load 8-10 from other work), branch
+lab3 (kernels kept on the workers between rounds, the master's SQLite without an fsync per
+commit):
+
+    --boot-seconds 4   wall 1/2/4 workers 227.9 / 103.0 / 63.4 s, speed-up 2.21x / 3.60x;
+                       overhead per boot end to end 1.30 / 0.75 / 1.14 s,
+                       rounds only 0.80 / 0.40 / 0.60 s
+
+Ten rounds on four workers take three waves, so 3.38x is the ceiling on a quiet host (the
+1-worker run here was the slowest, by load). Before kernels were kept, every round fetched
+every kernel: 23 s of fetch steps in a 4-worker run, 1-3 s since. bench/README.md says
+where the rest goes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+KERNELS = 4
+BOOTS = 10  # per kernel
+RUNS_PER_BOOT = 4  # the plan's largest boot (jobs.plan.MAX_RUNS_PER_BOOT)
+JOB = "dry-vm"
+SPEEDUP_GOAL = 3.2
+OVERHEAD_GOAL = 0.5
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
+    ap.add_argument("--boot-seconds", type=float, default=4.0, help="what a dry boot takes")
+    args = ap.parse_args()
+    scratch = Path(tempfile.mkdtemp(prefix="stackbench-scale-"))
+    os.environ["STACKBENCH_HOME"] = str(scratch / "home")
+    try:
+        walls = {n: measure(scratch, n, args.boot_seconds) for n in args.workers}
+    finally:
+        if not os.environ.get("STACKBENCH_DATABASE_URL"):
+            from stackbench.resultsdb import db
+            from stackbench.resultsdb.embedded import Cluster, destroy
+
+            db.reset()
+            destroy(Cluster())
+        shutil.rmtree(scratch, ignore_errors=True)
+    ok = True
+    one = walls[1][0] if 1 in walls else None
+    print(f"\n{'workers':>7} {'wall s':>8} {'ideal s':>8} {'speed-up':>9} {'overhead/boot s':>16} "
+          f"{'rounds s':>9} {'rounds overhead/boot s':>23}")  # fmt: skip
+    for n, (wall, span) in walls.items():
+        ideal = ideal_seconds(n, args.boot_seconds)
+        over = (wall - ideal) * n / (KERNELS * BOOTS)
+        boots_ideal = math.ceil(BOOTS / n) * KERNELS * args.boot_seconds
+        over_rounds = (span - boots_ideal) * n / (KERNELS * BOOTS)
+        speed = f"{one / wall:8.2f}x" if one else "        -"
+        print(
+            f"{n:>7} {wall:8.1f} {ideal:8.1f} {speed} {over:16.2f} {span:9.1f} {over_rounds:23.2f}"
+        )
+        ok &= over < OVERHEAD_GOAL
+    if one and 4 in walls:
+        s = one / walls[4][0]
+        verdict = "ok" if s >= SPEEDUP_GOAL else "MISSED"
+        ok &= s >= SPEEDUP_GOAL
+        print(f"speed-up 4 workers over 1: {s:.2f}x (goal >= {SPEEDUP_GOAL}) {verdict}")
+    print(f"overhead per boot, end to end, goal < {OVERHEAD_GOAL} s: {'ok' if ok else 'MISSED'}")
+    return 0 if ok else 1
+
+
+def ideal_seconds(n: int, boot_s: float) -> float:
+    """The kernels' builds, then the rounds, packed on ``n`` workers with nothing between."""
+    return math.ceil(KERNELS / n) * boot_s + math.ceil(BOOTS / n) * KERNELS * boot_s
+
+
+def make_series(eng) -> int:
+    """An applied series of the base and three commits (the dry kernels need no tree)."""
+    from stackbench.resultsdb import db
+    from stackbench.resultsdb.models import Patch, Series
+
+    commits = [f"{i:x}" * 40 for i in range(10, 10 + KERNELS)]
+    with db.session(eng) as s:
+        series = Series(title="scale bench", base_commit=commits[0], state="applied")
+        series.meta = {"jobs": [JOB], "runs": BOOTS * RUNS_PER_BOOT, "adaptive": False}
+        for i, sha in enumerate(commits[1:], 1):
+            series.patches.append(
+                Patch(idx=i, total=KERNELS - 1, subject=f"mm: tweak {i}", commit_sha=sha)
+            )
+        s.add(series)
+        s.flush()
+        return series.id
+
+
+def measure(scratch: Path, n: int, boot_s: float) -> tuple[float, float]:
+    """Seconds from hand-over to ``done`` of one series on ``n`` local workers, and of its
+    rounds (first round started to last round ended, the master's clock)."""
+    from stackbench.jobs import dispatcher_service, lifecycle, services
+    from stackbench.jobs.buildbot import client
+    from stackbench.resultsdb import db, series_store
+
+    eng = db.engine()
+    base = scratch / f"bb-{n}"
+    workers = [
+        {"name": f"w{i}", "kind": "qemu", "cpus": 2, "memory_mb": 1024, "pool": "bench"}
+        for i in range(1, n + 1)
+    ]
+    extra = {"dry_kernel": True, "dry_seconds": boot_s, "jobs": [JOB],
+             "kernel_configs": [{"tree": "linux-6.1", "config": "tiny-guest"}]}  # fmt: skip
+    for var in (
+        "STACKBENCH_BUILDBOT_URL",
+        "STACKBENCH_BUILDBOT_USER",
+        "STACKBENCH_BUILDBOT_PASSWORD",
+    ):
+        os.environ.pop(var, None)  # the previous master's: this one's config must not see them
+    cfg = services.create_master(base / "master", workers, extra=extra)
+    started: list[Path] = []
+    print(f"== {n} worker(s) ==", flush=True)
+    try:
+        services.start_master(base / "master")
+        master = client.embedded_master_at(base / "master")
+        os.environ.update(STACKBENCH_BUILDBOT_URL=master.url,
+                          STACKBENCH_BUILDBOT_USER=master.user,
+                          STACKBENCH_BUILDBOT_PASSWORD=master.password)  # fmt: skip
+        for w in workers:
+            wb = base / w["name"]
+            pw = services.worker_password(base / "master", w["name"])
+            services.create_worker(wb, f"127.0.0.1:{cfg['pb_port']}", w["name"], pw)
+            services.start_worker(wb)
+            started.append(wb)
+        for w in workers:
+            client.wait_for_worker(master, w["name"])
+        print(dispatcher_service.start(), flush=True)
+        sid = make_series(eng)
+        t0 = time.monotonic()
+        lifecycle.hand_over(eng, sid, source="bench", fresh=True)
+        while True:
+            with db.session(eng) as s:
+                row = series_store.get(s, sid)
+                state, error = row.state, row.error
+            if state in ("done", "failed"):
+                break
+            time.sleep(0.2)
+        wall = time.monotonic() - t0
+        if state != "done":
+            raise SystemExit(f"series {sid} {state}: {error}")
+        print(f"series {sid} done in {wall:.1f} s; {rounds_per_worker(master)}", flush=True)
+        return wall, rounds_span(master)
+    finally:
+        print(dispatcher_service.stop())
+        for wb in started:
+            services.stop_worker(wb)
+        services.stop_master(base / "master")
+
+
+def rounds_span(master) -> float:
+    builders = {b["builderid"]: b["name"] for b in master.get("builders")["builders"]}
+    rounds = [b for b in master.get("builds")["builds"] if builders[b["builderid"]] == "bench-qemu"]
+    return max(float(b["complete_at"]) for b in rounds) - min(
+        float(b["started_at"]) for b in rounds
+    )
+
+
+def rounds_per_worker(master) -> str:
+    names = {w["workerid"]: w["name"] for w in master.get("workers")["workers"]}
+    builders = {b["builderid"]: b["name"] for b in master.get("builders")["builders"]}
+    count: dict[str, int] = {}
+    steps: dict[str, float] = {}
+    for b in master.get("builds")["builds"]:
+        if builders[b["builderid"]] != "bench-qemu":
+            continue
+        count[names[b["workerid"]]] = count.get(names[b["workerid"]], 0) + 1
+        for st in master.get(f"builds/{b['buildid']}/steps")["steps"]:
+            if st.get("started_at") and st.get("complete_at"):
+                kind = st["name"].split()[0]
+                secs = float(st["complete_at"]) - float(st["started_at"])
+                steps[kind] = steps.get(kind, 0.0) + secs
+    per = ", ".join(f"{k} {v}" for k, v in sorted(count.items()))
+    where = ", ".join(f"{k} {v:.1f}" for k, v in sorted(steps.items(), key=lambda kv: -kv[1]))
+    return (f"rounds per worker: {per}\n  seconds in round steps: {where}\n"
+            f"  seconds a worker waited between its rounds: {between_rounds(master):.1f}")  # fmt: skip
+
+
+def between_rounds(master) -> float:
+    """The master's scheduling latency: from a worker's round ended to its next started."""
+    builders = {b["builderid"]: b["name"] for b in master.get("builders")["builders"]}
+    by_worker: dict[int, list[tuple[float, float]]] = {}
+    for b in master.get("builds")["builds"]:
+        if builders[b["builderid"]] == "bench-qemu" and b.get("complete_at"):
+            span = (float(b["started_at"]), float(b["complete_at"]))
+            by_worker.setdefault(b["workerid"], []).append(span)
+    gaps = 0.0
+    for spans in by_worker.values():
+        spans.sort()
+        gaps += sum(max(0.0, nxt[0] - prev[1]) for prev, nxt in itertools.pairwise(spans))
+    return gaps
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""The kernels a worker keeps between rounds.
+
+Every round of a series boots the same kernels, and a worker takes several rounds: fetching
+each kernel from the master for every round was a step (and a transfer) per boot, the
+largest part of a dry boot's overhead after the worker's own process. A benchmark build
+keeps its round's kernels in ``kernels/`` of the builder's directory on the worker and
+fetches only those it does not hold; what no longer belongs to the round is deleted, so a
+worker holds one round's kernels at most.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from twisted.internet import defer
+
+KEPT = "kernels"
+
+
+def kept_name(master_basedir: str, artifact: str) -> tuple[str, int] | None:
+    """The name a worker keeps an artifact under and its size; None when the master has no
+    such file (the fetch then fails and says so)."""
+    try:
+        st = (Path(master_basedir) / artifact).stat()
+    except OSError:
+        return None
+    # builder and build number name the kernel on this master; its size and mtime tell a
+    # recreated master's build of the same number apart, and the size a cut-short copy
+    where = "-".join(Path(artifact).parent.parts[-2:])
+    return f"{where}-{st.st_size}-{st.st_mtime_ns}.tar", st.st_size
+
+
+@defer.inlineCallbacks
+def plan_fetches(step: Any, artifacts: list[str]) -> Any:
+    """``(paths, fetches)``: each artifact's path on the step's worker, and the
+    ``(artifact, path)`` pairs to download first. ``step`` is a running step with
+    Buildbot's CompositeStepMixin (its remote glob, stat and rmfile)."""
+    builddir = step.getProperty("builddir")
+    if not builddir:  # not on a worker's builder: fetch every kernel into the workdir
+        paths = [f"kernel-{i}.tar" for i in range(len(artifacts))]
+        return paths, list(zip(artifacts, paths, strict=True))
+    kept_dir = step.worker.path_module.join(builddir, KEPT)
+    paths, fetches, wanted = [], [], set()
+    for i, artifact in enumerate(artifacts):
+        named = kept_name(step.master.basedir, artifact)
+        if named is None:
+            path = step.worker.path_module.join(builddir, "build", f"kernel-{i}.tar")
+            paths.append(path)
+            fetches.append((artifact, path))
+            continue
+        name, size = named
+        path = step.worker.path_module.join(kept_dir, name)
+        paths.append(path)
+        if name in wanted:
+            continue
+        wanted.add(name)
+        st = yield step.runRemoteCommand(
+            "stat",
+            {"file": path, "logEnviron": False},
+            abandonOnFailure=False,
+            evaluateCommand=lambda cmd: None if cmd.didFail() else cmd.updates["stat"][-1],
+        )
+        if not st or st[6] != size:  # absent, or cut short by a worker lost mid-fetch
+            fetches.append((artifact, path))
+    held = yield step.runGlob(step.worker.path_module.join(kept_dir, "*.tar"))
+    for path in held or []:
+        if step.worker.path_module.basename(path) not in wanted:
+            yield step.runRmFile(path, abandonOnFailure=False)
+    return paths, fetches

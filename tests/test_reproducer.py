@@ -1,0 +1,74 @@
+"""The reproducer a report attaches runs without stackbench: taken from the delivered mail,
+run with a bare environment (no stackbench, no venv) against the series' built kernel under
+QEMU, it prints the benchmark's headline metric."""
+
+from __future__ import annotations
+
+import email
+import re
+import subprocess
+from email import policy
+
+import pytest
+from kernelkit import base_kernel
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
+from stackbench.jobs import lifecycle
+from stackbench.mail import config, outbox
+from stackbench.resultsdb import ingest as ig
+from stackbench.resultsdb.models import Patch, Series
+
+pytestmark = pytest.mark.slow
+PARAMS = {"test": "anon-w-seq", "runtime": "5s", "nr_task": 1, "mem_fraction": 0.2}
+
+
+def _series(eng, base: str, top: str) -> int:
+    for commit, name in ((base, "base"), (top, "1/1")):
+        ig.ingest(
+            eng,
+            [
+                ig.RunData(
+                    job=ig.JobSpec("vm-scalability", "anon-w-seq", PARAMS),
+                    kernel=ig.KernelSpec(commit, name=name, config_name="tiny-guest"),
+                    machine=ig.MachineSpec("qemu-tcg", cpus=1, memory_mb=256),
+                    iteration=i,
+                    samples={"vm-scalability.throughput": [100.0 + i]},
+                )
+                for i in range(3)
+            ],
+        )
+    with Session(eng) as s, s.begin():
+        series = Series(title="mm: x", base_commit=base, state="done",
+                        message_id="<c@example.org>", submitter_email="dev@example.org")  # fmt: skip
+        series.patches.append(Patch(idx=1, total=1, subject="mm: x", commit_sha=top))
+        s.add(series)
+        s.flush()
+        s.execute(text("UPDATE kernel_build SET series_id = :s"), {"s": series.id})
+        return series.id
+
+
+def test_the_attached_reproducer_prints_the_headline_metric(eng, monkeypatch, tmp_path):
+    _repo, res = base_kernel(monkeypatch)
+    bzimage = res.artifact_dir / "bzImage"
+    # the built base stands in for the series' top commit: same kernel, as a reader has it
+    sid = _series(eng, "f" * 40, res.commit)
+    monkeypatch.setenv("STACKBENCH_MAIL_LIST", "list@example.org")
+    lifecycle.queue_report(eng, sid)
+    cfg = config.from_env()
+    cfg.dry_run_dir = str(tmp_path / "out")
+    assert len(outbox.deliver(eng, cfg).sent) == 1
+    (eml,) = (tmp_path / "out").glob("*.eml")
+    msg = email.message_from_bytes(eml.read_bytes(), policy=policy.default)
+    (att,) = msg.iter_attachments()
+    script = tmp_path / att.get_filename()
+    script.write_text(att.get_content())
+    out = subprocess.run(
+        ["sh", str(script), str(bzimage)],
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},  # nothing of stackbench
+        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert re.search(r"^vm-scalability\.throughput: [1-9]\d*$", out.stdout, re.MULTILINE), (
+        out.stdout
+    )

@@ -1,0 +1,143 @@
+"""The live verdict treats the round as a block: runs stored with their round and worker
+(as the plan's executors store them) are compared paired by round, so an offset a round's
+boots share (its box, a host-load period) cancels; rounds that miss a kernel pair nothing,
+and with fewer than ``blocks.MIN_ROUNDS`` complete rounds the pair is compared unpaired and
+the table says so."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from stackbench import cli
+from stackbench.resultsdb import blocks, query
+from stackbench.resultsdb import ingest as ig
+from stackbench.resultsdb.tables import verdict as table
+
+pytest_plugins = ["test_web_support"]
+
+JOB = ig.JobSpec("vm-scalability", "anon-w-seq-mt", {"test": "anon-w-seq-mt", "size": "8T"})
+BASE, PATCH = "a" * 40, "b" * 40
+METRIC = "vm-scalability.throughput"
+# four boxes of one kind, each with its own offset: the spread swamps a 3% change unpaired
+BOX_OFFSET = {"w1": 0.04, "w2": -0.04, "w3": 0.02, "w4": -0.03}
+
+
+def _runs(
+    commit: str,
+    level: float,
+    rounds: list[int],
+    *,
+    seed: int,
+    load: dict[int, float] | None = None,
+    with_rounds: bool = True,
+) -> list[ig.RunData]:
+    """Two runs per boot, one boot per round; round r ran on box w(1 + r % 4), whose offset
+    (and the round's host load) every kernel of the round shares."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for rnd in rounds:
+        worker = f"w{1 + rnd % 4}"
+        shared = 1 + BOX_OFFSET[worker] + (load or {}).get(rnd, 0.0)
+        boot = shared * (1 + 0.003 * rng.normal())
+        meta = {"boot_id": f"series-1-r{rnd}-{commit[:12]}"}
+        if with_rounds:
+            meta |= {"boot_round": rnd, "worker": worker, "series": 1}
+        for i in range(2):
+            value = level * boot * (1 + 0.001 * rng.normal())
+            out.append(
+                ig.RunData(
+                    JOB, ig.KernelSpec(commit), ig.MachineSpec("qemu-vm"),
+                    2 * rnd + i, {METRIC: [value]}, meta=dict(meta),
+                )
+            )  # fmt: skip
+    return out
+
+
+def _verdict(eng) -> table.verdict.Verdict:
+    with eng.connect() as conn:
+        ds = query.load(conn, query.kernels_by_id(conn, _build_ids(conn)))
+    ((_job, _kernel, rows),) = table.compare(ds)
+    (v,) = [r[3] for r in rows if r[0] == METRIC]
+    return v
+
+
+def _build_ids(conn) -> list[int]:
+    from sqlalchemy import text
+
+    rows = conn.execute(
+        text("SELECT b.id FROM kernel_build b ORDER BY b.commit = :base DESC, b.id"),
+        {"base": BASE},
+    )
+    return [r[0] for r in rows]
+
+
+def test_box_offsets_cancel_when_the_round_is_the_block(eng):
+    rounds = list(range(1, 7))
+    ig.ingest(eng, _runs(BASE, 100000.0, rounds, seed=1))
+    ig.ingest(eng, _runs(PATCH, 97000.0, rounds, seed=2))  # 3% slower
+    v = _verdict(eng)
+    assert v.test == blocks.PAIRED
+    assert v.label == "worse" and (v.n_base, v.n_new, v.runs_base, v.runs_new) == (6, 6, 12, 12)
+    assert -3.5 < v.change_pct < -2.5
+
+
+def test_without_rounds_the_same_boots_are_compared_unpaired(eng):
+    rounds = list(range(1, 7))
+    ig.ingest(eng, _runs(BASE, 100000.0, rounds, seed=1, with_rounds=False))
+    ig.ingest(eng, _runs(PATCH, 97000.0, rounds, seed=2, with_rounds=False))
+    v = _verdict(eng)
+    # the box spread (about 3.5%) hides the change: more boots wanted
+    assert v.test == "welch" and v.outcome == "undecided" and v.runs_wanted > 6
+
+
+def test_a_host_load_period_on_whole_rounds_makes_no_change(eng):
+    rounds = list(range(1, 9))
+    load = {2: -0.07, 5: -0.05}  # two rounds under load, every kernel of them alike
+    ig.ingest(eng, _runs(BASE, 100000.0, rounds, seed=3, load=load))
+    ig.ingest(eng, _runs(PATCH, 100000.0, rounds, seed=4, load=load))
+    v = _verdict(eng)
+    assert v.test == blocks.PAIRED and v.label == "~"
+
+
+def test_rounds_missing_a_kernel_pair_nothing(eng):
+    # the base ran adaptive rounds 6-8 with another kernel; the patch's boot of round 3 was lost
+    ig.ingest(eng, _runs(BASE, 100000.0, list(range(1, 9)), seed=5))
+    ig.ingest(eng, _runs(PATCH, 97000.0, [1, 2, 4, 5], seed=6))
+    v = _verdict(eng)
+    assert v.test == blocks.PAIRED
+    assert (v.n_base, v.n_new, v.runs_base, v.runs_new) == (4, 4, 8, 8)
+    assert v.label == "worse"
+
+
+def test_under_min_rounds_complete_the_pair_is_unpaired_and_says_so(eng, capsys):
+    # two rounds hold both kernels; the others hold one kernel each
+    ig.ingest(eng, _runs(BASE, 100000.0, [1, 2, 3, 4, 5], seed=7))
+    ig.ingest(eng, _runs(PATCH, 100000.0, [1, 2, 6, 7, 8], seed=8))
+    v = _verdict(eng)
+    assert v.test == "welch, unpaired (2 rounds hold both kernels)"
+    assert (v.n_base, v.n_new) == (5, 5)  # every boot, as without rounds
+    assert cli.main(["compare", "--style", "stackbench", "--all", BASE, PATCH]) == 0
+    out = capsys.readouterr().out
+    assert (
+        f"blocks: 0 of 1 rows paired by round (the block), on 4 boxes (w1, w2, w3, w4); 1 "
+        f"unpaired: fewer than {blocks.MIN_ROUNDS} rounds hold both kernels" in out
+    )
+
+
+def test_compare_and_the_page_say_how_many_boxes_and_whether_blocked(eng, client, capsys):
+    rounds = list(range(1, 7))
+    ig.ingest(eng, _runs(BASE, 100000.0, rounds, seed=1))
+    ig.ingest(eng, _runs(PATCH, 97000.0, rounds, seed=2))
+    assert cli.main(["compare", "--style", "stackbench", BASE, PATCH]) == 0
+    line = "blocks: 1 of 1 rows paired by round (the block), on 4 boxes (w1, w2, w3, w4)"
+    out = capsys.readouterr().out
+    assert line in out and out.startswith("# 4 boxes contributed: w1, w2, w3, w4\n")
+    # every style's first line names the boxes, the LKP table's too
+    assert cli.main(["compare", BASE, PATCH]) == 0
+    assert capsys.readouterr().out.startswith("# 4 boxes contributed: w1, w2, w3, w4\n")
+    from test_compare_machines import _page, _sign_in
+
+    _sign_in(eng, client)
+    _url, page = _page(client, {"k": f"{BASE[:10]} {PATCH[:10]}"})
+    assert '<p id="boxes">4 boxes contributed: w1, w2, w3, w4.</p>' in page
+    assert f'<p id="blocking">Verdicts: {line}.</p>' in page
