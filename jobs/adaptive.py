@@ -24,6 +24,7 @@ from sqlalchemy import Engine
 
 from stackbench.jobs import plan as boot_plan
 from stackbench.resultsdb import db, query, series_store, verdict
+from stackbench.resultsdb.boots import boot_key
 
 # Boots per kernel a series may reach without asking: the verdict's second look. A rank-tested
 # latency cannot decide before 10 boots per side, and under TCG a boot of the three default
@@ -60,6 +61,10 @@ class MoreRounds:
     kernels: list[str]
     subjobs: list[str]
     undecided: list[Undecided] = field(default_factory=list)
+    # boots stored for the series at this look: a later look that finds no more ends the
+    # loop (``have`` may stand still while boots land: a round cut by a lost worker pairs
+    # nothing)
+    stored: int = 0
 
     def reason(self) -> str:
         """One short line for a terminal and the events list: the rounds, and the largest
@@ -107,7 +112,8 @@ def more_rounds(
 ) -> MoreRounds | None:
     """Whether series ``series_id`` needs more rounds now, and of what (None: every headline
     metric of every job is decided, or the undecided ones are at the cap). ``after`` is the
-    previous answer: rounds that added no boot (every boot crashed) end the loop."""
+    previous answer: rounds that added no boot (every boot crashed) end the loop. ``have``
+    counts the rounds the verdict paired; the cap counts the boots a kernel really had."""
     from stackbench.jobs.pipeline import series_kernels
     from stackbench.resultsdb.tables.verdict import compare
 
@@ -127,6 +133,10 @@ def more_rounds(
     if not ds.runs:
         return None
     subjob_of = {r.job_id: str((r.meta or {}).get("subjob") or "") for r in ds.runs.values()}
+    booted: dict[int, set] = {}
+    for r in ds.runs.values():
+        booted.setdefault(r.build_id, set()).add(boot_key(r))
+    stored = sum(len(b) for b in booted.values())
     undecided: list[Undecided] = []
     wanted, have = 0, cap
     doubtful: set[str] = set()
@@ -138,7 +148,7 @@ def more_rounds(
             if not verdict.is_headline(name, m.kind, m.higher_is_better):
                 continue
             boots = min(v.n_base, v.n_new)
-            if boots >= cap:
+            if boots >= cap or len(booted.get(kernel.id, ())) >= cap:
                 continue
             target = min(v.runs_wanted or policy.next_look(boots) or cap, cap)
             if target <= boots or not subjob_of.get(job.id):
@@ -151,7 +161,7 @@ def more_rounds(
                     (v.ci_low_pct, v.ci_high_pct),
                 )
             )  # fmt: skip
-    if not undecided or wanted <= have or (after is not None and have <= after.have):
+    if not undecided or wanted <= have or (after is not None and stored <= after.stored):
         return None
     undecided.sort(key=lambda u: -abs(u.change_pct or 0.0))
     return MoreRounds(
@@ -161,6 +171,7 @@ def more_rounds(
         kernels=[kernels[0].commit, *(k.commit for k in kernels[1:] if k.commit in doubtful)],
         subjobs=sorted({u.subjob for u in undecided}),
         undecided=undecided,
+        stored=stored,
     )
 
 

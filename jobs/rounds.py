@@ -217,7 +217,9 @@ def go_on(eng: Engine, bb: Any, sid: int, meta: dict[str, Any], builds: list[dic
     dispatch.attach_builds(eng, sid)
     after = None
     if d.have is not None:
-        after = adaptive.MoreRounds(boots=0, have=d.have, cap=0, kernels=[], subjobs=[])
+        after = adaptive.MoreRounds(
+            boots=0, have=d.have, cap=0, kernels=[], subjobs=[], stored=d.stored or 0
+        )
     more = adaptive.more_rounds(eng, sid, after=after)
     if more is None:
         return False
@@ -237,13 +239,16 @@ def go_on(eng: Engine, bb: Any, sid: int, meta: dict[str, Any], builds: list[dic
         return False
     # the page's "still running": the short line, and every metric under it
     lifecycle.update_meta(eng, sid, more_rounds=more.reason(), more_rounds_detail=more.details())
-    _submit(eng, bb, sid, d, key, boots, described, more.reason(), have=more.have)
+    _submit(
+        eng, bb, sid, d, key, boots, described, more.reason(), have=more.have,
+        stored=more.stored,
+    )  # fmt: skip
     return True
 
 
 def _submit(eng: Engine, bb: Any, sid: int, d: series_runs_store.Dispatch, key: str,
             boots: list[dict], described: dict[str, Any], why: str,
-            have: int | None = None) -> None:  # fmt: skip
+            have: int | None = None, stored: int | None = None) -> None:  # fmt: skip
     from stackbench.jobs import lifecycle
     from stackbench.resultsdb import quarantine
 
@@ -258,7 +263,7 @@ def _submit(eng: Engine, bb: Any, sid: int, d: series_runs_store.Dispatch, key: 
         attempt = series_runs_store.current(s, sid)
         series_runs_store.add_batch(
             s, attempt, key, described, [int(b["round"]) for b in boots],
-            buildset=bsid, boots=len(boots), have=have, offsets=offsets,
+            buildset=bsid, boots=len(boots), have=have, stored=stored, offsets=offsets,
         )  # fmt: skip
 
     lifecycle.set_state(

@@ -509,7 +509,7 @@ class SeriesAttempt(Base):
 class SeriesBatch(Base):
     """One plan of rounds handed over at once (the first rounds, then each adaptive look):
     its key, buildset, boots, the plan's record, and the counts after it (``have`` rounds
-    looked at, ``offsets``: iterations taken per job)."""
+    looked at, ``stored`` boots the look found, ``offsets``: iterations taken per job)."""
 
     __tablename__ = "series_batch"
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -518,6 +518,7 @@ class SeriesBatch(Base):
     buildset: Mapped[int | None] = mapped_column(Integer)
     boots: Mapped[int] = mapped_column(Integer, default=0)
     have: Mapped[int | None] = mapped_column(Integer)
+    stored: Mapped[int | None] = mapped_column(Integer)
     offsets: Mapped[dict[str, Any]] = _meta()
     plan: Mapped[dict[str, Any]] = _meta()
     created_at: Mapped[datetime] = _now()

@@ -88,11 +88,18 @@ def add_batch(
     buildset: int | None = None,
     boots: int = 0,
     have: int | None = None,
+    stored: int | None = None,
     offsets: dict[str, int] | None = None,
 ) -> SeriesBatch:
     """A batch of ``rounds`` handed over at once, each round planned and on no worker yet."""
     batch = SeriesBatch(
-        key=key, buildset=buildset, boots=boots, have=have, offsets=offsets or {}, plan=plan
+        key=key,
+        buildset=buildset,
+        boots=boots,
+        have=have,
+        stored=stored,
+        offsets=offsets or {},
+        plan=plan,
     )
     attempt.batches.append(batch)
     s.flush()
@@ -150,6 +157,7 @@ class Dispatch:
     benchmarks: int = 0
     batches: int = 0  # batches of rounds handed over so far
     have: int | None = None  # rounds the last adaptive look counted
+    stored: int | None = None  # boots the last adaptive look found
     offsets: dict[str, int] = field(default_factory=dict)
 
 
@@ -173,6 +181,7 @@ def dispatch(s: Session, series_id: int) -> Dispatch | None:
         benchmarks=sum(b.boots for b in row.batches) if row.batches else row.benchmarks,
         batches=len(row.batches),
         have=last.have if last is not None else None,
+        stored=last.stored if last is not None else None,
         offsets=dict(last.offsets) if last is not None else {},
     )
 

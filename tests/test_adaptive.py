@@ -89,6 +89,21 @@ def test_rounds_that_add_no_boot_end_the_loop(eng):
     assert adaptive.more_rounds(eng, sid, after=first) is None
 
 
+def test_rounds_that_store_boots_but_pair_none_go_on_to_the_cap(eng):
+    sid = _series(eng)
+    _measure(eng, sid, "b" * 40, VMS, 3, _noise(5))
+    _measure(eng, sid, "c" * 40, VMS, 3, _noise(6))
+    first = adaptive.more_rounds(eng, sid)
+    assert first is not None and first.have == 3
+    # two rounds cut by a lost worker: the kernel's boots landed, the base's did not, so the
+    # paired look still counts 3 rounds; the loop goes on rather than stopping for good
+    _measure(eng, sid, "c" * 40, VMS, 2, _noise(9), first_round=4)
+    again = adaptive.more_rounds(eng, sid, after=first)
+    assert again is not None and again.have == 3 and again.stored > first.stored
+    # the cap counts the boots a kernel really had, paired or not
+    assert adaptive.more_rounds(eng, sid, cap=5, after=first) is None
+
+
 def test_the_reason_is_kept_for_the_series_page(eng):
     sid = _series(eng)
     _measure(eng, sid, "b" * 40, VMS, 3, _noise(7))

@@ -51,6 +51,7 @@ def upgrade() -> None:
         "buildset integer, "
         "boots integer NOT NULL DEFAULT 0, "
         "have integer, "
+        "stored integer, "
         "offsets jsonb NOT NULL DEFAULT '{}', "
         "plan jsonb NOT NULL DEFAULT '{}', "
         "created_at timestamptz NOT NULL DEFAULT now(), "
