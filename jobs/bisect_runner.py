@@ -41,6 +41,7 @@ from stackbench.resultsdb import (
 )
 from stackbench.resultsdb import ingest as ig
 from stackbench.resultsdb.buildruns import (
+    coarse_clock,
     direction,
     done_boots,
     metric_row,
@@ -190,10 +191,13 @@ class StoredMeasurer:
         job_id: int,
         metric_id: int,
         progress: Progress | None = None,
+        latency: bool = False,
     ) -> None:
         self.eng, self.lab, self.tree = eng, lab, tree
         self.job, self.job_id, self.metric_id = job, job_id, metric_id
         self.progress = progress
+        # a latency timed on a coarse clock moves with the clock, not the kernel
+        self.latency = latency
         self.builds: dict[str, int | None] = {}
         self.boots = 0
         # kernels built by this bisection only (the lab may have built the ends before)
@@ -220,21 +224,22 @@ class StoredMeasurer:
         bid = self.build_id(commit)
         if bid is None:
             return None
+        values = per_boot_values(self.eng, bid, self.job_id, self.metric_id)
         for _attempt in range(2):  # one retry when some runs were lost or failed
-            values = per_boot_values(self.eng, bid, self.job_id, self.metric_id)
             if len(values) >= runs:
-                return values
+                break
             want = runs - len(values)
             self._say(f"run {commit[:12]}: {want} more boot(s) of {self.job}")
             _have, calls = top_up_boots(
                 self.eng, self.lab, self.tree, bid, self.job, self.job_id, runs
             )
             self.boots += calls
-        values = per_boot_values(self.eng, bid, self.job_id, self.metric_id)
-        if len(values) >= runs:
-            return values
-        # the kernel boots but the job does not finish on it: it cannot be judged
-        return None
+            values = per_boot_values(self.eng, bid, self.job_id, self.metric_id)
+        if self.latency and (why := coarse_clock(self.eng, bid, self.job_id)):
+            self._say(f"{commit[:12]}: latencies timed with a {why}: cannot be judged")
+            return None
+        # fewer: the kernel boots but the job does not finish on it, so it cannot be judged
+        return values if len(values) >= runs else None
 
     def built(self) -> int:
         return self.lab.built - self._built_before
@@ -294,8 +299,9 @@ def run_bisect(
             if reg is not None:
                 regressions_store.update(reg, state="bisecting")
     m = _RecordingMeasurer(
-        eng, lab, bid, tree=tree, job=job, job_id=jid, metric_id=met.id, progress=progress
-    )
+        eng, lab, bid, tree=tree, job=job, job_id=jid, metric_id=met.id, progress=progress,
+        latency=met.kind == "latency",
+    )  # fmt: skip
     started = time.monotonic()
     try:
         res = logic.bisect(

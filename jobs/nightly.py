@@ -72,6 +72,7 @@ from stackbench.resultsdb import (
     trees_q,
     trees_store,
 )
+from stackbench.resultsdb.buildruns import coarse_clock
 from stackbench.resultsdb.verdict import (
     DEFAULT,
     Policy,
@@ -79,6 +80,9 @@ from stackbench.resultsdb.verdict import (
     family,
     is_headline,
     judge_many,
+)
+from stackbench.resultsdb.verdict import (
+    coarse_clock as coarse_verdict,
 )
 
 log = logging.getLogger(__name__)
@@ -181,8 +185,15 @@ def judge_job(
             )
             for m in metrics
         }
+        # a latency timed on a coarse clock on either side is never judged (nor a regression)
+        coarse = any(coarse_clock(eng, b, jid) for b in (base_id, head_id))
+        untimed = {n: p for n, p in pairs.items() if coarse and p[3] == "latency"}
+        pairs = {n: p for n, p in pairs.items() if n not in untimed}
         families = {n: family(jid, head_id, is_headline(n, p[3], p[2])) for n, p in pairs.items()}
         out.verdicts = judge_many(pairs, policy, families) if pairs else {}
+        out.verdicts.update(
+            {n: coarse_verdict(n, len(p[0]), len(p[1])) for n, p in untimed.items()}
+        )
         out.metrics = {
             m.name: (m.id, m.higher_is_better) for m in metrics if m.kind not in FOLLOWERS
         }
@@ -192,7 +203,9 @@ def judge_job(
             (
                 v.runs_wanted
                 for n, v in out.verdicts.items()
-                if v.outcome == "undecided" and is_headline(n, pairs[n][3], pairs[n][2])
+                if v.outcome == "undecided"
+                and n in pairs
+                and is_headline(n, pairs[n][3], pairs[n][2])
             ),
             default=0,
         )

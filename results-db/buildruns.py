@@ -71,6 +71,21 @@ def per_boot_values(
     return out
 
 
+def coarse_clock(eng: Engine, build_id: int, job_id: int) -> str:
+    """Why the kernel's latencies in the job cannot be trusted: the first finished run whose
+    guest clock was coarse (jobs/collect.py: clock_state), "" when none was."""
+    with eng.connect() as conn:
+        why = conn.execute(
+            text(
+                "SELECT r.sysstate->'clock'->>'coarse' FROM run r WHERE r.build_id = :b "
+                "AND r.job_id = :j AND r.status = 'done' "
+                "AND coalesce(r.sysstate->'clock'->>'coarse', '') <> '' ORDER BY r.id LIMIT 1"
+            ),
+            {"b": build_id, "j": job_id},
+        ).scalar()
+    return str(why or "")
+
+
 def metrics_of(eng: Engine, build_ids: list[int], job_id: int) -> list[Metric]:
     """Metrics with samples in done runs of the job on every one of the builds."""
     with Session(eng, expire_on_commit=False) as s:
