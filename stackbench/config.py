@@ -88,6 +88,8 @@ VARIABLES: tuple[Var, ...] = (
     Var("STACKBENCH_BB_WORKERS", "", "workers, `name:kind[:cpus:memory_mb]`, comma-separated "
         "(over `workers`)"),
     Var("STACKBENCH_BB_NIGHTLY", "", "the nightly run's time, `HH:MM` (over `nightly`)"),
+    Var("STACKBENCH_BB_NIGHTLY_AA", "", "boots per set of the A/A each night ends with, 0 for none "
+        "(over `nightly_aa`; default 5)"),
     Var("STACKBENCH_BB_ADMINS", "", "master users allowed to force builds, comma-separated"),
     Var("STACKBENCH_BB_SECRETS", "", "the master's secrets file (over `secrets_file`)"),
     Var("STACKBENCH_BB_WORKER_PASSWORD_", "", "`STACKBENCH_BB_WORKER_PASSWORD_<NAME>`: a "

@@ -160,15 +160,30 @@ def test_nightly_builder_runs_stackbench_nightly_on_a_qemu_host(tmp_path):
     cfg = _cfg(tmp_path)
     nightly = next(b for b in builders.make(cfg) if b.name == "nightly")
     assert nightly.workernames == ["q1"] and nightly.locks  # heavy: one per machine
-    assert _render(cfg, "nightly", 0) == ["stackbench", "nightly", "--now"]
+    # every night ends with the machines' A/A (5 boots per set unless configured)
+    assert _render(cfg, "nightly", 0) == ["stackbench", "nightly", "--now", "--aa", "5"]
     argv = _render(cfg, "nightly", 0, branches="linux-6.1:master mm:mm-unstable")
     assert argv == [
         "stackbench",
         *("nightly", "--now", "--branch", "linux-6.1:master", "--branch", "mm:mm-unstable"),
+        *("--aa", "5"),
     ]
     # the real CLI accepts exactly that
     args = build_parser().parse_args(argv[1:])
-    assert (args.now, args.branch) == (True, ["linux-6.1:master", "mm:mm-unstable"])
+    assert (args.now, args.branch, args.aa) == (True, ["linux-6.1:master", "mm:mm-unstable"], 5)
+    cfg.nightly_aa = 0
+    assert _render(cfg, "nightly", 0) == ["stackbench", "nightly", "--now"]
+
+
+@pytest.mark.parametrize(
+    ("value", "message"), [("1", r"0 \(no A/A\) or 2 to 100"), ("x", "integer")]
+)
+def test_a_bad_nightly_aa_is_named(tmp_path, value, message):
+    env = {"STACKBENCH_BB_NIGHTLY_AA": value}
+    with pytest.raises(InputError, match=message):
+        config.load(tmp_path / "none.yaml", env=env)
+    (tmp_path / "sb.yaml").write_text("nightly_aa: 8\n")
+    assert config.load(tmp_path / "sb.yaml", env={}).nightly_aa == 8
 
 
 def test_bisect_builder_flags_match_the_bisect_command(tmp_path):

@@ -84,6 +84,9 @@ class BuildbotConfig:
     machine_kinds: list[str] = field(default_factory=lambda: ["qemu"])
     nightly_hour: int = 2
     nightly_minute: int = 0
+    # boots per set of the A/A the nightly run ends with (0: none): each machine kind's
+    # false-alarm rate, spread and quarantine come from it
+    nightly_aa: int = 5
     users: dict[str, str] = field(default_factory=dict)  # web user -> password
     admins: list[str] = field(default_factory=list)
     # argv prefix of the stackbench command on workers, and the quick-test switches
@@ -200,6 +203,7 @@ _TOP_KEYS = {
     "runs",
     "machine_kinds",
     "nightly",
+    "nightly_aa",
     "users",
     "admins",
     "stackbench",
@@ -272,6 +276,8 @@ def load(path: Path | None = None, env: dict[str, str] | None = None) -> Buildbo
         cfg.machine_kinds = [str(k) for k in raw["machine_kinds"]]
     if "nightly" in raw:
         cfg.nightly_hour, cfg.nightly_minute = parse_time(path, str(raw["nightly"]))
+    if "nightly_aa" in raw:
+        cfg.nightly_aa = _aa(path, raw["nightly_aa"])
     if "admins" in raw:
         cfg.admins = [str(a) for a in raw["admins"]]
     if "stackbench" in raw:
@@ -286,6 +292,13 @@ def load(path: Path | None = None, env: dict[str, str] | None = None) -> Buildbo
     _apply_secrets(cfg, raw, env, path, users)
     _check(cfg, path)
     return cfg
+
+
+def _aa(path: Path, value: Any) -> int:
+    n = _int(path, "nightly_aa", value, 0)
+    if n == 1 or n > 100:
+        raise InputError(path, f"nightly_aa must be 0 (no A/A) or 2 to 100 boots, got {n}")
+    return n
 
 
 def _apply_env(cfg: BuildbotConfig, env: dict[str, str], path: Path) -> None:
@@ -308,6 +321,8 @@ def _apply_env(cfg: BuildbotConfig, env: dict[str, str], path: Path) -> None:
         cfg.workers = [parse_worker(path, w) for w in get("STACKBENCH_BB_WORKERS").split(",") if w]
     if get("STACKBENCH_BB_NIGHTLY"):
         cfg.nightly_hour, cfg.nightly_minute = parse_time(path, get("STACKBENCH_BB_NIGHTLY"))
+    if get("STACKBENCH_BB_NIGHTLY_AA"):
+        cfg.nightly_aa = _aa(path, get("STACKBENCH_BB_NIGHTLY_AA"))
     if get("STACKBENCH_BB_ADMINS"):
         cfg.admins = [a for a in get("STACKBENCH_BB_ADMINS").split(",") if a]
 

@@ -418,6 +418,9 @@ def worker_command(
             argv += ["--now"]
             for branch in split_list(p("branches")):
                 argv += ["--branch", branch]
+            if cfg.nightly_aa:
+                # the night ends with each machine kind's A/A: its noise and quarantine
+                argv += ["--aa", str(cfg.nightly_aa)]
         if cfg.dry_kernel and what in ("build", "bench", "baremetal"):
             argv += ["--dry-kernel"]
             if cfg.dry_seconds:
