@@ -84,18 +84,23 @@ def _names(master) -> tuple[dict[int, str], dict[int, str]]:
     return workers, builders
 
 
-def _running_round(master, eng):
-    """A round build still running that has stored its first boot's runs."""
+def _running_round(master, eng, per_boot: int = 1):
+    """A round build still running that has stored its first boot's runs, all ``per_boot``
+    of them: a worker killed between two uploads of one boot leaves it half stored, and the
+    retry rightly boots it again."""
     _workers, builders = _names(master)
     for b in master.get("builds?complete=false")["builds"]:
         if builders[b["builderid"]] != "bench-qemu":
             continue
         with eng.connect() as conn:
             stored = conn.execute(
-                text("SELECT count(*) FROM run WHERE meta->>'buildbot_build' = :b"),
+                text(
+                    "SELECT count(*) FROM run WHERE meta->>'buildbot_build' = :b "
+                    "AND status = 'done'"
+                ),
                 {"b": str(b["buildid"])},
             ).scalar()
-        if stored:
+        if stored >= per_boot:
             return b
     return None
 
@@ -114,7 +119,9 @@ def test_rounds_spread_over_the_lab_and_survive_a_lost_worker(eng, lab):
     sid = make_series(eng)
     lifecycle.hand_over(eng, sid, source="test", fresh=True)
 
-    victim_build = wait_for("a round in progress", lambda: _running_round(master, eng), timeout=240)
+    victim_build = wait_for(
+        "a round in progress", lambda: _running_round(master, eng, RUNS // ROUNDS), timeout=240
+    )
     workers, builders = _names(master)
     victim = workers[victim_build["workerid"]]
     # rounds run at once on several workers
