@@ -29,7 +29,7 @@ from stackbench.patches import inbox as pi
 from stackbench.resultsdb import db
 from stackbench.resultsdb.models import ListMessage, ListThread, MailList, Series
 
-pytest_plugins = ["test_web_support"]
+pytest_plugins = ["test_web_support", "test_lifecycle_support"]
 
 
 @pytest.fixture
@@ -264,3 +264,32 @@ def test_a_series_cross_posted_to_two_lists_is_one_series(eng, tmp_path):
     assert made[0] == made[1] and len(made[0]) == 1
     with db.session(eng) as s:
         assert s.execute(select(func.count()).select_from(Series)).scalar_one() == 1
+
+
+def test_a_series_without_base_commit_is_applied_on_the_trees_base(eng, archive, tree):
+    """No ``base-commit:`` in the mails: the series is keyed and applied (real git am) on
+    the tree's configured base."""
+    from test_lifecycle_support import git
+
+    from stackbench.jobs import pipeline
+
+    repo, work, base = tree
+    out = archive.dir.parent / "mails"
+    git(work, "format-patch", "-q", "--cover-letter", "--thread=shallow", f"--to={LIST}",
+        "-o", str(out), f"{base}..HEAD")  # fmt: skip
+    for f in sorted(out.glob("*.patch")):
+        assert b"base-commit:" not in f.read_bytes()
+        archive.deliver(f.read_bytes())
+    lst = list_def(str(archive.dir), tree="tiny")
+    (sid,) = list_watch.fetch(eng, lst, own_sender=ROBOT).series
+    with db.session(eng) as s:
+        x = s.get(Series, sid)
+        assert (x.base_ref, x.base_commit) == ("v0", None)  # tiny.yaml's default_base
+    kernels = pipeline.apply_only(eng, sid)
+    assert kernels is not None and kernels[0][0] == base
+    with db.session(eng) as s:
+        x = s.get(Series, sid)
+        assert (x.state, x.base_commit) == ("applied", base)
+        shas = [p.commit_sha for p in sorted(x.patches, key=lambda p: p.idx)]
+    assert all(shas) and [k for k, _ in kernels[1:]] == shas
+    assert git(repo, "rev-parse", f"{shas[-1]}^{{tree}}") == git(work, "rev-parse", "HEAD^{tree}")

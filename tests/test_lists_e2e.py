@@ -1,61 +1,112 @@
-"""From the list to the verdict and back, with the services up: a series posted to a real
-public-inbox archive (served by public-inbox-httpd) is read by the list watcher service,
-run by the dispatcher on a Buildbot master with a dry-kernel worker, and its report, sent
-over SMTP into the same archive, is read back threaded under the cover letter; the
-watcher then makes nothing of it."""
+"""From the list to the verdict and back, with the services up, in one run: a list's traffic
+(a v1 series, its v2, an fs/-only series, an unrelated thread, a reply to the cover, a copy
+of a v1 patch, a malformed mail and a real list mail), posted to a real public-inbox archive
+served by public-inbox-httpd, is read by the list watcher service; the two mm series are
+applied with git am, run by the dispatcher on a Buildbot master with a dry-kernel worker,
+and each report, sent over SMTP into the same archive, is read back threaded under its own
+cover letter; the watcher then makes nothing of the replies, and a further fetch reads
+nothing new."""
 
 from __future__ import annotations
 
 import email
+import gzip
 import socket
-import time
 import urllib.request
 from email import policy
+from pathlib import Path
 
 import pytest
 import yaml
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 pytest.importorskip("buildbot")
 pytest.importorskip("buildbot_worker")
 
 from aiosmtpd.controller import Controller  # noqa: E402
-from listmail import IntoInbox  # noqa: E402
+from listmail import LIST, MALFORMED, ROBOT, SEED, UNRELATED, IntoInbox  # noqa: E402
 from pubinbox import Inbox  # noqa: E402
 from test_lifecycle_buildbot import JOB, RUNS  # noqa: E402
 from test_lifecycle_buildbot import stack as stack  # noqa: E402 - the services' fixture
 from test_lifecycle_support import finished, git, wait_for  # noqa: E402
 
-from stackbench.jobs import dispatcher_service  # noqa: E402
+from stackbench.jobs import dispatcher_service, list_watch  # noqa: E402
+from stackbench.kernels.lists import clean_list  # noqa: E402
 from stackbench.mail import config, outbox  # noqa: E402
 from stackbench.resultsdb import db  # noqa: E402
-from stackbench.resultsdb.models import ListMessage, Series  # noqa: E402
+from stackbench.resultsdb.models import ListMessage, ListThread, MailOutbox, Series  # noqa: E402
 
 pytest_plugins = ["test_lifecycle_support"]
-LIST = "tiny-mm@lists.example.org"
-ROBOT = "stackbench <robot@stackbench.example.org>"
+TITLE = "mm/compaction: two steps"
 
 
-def test_a_posted_series_is_run_and_answered_in_its_thread(eng, tree, stack, tmp_path, monkeypatch):  # noqa: F811
-    _repo, work, base = tree
+def posted(work: Path, out: Path, rng: str, *opts: str) -> list[bytes]:
+    """The commits of ``rng`` as their author posts them: git format-patch to the list,
+    the cover letter's subject and blurb filled in by hand as people do."""
+    git(work, "format-patch", "-q", "--thread=shallow", f"--to={LIST}", "-o", str(out),
+        *opts, rng)  # fmt: skip
+    mails = []
+    for f in sorted(out.glob("*.patch")):
+        text = f.read_text().replace("*** SUBJECT HERE ***", TITLE)
+        mails.append(text.replace("*** BLURB HERE ***", "Two steps for compaction.").encode())
+    return mails
+
+
+def commit(work: Path, path: str, line: str, message: str) -> None:
+    f = work / path
+    f.parent.mkdir(exist_ok=True)
+    with open(f, "a") as fh:
+        fh.write(line)
+    git(work, "add", path)
+    git(work, "commit", "-q", "-m", message)
+
+
+def list_traffic(work: Path, base: str, tmp: Path) -> dict[str, list[bytes]]:
+    """Every kind of mail the watcher must sort, made from the tiny tree: v1 is the clone's
+    two mm patches; v2 the same two steps reworked; fs is one patch touching fs/ only."""
+    v1 = posted(work, tmp / "v1", f"{base}..main", "--cover-letter", f"--base={base}")
+    git(work, "checkout", "-q", "-b", "v2", base)
+    commit(work, "mm/compaction.c", "int step1;\n", "mm/compaction: step 1\n\nBecause 1, v2.")
+    commit(work, "mm/compaction.c", "long step2;\n", "mm/compaction: step 2\n\nBecause 2, v2.")
+    v2 = posted(work, tmp / "v2", f"{base}..v2", "--cover-letter", f"--base={base}", "-v2")
+    # git names a cover letter by the second it was made: v1's and v2's can share one
+    v2 = [m.replace(b"<cover.", b"<cover-v2.") for m in v2]
+    git(work, "checkout", "-q", "-b", "fs", base)
+    commit(work, "fs/namei.c", "/* the */\n", "fs: spell a comment right")
+    fs = posted(work, tmp / "fs", f"{base}..fs", f"--base={base}")
+    git(work, "checkout", "-q", "main")
+    cover = email.message_from_bytes(v1[0], policy=policy.default)
+    reply = (
+        f"From: Reviewer <reviewer@example.org>\nTo: {LIST}\n"
+        f"Subject: Re: {cover['Subject']}\nMessage-ID: <review@example.org>\n"
+        f"In-Reply-To: {cover['Message-ID']}\nReferences: {cover['Message-ID']}\n\n"
+        "Have you measured it?\n"
+    ).encode()
+    return {"v1": v1, "v2": v2, "fs": fs, "reply": [reply]}
+
+
+def test_the_lists_traffic_is_run_and_answered_in_its_threads(
+    eng, tree, stack, tmp_path, monkeypatch
+):
+    repo, work, base = tree
     box = Inbox(tmp_path / "pi", LIST)
     url = box.serve()
-    out = tmp_path / "mails"
-    git(work, "format-patch", "-q", "--cover-letter", "--thread=shallow", f"--base={base}",
-        f"--to={LIST}", "-o", str(out), f"{base}..HEAD")  # fmt: skip
-    for f in sorted(out.glob("*.patch")):
-        box.deliver(f.read_bytes())
-    box.deliver(
-        f"From: a <a@example.org>\nTo: {LIST}\nSubject: a question\n"
-        "Message-ID: <q@example.org>\n\nNo patch here.\n".encode()
-    )
+    mails = list_traffic(work, base, tmp_path)
+    for raw in [*mails["v1"], *mails["reply"], *mails["fs"], UNRELATED, MALFORMED]:
+        box.deliver(raw)
+    if SEED.exists():
+        box.deliver(SEED.read_bytes())
+    for raw in mails["v2"]:
+        box.deliver(raw)
+    box.import_again(mails["v1"][1])  # v1's 1/2 once more, same Message-ID
     folder = tmp_path / "lists"
     folder.mkdir()
-    (folder / "tiny-mm.yaml").write_text(yaml.safe_dump({
+    data = {
         "name": "tiny-mm", "archive": url, "tree": "tiny", "interval": 1,
         "filters": {"to": [LIST], "paths": ["mm/"]}, "jobs": [JOB], "runs": RUNS,
         "reports": {"to": [LIST]},
-    }))  # fmt: skip
+    }  # fmt: skip
+    (folder / "tiny-mm.yaml").write_text(yaml.safe_dump(data))
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -66,51 +117,98 @@ def test_a_posted_series_is_run_and_answered_in_its_thread(eng, tree, stack, tmp
         "STACKBENCH_SMTP_PORT": str(port),
     }.items():
         monkeypatch.setenv(k, v)  # fmt: skip
-    ctl = Controller(IntoInbox(box), hostname="127.0.0.1", port=port)
+    handler = IntoInbox(box)
+    ctl = Controller(handler, hostname="127.0.0.1", port=port)
     ctl.start()
     print(dispatcher_service.start_lists())
-    try:
 
-        def one_series():
-            with db.session(eng) as s:
-                return s.execute(select(Series.id)).scalars().all()
-
-        (sid,) = wait_for("the watcher to make the series", one_series, timeout=60)
-        x = wait_for(f"series {sid} to finish", lambda: finished(eng, sid), timeout=300, every=1)
-        assert x.state == "done", (x.state, x.error)
-        assert x.base_commit == base and len(x.patches) == 2
-        assert all(p.commit_sha for p in x.patches)
-        sent = outbox.deliver(eng, config.from_env())
-        assert len(sent.sent) == 1, sent
+    def all_series() -> list[int]:
         with db.session(eng) as s:
-            cover = s.get(Series, sid).message_id
-            from stackbench.resultsdb.models import MailOutbox
+            return s.execute(select(Series.id).order_by(Series.version)).scalars().all()
 
-            mail_id = s.execute(select(MailOutbox.message_id)).scalar_one()
-        with urllib.request.urlopen(f"{url}/{mail_id.strip('<>')}/raw", timeout=30) as r:
-            reply = email.message_from_bytes(r.read(), policy=policy.default)
-        assert reply["In-Reply-To"] == cover and cover in reply["References"]
-        assert str(reply["Subject"]).startswith("Re: [PATCH 0/2]")
-        assert str(reply["To"]) == LIST  # the list only: not the author
-        # the dry worker's runs are no real vm-scalability case: the report goes without a
-        # reproducer (tests/test_reproducer.py runs one against a real kernel)
-        assert list(reply.iter_attachments()) == []
+    try:
+        wait_for("the watcher to make the series", lambda: len(all_series()) >= 2, timeout=60)
+        v1, v2 = all_series()  # exactly two: v1 and v2, none of the rest
+        heads = {v1: "main", v2: "v2"}
+        covers = {}
+        for sid in (v1, v2):
+            x = wait_for(f"series {sid} to finish", lambda s=sid: finished(eng, s), timeout=300)
+            assert x.state == "done", (sid, x.state, x.error)
+            assert x.base_commit == base and len(x.patches) == 2
+            assert all(p.commit_sha and p.state == "applied" for p in x.patches)
+            # git am made the very trees the author posted, on the base named in the mail
+            top = sorted(x.patches, key=lambda p: p.idx)[-1].commit_sha
+            assert git(repo, "rev-parse", f"{top}^{{tree}}") == git(
+                work, "rev-parse", f"{heads[sid]}^{{tree}}"
+            )
+            assert git(repo, "merge-base", "--is-ancestor", base, top) == ""
+            covers[sid] = x.message_id
+        with db.session(eng) as s:
+            assert s.get(Series, v2).meta["previous_version"] == v1
+        sent = outbox.deliver(eng, config.from_env())
+        assert len(sent.sent) == 2, sent
+        # nothing else was answered: two mails, each to the list alone
+        assert handler.rcpts == [[LIST], [LIST]]
+        with db.session(eng) as s:
+            assert s.execute(select(func.count()).select_from(MailOutbox)).scalar_one() == 2
+            reply_of = {
+                sid: s.get(MailOutbox, s.get(Series, sid).meta["report_mail"]["id"]).message_id
+                for sid in (v1, v2)
+            }
+        for sid, tag in ((v1, "PATCH"), (v2, "PATCH v2")):
+            with urllib.request.urlopen(f"{url}/{reply_of[sid].strip('<>')}/raw", timeout=30) as r:
+                reply = email.message_from_bytes(r.read(), policy=policy.default)
+            assert reply["In-Reply-To"] == covers[sid] and covers[sid] in reply["References"]
+            # the dry worker's metric is no headline: never a regression subject
+            assert str(reply["Subject"]) == f"Re: [{tag} 0/2] {TITLE}"
+            assert str(reply["To"]) == LIST
+        for sid, other in ((v1, v2), (v2, v1)):
+            # the archive's own view of the cover's thread, as a list reader gets it
+            thread = f"{url}/{covers[sid].strip('<>')}/t.mbox.gz"
+            with urllib.request.urlopen(thread, timeout=30) as r:
+                mbox = gzip.decompress(r.read()).decode(errors="replace")
+            assert reply_of[sid] in mbox and covers[sid] in mbox
+            assert reply_of[other] not in mbox
 
-        def reply_read():
+        def replies_read():
             with db.session(eng) as s:
-                return s.execute(
-                    select(ListMessage.reason).where(ListMessage.message_id == mail_id)
-                ).scalar()
+                return (
+                    s.execute(
+                        select(ListMessage.reason).where(
+                            ListMessage.message_id.in_(reply_of.values())
+                        )
+                    )
+                    .scalars()
+                    .all()
+                )
 
-        assert wait_for("the watcher to read the reply", reply_read, timeout=60) == (
-            "stackbench's own mail"
-        )
-        time.sleep(2)  # another round of the watcher: still one series
-        assert one_series() == [sid]
+        wait_for("the watcher to read both replies", lambda: len(replies_read()) == 2)
+        assert set(replies_read()) == {"stackbench's own mail"}
     finally:
         print(dispatcher_service.stop_lists())
         ctl.stop()
-        box.stop()
         log = dispatcher_service.logfile("lists")
         if log.exists():
             print(log.read_text()[-3000:])
+    try:
+        # the service is stopped: a further fetch reads nothing new and makes nothing
+        again = list_watch.fetch(eng, clean_list(data, Path("tiny-mm.yaml")))
+        assert (again.error, again.read, again.series) == ("", 0, [])
+    finally:
+        box.stop()
+    assert all_series() == [v1, v2]
+    with db.session(eng) as s:
+        kinds = dict(
+            s.execute(select(ListMessage.kind, func.count()).group_by(ListMessage.kind)).all()
+        )
+        reasons = dict(s.execute(select(ListMessage.message_id, ListMessage.reason)).all())
+        threads = sorted(s.execute(select(ListThread.title, ListThread.state)).all())
+    # v1 and v2: a cover and 2 patches each; the fs/ patch; its copy of 1/2 stored once
+    skipped = 5 + SEED.exists()  # reply, question, malformed, the 2 replies, the seed
+    assert kinds == {"cover": 2, "patch": 5, "skipped": skipped}, kinds
+    assert reasons["<review@example.org>"] == "a reply in a thread"
+    assert reasons["<question@example.org>"] == "not a patch (no [PATCH] tag)"
+    assert reasons["<hostile@example.org>"].startswith("malformed:")
+    assert threads == [
+        ("fs: spell a comment right", "filtered"), (TITLE, "series"), (TITLE, "series")
+    ]  # fmt: skip

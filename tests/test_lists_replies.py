@@ -23,7 +23,7 @@ from stackbench.jobs import list_watch
 from stackbench.resultsdb import db
 from stackbench.resultsdb.models import ListMessage, MailList, Series
 
-pytest_plugins = ["test_web_support"]
+pytest_plugins = ["test_web_support", "test_lifecycle_support"]
 
 
 @pytest.fixture
@@ -224,3 +224,78 @@ def test_a_list_declared_in_the_admin_is_watched(eng, archive, client):
     assert [x.enabled for x in list_watch.declared(eng) if x.name == "admin-mm"] == [False]
     client.post(f"/admin/lists/{lid}/delete", data={"csrf_token": csrf_of(client, "/admin/")})
     assert [x for x in list_watch.declared(eng) if x.name == "admin-mm"] == []
+
+
+def test_cc_author_puts_the_author_in_the_replys_recipients(eng, archive, monkeypatch):
+    import socket
+
+    from aiosmtpd.controller import Controller
+
+    from stackbench.jobs import lifecycle
+    from stackbench.mail import config, outbox
+    from stackbench.resultsdb.models import MailOutbox
+
+    author = "demo@stackbench.invalid"  # the From of the demo stack's mails
+    for raw in demo_mails():
+        archive.deliver(raw)
+    lst = list_def(str(archive.dir), reports={"to": [LIST], "cc_author": True})
+    (sid,) = list_watch.fetch(eng, lst, own_sender=ROBOT).series
+    steady = [100, 101, 99, 100, 100]
+    finish(eng, sid, [steady] * 4)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    handler = IntoInbox(archive)
+    ctl = Controller(handler, hostname="127.0.0.1", port=port)
+    ctl.start()
+    try:
+        monkeypatch.setenv("STACKBENCH_SMTP_HOST", "127.0.0.1")
+        monkeypatch.setenv("STACKBENCH_SMTP_PORT", str(port))
+        monkeypatch.setenv("STACKBENCH_MAIL_FROM", ROBOT)
+        assert lifecycle.queue_report(eng, sid).endswith(f"queued to {LIST}, {author}")
+        assert len(outbox.deliver(eng, config.from_env()).sent) == 1
+    finally:
+        ctl.stop()
+    assert handler.rcpts == [[LIST, author]]
+    with db.session(eng) as s:
+        mail = s.execute(select(MailOutbox)).scalar_one()
+        assert mail.to_addrs == [LIST, author]
+        assert mail.headers["in_reply_to"] == s.get(Series, sid).message_id
+
+
+def test_a_list_series_that_does_not_apply_is_apply_failed_on_its_page(eng, archive, tree, client):
+    """The author's patch was made on a tree that moved on from the base: real git am
+    refuses it, its page shows git's words, and no reply goes out (the list did not ask)."""
+    import html
+
+    from test_lifecycle_support import git
+
+    from stackbench.jobs import lifecycle, pipeline
+    from stackbench.resultsdb.models import MailOutbox
+
+    _repo, work, base = tree
+    git(work, "checkout", "-q", "-b", "elsewhere", base)
+    (work / "mm" / "compaction.c").write_text("int elsewhere;\n")
+    git(work, "commit", "-q", "-am", "mm/compaction: a change never posted")
+    with open(work / "mm" / "compaction.c", "a") as fh:
+        fh.write("int step3;\n")
+    git(work, "commit", "-q", "-am", "mm/compaction: step 3\n\nBecause 3.")
+    out = archive.dir.parent / "mails"
+    git(work, "format-patch", "-q", f"--to={LIST}", "-o", str(out), "-1")
+    (mail,) = out.glob("*.patch")
+    archive.deliver(mail.read_bytes())
+    lst = list_def(str(archive.dir), tree="tiny")
+    (sid,) = list_watch.fetch(eng, lst, own_sender=ROBOT).series
+    # what the dispatcher does with a new series: apply it, then the short reply if asked
+    assert pipeline.apply_only(eng, sid) is None
+    assert lifecycle.report_apply_failed(eng, sid) is None
+    with db.session(eng) as s:
+        x = s.get(Series, sid)
+        (patch,) = x.patches
+        assert (x.state, x.base_commit, patch.state) == ("apply-failed", base, "apply-failed")
+        assert patch.commit_sha is None
+        assert "patch does not apply" in patch.error, patch.error
+        assert s.execute(select(func.count()).select_from(MailOutbox)).scalar_one() == 0
+    page = html.unescape(client.get(f"/series/{sid}").get_data(as_text=True))
+    assert "apply-failed" in page
+    assert "mm/compaction.c: patch does not apply" in page
