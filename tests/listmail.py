@@ -5,8 +5,10 @@ real public-inbox archive, and what the watcher stored."""
 from __future__ import annotations
 
 import re
+import socket
 from pathlib import Path
 
+from aiosmtpd.controller import Controller
 from conftest import SHARED
 from pubinbox import Inbox
 from sqlalchemy import func, select
@@ -210,3 +212,17 @@ class IntoInbox:
         self.rcpts.append(list(envelope.rcpt_tos))
         self.box.deliver(envelope.content)
         return "250 OK"
+
+
+def smtp_into(box: Inbox, monkeypatch) -> tuple[IntoInbox, Controller]:
+    """An SMTP server on a free local port, started, that delivers into ``box``, with
+    stackbench's SMTP settings pointed at it; the caller stops the controller."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("STACKBENCH_SMTP_HOST", "127.0.0.1")
+    monkeypatch.setenv("STACKBENCH_SMTP_PORT", str(port))
+    handler = IntoInbox(box)
+    ctl = Controller(handler, hostname="127.0.0.1", port=port)
+    ctl.start()
+    return handler, ctl

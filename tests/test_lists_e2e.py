@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import email
 import gzip
-import socket
 import urllib.request
 from email import policy
 from pathlib import Path
@@ -23,8 +22,7 @@ from sqlalchemy import func, select
 pytest.importorskip("buildbot")
 pytest.importorskip("buildbot_worker")
 
-from aiosmtpd.controller import Controller  # noqa: E402
-from listmail import LIST, MALFORMED, ROBOT, SEED, UNRELATED, IntoInbox  # noqa: E402
+from listmail import LIST, MALFORMED, ROBOT, SEED, UNRELATED, smtp_into  # noqa: E402
 from pubinbox import Inbox  # noqa: E402
 from test_lifecycle_buildbot import JOB, RUNS  # noqa: E402
 from test_lifecycle_buildbot import stack as stack  # noqa: E402 - the services' fixture
@@ -107,19 +105,9 @@ def test_the_lists_traffic_is_run_and_answered_in_its_threads(
         "reports": {"to": [LIST]},
     }  # fmt: skip
     (folder / "tiny-mm.yaml").write_text(yaml.safe_dump(data))
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    for k, v in {
-        "STACKBENCH_LISTS": str(folder),
-        "STACKBENCH_MAIL_FROM": ROBOT,
-        "STACKBENCH_SMTP_HOST": "127.0.0.1",
-        "STACKBENCH_SMTP_PORT": str(port),
-    }.items():
-        monkeypatch.setenv(k, v)  # fmt: skip
-    handler = IntoInbox(box)
-    ctl = Controller(handler, hostname="127.0.0.1", port=port)
-    ctl.start()
+    monkeypatch.setenv("STACKBENCH_LISTS", str(folder))
+    monkeypatch.setenv("STACKBENCH_MAIL_FROM", ROBOT)
+    handler, ctl = smtp_into(box, monkeypatch)
     print(dispatcher_service.start_lists())
 
     def all_series() -> list[int]:

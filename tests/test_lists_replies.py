@@ -9,11 +9,11 @@ import pytest
 from listmail import (
     LIST,
     ROBOT,
-    IntoInbox,
     demo_mails,
     finish,
     list_def,
     partial_series,
+    smtp_into,
     traffic,
 )
 from pubinbox import Inbox
@@ -35,11 +35,8 @@ def archive(tmp_path):
 
 def test_the_report_is_a_reply_in_the_lists_thread(eng, archive, monkeypatch):
     import email
-    import socket
     import urllib.request
     from email import policy
-
-    from aiosmtpd.controller import Controller
 
     from stackbench.jobs import lifecycle
     from stackbench.mail import config, outbox
@@ -53,15 +50,8 @@ def test_the_report_is_a_reply_in_the_lists_thread(eng, archive, monkeypatch):
     finish(eng, v1, [steady, steady, steady, steady])
     shas = finish(eng, v2, [steady, steady, steady, slow])
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    handler = IntoInbox(archive)
-    ctl = Controller(handler, hostname="127.0.0.1", port=port)
-    ctl.start()
+    handler, ctl = smtp_into(archive, monkeypatch)
     try:
-        monkeypatch.setenv("STACKBENCH_SMTP_HOST", "127.0.0.1")
-        monkeypatch.setenv("STACKBENCH_SMTP_PORT", str(port))
         monkeypatch.setenv("STACKBENCH_MAIL_FROM", ROBOT)
         monkeypatch.setenv("STACKBENCH_PUBLIC_URL", "https://bench.example.org")
         for sid in (v1, v2):
@@ -227,9 +217,6 @@ def test_a_list_declared_in_the_admin_is_watched(eng, archive, client):
 
 
 def test_cc_author_puts_the_author_in_the_replys_recipients(eng, archive, monkeypatch):
-    import socket
-
-    from aiosmtpd.controller import Controller
 
     from stackbench.jobs import lifecycle
     from stackbench.mail import config, outbox
@@ -242,15 +229,8 @@ def test_cc_author_puts_the_author_in_the_replys_recipients(eng, archive, monkey
     (sid,) = list_watch.fetch(eng, lst, own_sender=ROBOT).series
     steady = [100, 101, 99, 100, 100]
     finish(eng, sid, [steady] * 4)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    handler = IntoInbox(archive)
-    ctl = Controller(handler, hostname="127.0.0.1", port=port)
-    ctl.start()
+    handler, ctl = smtp_into(archive, monkeypatch)
     try:
-        monkeypatch.setenv("STACKBENCH_SMTP_HOST", "127.0.0.1")
-        monkeypatch.setenv("STACKBENCH_SMTP_PORT", str(port))
         monkeypatch.setenv("STACKBENCH_MAIL_FROM", ROBOT)
         assert lifecycle.queue_report(eng, sid).endswith(f"queued to {LIST}, {author}")
         assert len(outbox.deliver(eng, config.from_env()).sent) == 1
