@@ -10,6 +10,7 @@ from email import policy
 
 import pytest
 from aiosmtpd.controller import Controller
+from listmail import runs
 from sqlalchemy import text
 
 from stackbench import cli
@@ -60,19 +61,6 @@ def _cfg(port: int) -> MailConfig:
     )
 
 
-def _runs(commit: str, name: str, values):
-    return [
-        ig.RunData(
-            job=ig.JobSpec("vm-scalability", "anon-w-seq", {"test": "anon-w-seq"}),
-            kernel=ig.KernelSpec(commit, name=name),
-            machine=ig.MachineSpec("qemu-2cpu"),
-            iteration=i,
-            samples={"vm-scalability.throughput": [v]},
-        )
-        for i, v in enumerate(values)
-    ]
-
-
 HOSTILE = "mm: <script>alert(1)</script>\r\nBcc: victim@example.com"
 
 
@@ -86,8 +74,8 @@ def _series(eng, submitter_email: str = "dev@example.com") -> int:
         owner = accounts.create_user(s, "dev", password="pw-dev-123", email="dev@example.com")
         owner_id = owner.id
     base, c1 = "b" * 40, "c" * 40
-    ig.ingest(eng, _runs(base, "base", [100, 101, 99, 100, 100]))
-    ig.ingest(eng, _runs(c1, "1/1", [70, 71, 69, 70, 70]))
+    ig.ingest(eng, runs(base, "base", [100, 101, 99, 100, 100]))
+    ig.ingest(eng, runs(c1, "1/1", [70, 71, 69, 70, 70]))
     with Session(eng) as s, s.begin():
         series = Series(
             title=HOSTILE,
