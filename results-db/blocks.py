@@ -1,8 +1,9 @@
 """Boxes (or rounds) as blocks: a pooled lab's box offsets taken out of a comparison.
 
-The live comparison (:mod:`stackbench.resultsdb.tables.verdict`) pairs each kernel with the
-base by round (:func:`complete_rounds`, :func:`round_of`); ``bench/verdict_sim.py``'s lab
-cell measures both that and the design of every kernel of the rounds at once.
+The live comparison (:mod:`stackbench.resultsdb.tables.verdict`) judges each kernel against
+the base in the block design of its rounds (:func:`by_round`, :func:`design`,
+:func:`live_sides`); ``bench/verdict_sim.py``'s lab cell measures that rule with the same
+functions, beside the pair alone and the boots unblocked.
 
 When boxes of one machine kind are pooled, each round (every kernel of the comparison booted
 once) runs whole on one box, so the box's offset falls on every kernel of the round alike.
@@ -21,7 +22,6 @@ that difference, standard error and degrees of freedom.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -62,12 +62,17 @@ def block_sides(values: np.ndarray, kernel: int) -> tuple[np.ndarray, np.ndarray
     return np.repeat(level[:, None], 2, axis=1), new
 
 
-# -- the live comparison: a kernel against the base, paired by round -------------------------
+# -- the live comparison: each kernel against the base, the rounds as blocks ---------------
 
 # fewer rounds holding both kernels than this, and the pair is compared unpaired (the plan's
 # own minimum of boots per kernel: jobs/plan.py MIN_BOOTS)
 MIN_ROUNDS = 3
 PAIRED = "paired by round"
+
+
+def label(kernels: int) -> str:
+    """The test of a verdict judged in a block design of ``kernels`` kernels by round."""
+    return PAIRED if kernels == 2 else f"by round, blocks of {kernels} kernels"
 
 
 def round_of(run: Any) -> Hashable | None:
@@ -83,56 +88,86 @@ def round_of(run: Any) -> Hashable | None:
     return (str(meta.get("series") or ""), int(rnd), run.machine, str(meta.get("worker") or ""))
 
 
-@dataclass
-class Paired:
-    """A kernel against the base on the rounds that hold one boot of each: the boot means
-    (after the warm-up rule, decided on every boot of both sides as in ``boots.units``) in
-    the same round order, and the runs of those boots."""
+def design(present: np.ndarray, kernel: int) -> tuple[list[int], np.ndarray]:
+    """The block design that judges ``kernel`` against the base, from ``present`` (K, R):
+    whether each kernel (the base first) has exactly one boot in each round. Its rounds are
+    those holding the base and the kernel; every other kernel with a boot in each of them
+    joins (complete blocks), so its residuals add (n - 1) degrees of freedom to the box
+    offset's estimate. Returns the kernels (base, kernel, the others) and the rounds."""
+    cols = np.flatnonzero(present[0] & present[kernel])
+    others = [k for k in range(1, present.shape[0]) if k != kernel and bool(present[k, cols].all())]
+    return [0, kernel, *others], cols
 
-    base: list[float]
-    new: list[float]
+
+def live_sides(values: np.ndarray, kernel: int) -> tuple[np.ndarray, np.ndarray]:
+    """The live rule on ``values`` (T, K, R): boot means of K kernels (the base first) in R
+    rounds, NaN where a kernel has no single boot in a round, in the same rounds in every
+    trial; the (base, new) arrays on which ``decide_batch`` is the test of :func:`design`
+    (:func:`block_sides` on its kernels and rounds)."""
+    x = np.asarray(values, dtype=float)
+    kernels, cols = design(np.isfinite(x).all(axis=0), kernel)
+    return block_sides(x[:, kernels][:, :, cols], 1)
+
+
+@dataclass
+class Rounds:
+    """One metric's boot means of a comparison's kernels by round: ``means`` (K, R), the base
+    first, over the rounds holding exactly one boot of the base, NaN where a kernel has no
+    boot or two there; ``runs`` the runs of each such boot. The warm-up rule is decided on
+    every boot of every kernel (the kernels of one design must share it)."""
+
+    means: np.ndarray
+    runs: np.ndarray
+    warmup_dropped: bool
+
+    def block(self, kernel: int) -> Block:
+        """How ``kernel`` is judged against the base (:func:`design`)."""
+        kernels, cols = design(np.isfinite(self.means), kernel)
+        return Block(
+            self, kernel, len(kernels), cols.size, int(self.runs[0, cols].sum()),
+            int(self.runs[kernel, cols].sum()), self.warmup_dropped,
+        )  # fmt: skip
+
+
+@dataclass
+class Block:
+    """A kernel against the base in its block design: the rounds and kernels of the design,
+    and the runs of the base's and the kernel's boots in those rounds."""
+
+    of: Rounds
+    kernel: int
+    kernels: int
+    rounds: int
     runs_base: int
     runs_new: int
     warmup_dropped: bool
 
-    @property
-    def rounds(self) -> int:
-        return len(self.base)
 
-
-def paired_sides(pairs: Sequence[Paired]) -> list[tuple[list[float], list[float]]]:
-    """Per pair, flat sides (every value its own boot) on which the verdict's Welch test is
-    the paired test of its rounds (:func:`block_sides` with two kernels); pairs of equal
-    rounds go through one batch, since a page judges thousands of metrics."""
-    out: list[tuple[list[float], list[float]]] = [([], [])] * len(pairs)
-    by_size: dict[int, list[int]] = {}
-    for i, p in enumerate(pairs):
-        by_size.setdefault(p.rounds, []).append(i)
-    for idx in by_size.values():
-        x = np.array([[pairs[i].base, pairs[i].new] for i in idx], dtype=float)
-        b, n = block_sides(x, 1)
-        for i, bi, ni in zip(idx, b.tolist(), n.tolist(), strict=True):
+def block_sides_of(items: Sequence[Block]) -> list[tuple[list[float], list[float]]]:
+    """Per block, flat sides (every value its own boot) on which the verdict's Welch test is
+    the block design's test (:func:`live_sides`); blocks of one kernel and the same rounds
+    present go through one batch, since a page judges thousands of metrics."""
+    out: list[tuple[list[float], list[float]]] = [([], [])] * len(items)
+    groups: dict[tuple, list[int]] = {}
+    for i, b in enumerate(items):
+        present = np.isfinite(b.of.means)
+        groups.setdefault((b.kernel, present.shape, present.tobytes()), []).append(i)
+    for (kernel, _shape, _mask), idx in groups.items():
+        base, new = live_sides(np.stack([items[i].of.means for i in idx]), kernel)
+        for i, bi, ni in zip(idx, base.tolist(), new.tolist(), strict=True):
             out[i] = (bi, ni)
     return out
 
 
-def _boot_means(side: Mapping[Hashable, Sequence[float]], drop: bool) -> dict[Hashable, float]:
-    return {
-        k: float(m[0]) for k, v in side.items() if (m := boots.boot_means(boots.boots_of({k: v}), drop)).size
-    }  # fmt: skip
+def by_round(
+    sides: Sequence[Mapping[Hashable, Sequence[float]]], block_of: Mapping[Hashable, Hashable]
+) -> Rounds:
+    """A metric's :class:`Rounds` from each kernel's side ({boot: per-run values}, the base
+    first; ``block_of``: {boot: its round, :func:`round_of`}). A round where a kernel has no
+    boot (adaptive rounds for other kernels, a lost boot) or two (runs of another series on a
+    reused build) holds nothing of it."""
 
-
-def complete_rounds(
-    base: Mapping[Hashable, Sequence[float]],
-    new: Mapping[Hashable, Sequence[float]],
-    block_of: Mapping[Hashable, Hashable],
-) -> Paired:
-    """The rounds where the base and the kernel each have exactly one boot (``base`` and
-    ``new``: {boot: per-run values}; ``block_of``: {boot: its round, :func:`round_of`}). A
-    round where a side has no boot (adaptive rounds for other kernels, a lost boot) or two
-    (runs of another series on a reused build) pairs nothing and is left out."""
-
-    def by_round(side: Mapping[Hashable, Sequence[float]]) -> dict[Hashable, Hashable]:
+    def single(side: Mapping[Hashable, Sequence[float]]) -> dict[Hashable, Hashable]:
         out: dict[Hashable, Hashable] = {}
         for k in side:
             r = block_of.get(k)
@@ -140,23 +175,20 @@ def complete_rounds(
                 out[r] = None if r in out else k  # two boots of a side: the round is out
         return out
 
-    rn = by_round(new)
-    both = [
-        (kb, kn)
-        for r, kb in by_round(base).items()
-        if kb is not None and (kn := rn.get(r)) is not None
-    ]
-    if all(len(v) == 1 for v in base.values()) and all(len(v) == 1 for v in new.values()):
-        # one run per boot: no first run to test, each boot's run is its mean
-        both = [(kb, kn) for kb, kn in both if math.isfinite(base[kb][0] + new[kn][0])]
-        return Paired(
-            [float(base[kb][0]) for kb, _ in both], [float(new[kn][0]) for _, kn in both],
-            len(both), len(both), False,
-        )  # fmt: skip
-    drop = boots.warmup_detected([*boots.boots_of(base), *boots.boots_of(new)])
-    mb, mn = _boot_means(base, drop), _boot_means(new, drop)
-    both = [(kb, kn) for kb, kn in both if kb in mb and kn in mn]
-    return Paired(
-        [mb[kb] for kb, _ in both], [mn[kn] for _, kn in both],
-        sum(len(base[kb]) for kb, _ in both), sum(len(new[kn]) for _, kn in both), drop,
-    )  # fmt: skip
+    one = [single(side) for side in sides]
+    cols = [r for r, kb in one[0].items() if kb is not None]
+    drop = any(len(v) > 1 for side in sides for v in side.values()) and (
+        boots.warmup_detected([b for side in sides for b in boots.boots_of(side)])
+    )
+    means = np.full((len(sides), len(cols)), np.nan)
+    runs = np.zeros((len(sides), len(cols)), dtype=int)
+    for i, (side, at) in enumerate(zip(sides, one, strict=True)):
+        for c, r in enumerate(cols):
+            if (kb := at.get(r)) is None:
+                continue
+            v = side[kb]
+            # a one-run boot is its own mean: most metrics, without an array per boot
+            m = [float(v[0])] if len(v) == 1 else boots.boot_means(boots.boots_of({kb: v}), drop)
+            if len(m) and np.isfinite(m[0]):
+                means[i, c], runs[i, c] = m[0], len(v)
+    return Rounds(means, runs, drop)

@@ -43,18 +43,41 @@ def test_a_block_design_needs_two_rounds_and_a_later_kernel():
         blocks.block_sides(np.ones((1, 2, 3)), 0)
 
 
-def test_complete_rounds_pair_one_boot_of_each_kernel_per_round():
+def test_by_round_keeps_the_rounds_with_one_boot_of_each_kernel():
     block_of = {f"{k}{r}": ("s", r, "qemu-vm", "") for k in "bn" for r in range(1, 6)}
     block_of |= {"b9": ("s", 1, "qemu-vm", "")}  # a second base boot in round 1: ambiguous
     # the first run of a boot now higher, now lower: no warm-up to drop
     base = {f"b{r}": [100.0 + r, 100.5 + r][:: (-1) ** r] for r in range(1, 6)} | {"b9": [90.0]}
     new = {f"n{r}": [98.0 + r * 1.1] for r in (1, 2, 3, 5)} | {"n7": [1.0]}  # n7: no round
-    p = blocks.complete_rounds(base, new, block_of)
+    rounds = blocks.by_round([base, new], block_of)
+    p = rounds.block(1)
     # rounds 2, 3, 5: round 1 has two base boots, round 4 no patch boot
-    np.testing.assert_allclose(p.base, [102.25, 103.25, 105.25])
-    np.testing.assert_allclose(p.new, [100.2, 101.3, 103.5])
-    assert (p.rounds, p.runs_base, p.runs_new, p.warmup_dropped) == (3, 6, 3, False)
-    ((b, n),) = blocks.paired_sides([p])
+    both = np.isfinite(rounds.means).all(axis=0)
+    np.testing.assert_allclose(rounds.means[0, both], [102.25, 103.25, 105.25])
+    np.testing.assert_allclose(rounds.means[1, both], [100.2, 101.3, 103.5])
+    assert (p.kernels, p.rounds, p.runs_base, p.runs_new, p.warmup_dropped) == (2, 3, 6, 3, False)
+    ((b, n),) = blocks.block_sides_of([p])
     res = verdict.decide_batch(np.array([b]), np.array([n]), kind="throughput")
-    want = stats.ttest_rel(p.new, p.base)
+    want = stats.ttest_rel(rounds.means[1, both], rounds.means[0, both])
     np.testing.assert_allclose(res.p_value[0], want.pvalue, rtol=1e-9)
+
+
+def test_kernels_join_the_design_only_with_a_boot_in_each_of_its_rounds():
+    present = np.ones((5, 6), dtype=bool)
+    present[1, 5] = False  # the judged kernel missed round 5: the design has rounds 0-4
+    present[2, 5] = False  # ... so kernel 2, missing only round 5, joins
+    present[3, 2] = False  # kernel 3 missed a round of the design: left out
+    present[0, 0] = False  # the base missed round 0
+    kernels, cols = blocks.design(present, 1)
+    assert kernels == [0, 1, 2, 4] and cols.tolist() == [1, 2, 3, 4]
+    # on values the same rule drops those rounds and kernels and is block_sides on the rest
+    rng = np.random.default_rng(5)
+    x = 1000.0 * (1.0 + 0.02 * rng.normal(size=(30, 5, 6)))
+    x[:, ~present] = np.nan
+    got = blocks.live_sides(x, 1)
+    want = blocks.block_sides(x[:, [0, 1, 2, 4]][:, :, [1, 2, 3, 4]], 1)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-12)
+    # no other kernel complete: the paired test of the pair's rounds
+    present[2:] = False
+    assert blocks.design(present, 1)[0] == [0, 1]

@@ -30,6 +30,7 @@ def _runs(
     seed: int,
     load: dict[int, float] | None = None,
     with_rounds: bool = True,
+    boot_cov: float = 0.003,
 ) -> list[ig.RunData]:
     """Two runs per boot, one boot per round; round r ran on box w(1 + r % 4), whose offset
     (and the round's host load) every kernel of the round shares."""
@@ -38,7 +39,7 @@ def _runs(
     for rnd in rounds:
         worker = f"w{1 + rnd % 4}"
         shared = 1 + BOX_OFFSET[worker] + (load or {}).get(rnd, 0.0)
-        boot = shared * (1 + 0.003 * rng.normal())
+        boot = shared * (1 + boot_cov * rng.normal())
         meta = {"boot_id": f"series-1-r{rnd}-{commit[:12]}"}
         if with_rounds:
             meta |= {"boot_round": rnd, "worker": worker, "series": 1}
@@ -119,7 +120,7 @@ def test_under_min_rounds_complete_the_pair_is_unpaired_and_says_so(eng, capsys)
     assert cli.main(["compare", "--style", "stackbench", "--all", BASE, PATCH]) == 0
     out = capsys.readouterr().out
     assert (
-        f"blocks: 0 of 1 rows paired by round (the block), on 4 boxes (w1, w2, w3, w4); 1 "
+        f"blocks: 0 of 1 rows by round (the block), on 4 boxes (w1, w2, w3, w4); 1 "
         f"unpaired: fewer than {blocks.MIN_ROUNDS} rounds hold both kernels" in out
     )
 
@@ -129,7 +130,7 @@ def test_compare_and_the_page_say_how_many_boxes_and_whether_blocked(eng, client
     ig.ingest(eng, _runs(BASE, 100000.0, rounds, seed=1))
     ig.ingest(eng, _runs(PATCH, 97000.0, rounds, seed=2))
     assert cli.main(["compare", "--style", "stackbench", BASE, PATCH]) == 0
-    line = "blocks: 1 of 1 rows paired by round (the block), on 4 boxes (w1, w2, w3, w4)"
+    line = "blocks: 1 of 1 rows by round (the block: 1 paired), on 4 boxes (w1, w2, w3, w4)"
     out = capsys.readouterr().out
     assert line in out and out.startswith("# 4 boxes contributed: w1, w2, w3, w4\n")
     # every style's first line names the boxes, the LKP table's too
@@ -141,3 +142,52 @@ def test_compare_and_the_page_say_how_many_boxes_and_whether_blocked(eng, client
     _url, page = _page(client, {"k": f"{BASE[:10]} {PATCH[:10]}"})
     assert '<p id="boxes">4 boxes contributed: w1, w2, w3, w4.</p>' in page
     assert f'<p id="blocking">Verdicts: {line}.</p>' in page
+
+
+C, D = "c" * 40, "d" * 40
+
+
+def _four_kernels(eng, d_rounds: list[int]) -> None:
+    """The base, the patch 5% slower and two unchanged kernels in 10 rounds on the boxes,
+    boot CoV 2%: seeds where the pair alone leaves the patch undecided."""
+    rounds = list(range(1, 11))
+    for i, (commit, level, where) in enumerate(
+        [(BASE, 1e5, rounds), (PATCH, 0.95e5, rounds), (C, 1e5, rounds), (D, 1e5, d_rounds)]
+    ):
+        ig.ingest(eng, _runs(commit, level, where, seed=140 + i, boot_cov=0.02))
+
+
+def _verdicts(eng, commits: set[str]) -> dict[str, table.verdict.Verdict]:
+    with eng.connect() as conn:
+        kernels = query.kernels_by_id(conn, _build_ids(conn))
+        ds = query.load(conn, [k for k in kernels if k.commit in commits])
+    return {k.commit: v for _j, k, rows in table.compare(ds) for *_x, v in rows}
+
+
+def test_the_other_kernels_of_the_rounds_decide_what_the_pair_leaves_undecided(eng, capsys):
+    _four_kernels(eng, list(range(1, 11)))
+    alone = _verdicts(eng, {BASE, PATCH})[PATCH]
+    assert alone.test == blocks.PAIRED and alone.outcome == "undecided"
+    v = _verdicts(eng, {BASE, PATCH, C, D})
+    assert v[PATCH].test == "by round, blocks of 4 kernels" and v[PATCH].label == "worse"
+    assert (v[PATCH].n_base, v[PATCH].n_new) == (10, 10)
+    assert -6.5 < v[PATCH].change_pct < -3.5
+    assert v[C].label == "~" and v[D].label == "~"
+    assert cli.main(["compare", "--style", "stackbench", "--all", BASE, PATCH, C, D]) == 0
+    assert "blocks: 3 of 3 rows by round (the block: 3 in blocks of 4 kernels), on 4" in (
+        capsys.readouterr().out
+    )
+
+
+def test_a_kernel_missing_a_round_leaves_the_others_designs_and_keeps_its_own(eng, capsys):
+    _four_kernels(eng, [r for r in range(1, 11) if r != 4])  # D's boot of round 4 lost
+    v = _verdicts(eng, {BASE, PATCH, C, D})
+    # the patch and C: D misses round 4 of theirs; D: its 9 rounds hold every kernel
+    assert v[PATCH].test == v[C].test == "by round, blocks of 3 kernels"
+    assert (v[PATCH].n_base, v[D].n_base) == (10, 9)
+    assert v[D].test == "by round, blocks of 4 kernels"
+    assert cli.main(["compare", "--style", "stackbench", "--all", BASE, PATCH, C, D]) == 0
+    assert (
+        "blocks: 3 of 3 rows by round (the block: 1 in blocks of 4 kernels, 2 in blocks of 3 "
+        "kernels), on 4" in capsys.readouterr().out
+    )

@@ -15,18 +15,21 @@ first, and one line counting the rows it hides; ``all_rows`` lists every metric 
   latency metrics (the rank path of :mod:`stackbench.resultsdb.verdict`) it is the
   Hodges-Lehmann ratio, the median of all pairwise new/base ratios, with its
   distribution-free interval.
-* Runs stored with their round (the plan's executors) are paired by round: a kernel against
-  the base on the rounds holding one boot of each (:func:`blocks.complete_rounds`), so an
-  offset a round's boots share (its box, the host's load) cancels; the boots column counts
-  those rounds. Under ``blocks.MIN_ROUNDS`` of them, or for latencies, boots stay unpaired;
-  the footer says which (:func:`blocking`).
+* Runs stored with their round (the plan's executors) are judged by round, the round a
+  block: a kernel against the base on the rounds holding one boot of each, with every other
+  kernel of the comparison that has one boot in each of those rounds
+  (:func:`blocks.design`), so an offset a round's boots share (its box, the host's load)
+  cancels and the residual variance is pooled over the design's kernels; the boots column
+  counts those rounds. Under ``blocks.MIN_ROUNDS`` of them, or for latencies, boots stay
+  unpaired; the footer says which (:func:`blocking`).
 * verdict: ``better`` / ``worse`` (changed, direction from the metric), ``changed`` (a metric
   with no preferred direction), ``~`` (shown to be within the kind's equivalence margin),
   ``undecided`` (needs more boots: the boots column says how many per side), ``n/a`` (a side
   with fewer than two runs). Significance is controlled with Benjamini-Hochberg within a
   family: one later kernel against the base in one job, its headline metrics one family and
   its other metrics another (:func:`verdict.family`), shown or not; q is that adjusted
-  p-value. A kernel's verdicts are therefore the same whatever other kernels the table holds.
+  p-value. A kernel's false-discovery family is the same whatever other kernels the table
+  holds; its blocked test is not (their boots in its rounds estimate the noise).
 """
 
 from __future__ import annotations
@@ -140,7 +143,7 @@ def _compare(ds: query.Dataset, policy: verdict.Policy) -> list:
         for rid, r in ds.runs.items()
         if (blk := blocks.round_of(r))
     }
-    paired: dict[tuple[int, int, str], blocks.Paired] = {}
+    blocked: dict[tuple[int, int, str], blocks.Block] = {}
     pairs: dict[tuple[int, int, str], tuple] = {}
     means: dict[tuple[int, int, str], tuple[float | None, float | None]] = {}
     groups: list[tuple[query.JobRow, int, list[str]]] = []
@@ -152,12 +155,17 @@ def _compare(ds: query.Dataset, policy: verdict.Policy) -> list:
     for job_id in sorted(by_job, key=lambda j: _job_order(ds.jobs[j])):
         job = ds.jobs[job_id]
         metrics = sorted(by_job[job_id], key=lambda m: m[1].name)
+        sides: dict[int, list[dict]] = {}  # every kernel's boots of a metric, the base first
+        by_round: dict[int, blocks.Rounds] = {}
         for idx, kernel in enumerate(ds.kernels[1:], start=1):
             names = []
             for metric_id, m in metrics:
-                per_build = ds.values[(job_id, metric_id)]
-                b = boots.per_boot(per_build.get(base.id, {}), boot_of)
-                n = boots.per_boot(per_build.get(kernel.id, {}), boot_of)
+                if metric_id not in sides:
+                    per_build = ds.values[(job_id, metric_id)]
+                    sides[metric_id] = [
+                        boots.per_boot(per_build.get(k.id, {}), boot_of) for k in ds.kernels
+                    ]
+                b, n = sides[metric_id][0], sides[metric_id][idx]
                 if not b and not n:
                     continue
                 key = (job_id, idx, m.name)
@@ -170,13 +178,16 @@ def _compare(ds: query.Dataset, policy: verdict.Policy) -> list:
                     continue
                 pairs[key] = (b, n, m.higher_is_better, m.kind)
                 if block_of and m.kind not in policy.rank_kinds:
-                    # the round is the block: the boot offsets a round shares cancel
-                    paired[key] = blocks.complete_rounds(b, n, block_of)
+                    # the round is the block: the boot offsets a round shares cancel, and
+                    # every kernel of the rounds adds to the residual's degrees of freedom
+                    if metric_id not in by_round:
+                        by_round[metric_id] = blocks.by_round(sides[metric_id], block_of)
+                    blocked[key] = by_round[metric_id].block(idx)
             if names:
                 groups.append((job, idx, names))
-    enough = [k for k, p in paired.items() if p.rounds >= blocks.MIN_ROUNDS]
-    for key, sides in zip(enough, blocks.paired_sides([paired[k] for k in enough]), strict=True):
-        pairs[key] = (*sides, *pairs[key][2:])
+    enough = [k for k, p in blocked.items() if p.rounds >= blocks.MIN_ROUNDS]
+    for key, two in zip(enough, blocks.block_sides_of([blocked[k] for k in enough]), strict=True):
+        pairs[key] = (*two, *pairs[key][2:])
     flat = {f"{j}\0{i}\0{name}": p for (j, i, name), p in pairs.items()}
     families = {
         f"{j}\0{i}\0{name}": verdict.family(j, i, verdict.is_headline(name, p[3], p[2]))
@@ -189,42 +200,52 @@ def _compare(ds: query.Dataset, policy: verdict.Policy) -> list:
         for name in names:
             key = (job.id, idx, name)
             v = untested.get(key) or judged[f"{job.id}\0{idx}\0{name}"]
-            if key in paired:
-                v = _blocked(v, paired[key], policy)
+            if key in blocked:
+                v = _blocked(v, blocked[key], policy)
             v.metric = name
             rows.append((name, *means[key], v))
         out.append((job, ds.kernels[idx], rows))
     return out
 
 
-def _blocked(v: verdict.Verdict, p: blocks.Paired, policy: verdict.Policy) -> verdict.Verdict:
-    """The verdict of a pair whose runs carry rounds: judged paired by round (its boots and
-    runs are those of the rounds that hold both kernels), or, with fewer such rounds than
-    ``blocks.MIN_ROUNDS``, unpaired on every boot and saying so."""
+def _blocked(v: verdict.Verdict, p: blocks.Block, policy: verdict.Policy) -> verdict.Verdict:
+    """The verdict of a pair whose runs carry rounds: judged in its block design by round
+    (its boots and runs are those of the rounds that hold both kernels), or, with fewer such
+    rounds than ``blocks.MIN_ROUNDS``, unpaired on every boot and saying so."""
     if p.rounds < blocks.MIN_ROUNDS:
         if v.outcome == "n/a" or v.test == "one boot per side":
             return v
         return replace(v, test=f"{v.test}, unpaired ({p.rounds} rounds hold both kernels)")
     wanted = policy.next_look(p.rounds) if v.outcome == "undecided" else 0
     return replace(
-        v, test=blocks.PAIRED, n_base=p.rounds, n_new=p.rounds, runs_base=p.runs_base,
-        runs_new=p.runs_new, warmup_dropped=p.warmup_dropped, runs_wanted=wanted,
+        v, test=blocks.label(p.kernels), n_base=p.rounds, n_new=p.rounds,
+        runs_base=p.runs_base, runs_new=p.runs_new, warmup_dropped=p.warmup_dropped,
+        runs_wanted=wanted,
     )  # fmt: skip
 
 
 def blocking(ds: query.Dataset, judged: list | None = None) -> str:
     """One line saying how many boxes contributed and how the verdicts treated the rounds:
-    paired by round (each round ran whole on one box, so the box's offset and the host's
-    load of that time fall on both kernels alike), or unpaired and why; "" when no run
-    carries a round (imports: every boot stands alone)."""
+    judged by round (each round ran whole on one box, so the box's offset and the host's
+    load of that time fall on every kernel of it alike), in blocks of how many kernels, or
+    unpaired and why; "" when no run carries a round (imports: every boot stands alone)."""
     if not any(blocks.round_of(r) for r in ds.runs.values()):
         return ""
     found = [v for _j, _k, rows in (judged or compare(ds)) for *_x, v in rows]
-    n_paired = sum(v.test == blocks.PAIRED for v in found)
+    sizes = {blocks.label(k): k for k in range(2, len(ds.kernels) + 1)}
+    by_size: dict[int, int] = {}
+    for v in found:
+        if v.test in sizes:
+            by_size[sizes[v.test]] = by_size.get(sizes[v.test], 0) + 1
     n_unpaired = sum(", unpaired (" in v.test for v in found)
     boxes = ds.boxes()
     where = f"{len(boxes)} box{'' if len(boxes) == 1 else 'es'} ({', '.join(boxes)})"
-    out = f"blocks: {n_paired} of {len(found)} rows paired by round (the block), on {where}"
+    how = ", ".join(
+        f"{n} paired" if k == 2 else f"{n} in blocks of {k} kernels"
+        for k, n in sorted(by_size.items(), reverse=True)
+    )
+    out = f"blocks: {sum(by_size.values())} of {len(found)} rows by round (the block"
+    out += f": {how}), on {where}" if how else f"), on {where}"
     if n_unpaired:
         out += f"; {n_unpaired} unpaired: fewer than {blocks.MIN_ROUNDS} rounds hold both kernels"
     return out
@@ -314,7 +335,7 @@ def render(
     lines.append("")
     lines.append(
         "change: difference of means relative to the base, 95% interval on boot means (Welch's "
-        "t, or the paired t on rounds; latency: Hodges-Lehmann ratio, rank test)"
+        "t, or the block design on rounds; latency: Hodges-Lehmann ratio, rank test)"
     )
     lines.append(
         "boots: base/new boots, the unit of the test (the runs of a boot are averaged first; "
