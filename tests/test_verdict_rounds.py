@@ -1,8 +1,9 @@
 """The live verdict treats the round as a block: runs stored with their round and worker
-(as the plan's executors store them) are compared paired by round, so an offset a round's
-boots share (its box, a host-load period) cancels; rounds that miss a kernel pair nothing,
-and with fewer than ``blocks.MIN_ROUNDS`` complete rounds the pair is compared unpaired and
-the table says so."""
+(as the plan's executors store them) are compared by round, so an offset a round's boots
+share (its box, a host-load period) cancels, and the other kernels with a boot in each of a
+pair's rounds join its design; rounds that miss a kernel hold nothing of it, and with fewer
+than ``blocks.MIN_ROUNDS`` complete rounds the pair is compared unpaired and the table says
+so."""
 
 from __future__ import annotations
 
