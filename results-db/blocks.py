@@ -22,6 +22,7 @@ that difference, standard error and degrees of freedom.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -88,15 +89,24 @@ def round_of(run: Any) -> Hashable | None:
     return (str(meta.get("series") or ""), int(rnd), run.machine, str(meta.get("worker") or ""))
 
 
+def designs(present: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The block design that judges each kernel against the base, from ``present`` (K, R):
+    whether each kernel (the base first) has exactly one boot in each round. Kernel k's
+    rounds (``rounds[k]``, (K, R)) are those holding the base and k; every kernel with a boot
+    in each of them is in its design (``joins[k]``, (K, K)): complete blocks, so each one's
+    residuals add (n - 1) degrees of freedom to the estimate of the noise the round's box
+    offset leaves. Row 0 (the base against itself) is not a design."""
+    rounds = present & present[0]
+    # per design, the rounds of it each kernel misses: one product for every kernel at once
+    joins = rounds.astype(np.int64) @ (~present).T.astype(np.int64) == 0
+    return rounds, joins
+
+
 def design(present: np.ndarray, kernel: int) -> tuple[list[int], np.ndarray]:
-    """The block design that judges ``kernel`` against the base, from ``present`` (K, R):
-    whether each kernel (the base first) has exactly one boot in each round. Its rounds are
-    those holding the base and the kernel; every other kernel with a boot in each of them
-    joins (complete blocks), so its residuals add (n - 1) degrees of freedom to the box
-    offset's estimate. Returns the kernels (base, kernel, the others) and the rounds."""
-    cols = np.flatnonzero(present[0] & present[kernel])
-    others = [k for k in range(1, present.shape[0]) if k != kernel and bool(present[k, cols].all())]
-    return [0, kernel, *others], cols
+    """:func:`designs` of one kernel: its kernels (base, kernel, the others) and rounds."""
+    rounds, joins = designs(present)
+    others = [k for k in np.flatnonzero(joins[kernel]).tolist() if k not in (0, kernel)]
+    return [0, kernel, *others], np.flatnonzero(rounds[kernel])
 
 
 def live_sides(values: np.ndarray, kernel: int) -> tuple[np.ndarray, np.ndarray]:
@@ -120,13 +130,19 @@ class Rounds:
     runs: np.ndarray
     warmup_dropped: bool
 
-    def block(self, kernel: int) -> Block:
-        """How ``kernel`` is judged against the base (:func:`design`)."""
-        kernels, cols = design(np.isfinite(self.means), kernel)
-        return Block(
-            self, kernel, len(kernels), cols.size, int(self.runs[0, cols].sum()),
-            int(self.runs[kernel, cols].sum()), self.warmup_dropped,
+    def __post_init__(self) -> None:
+        present = np.isfinite(self.means)
+        self.key = (present.shape, present.tobytes())
+        rounds, joins = designs(present)
+        self._sizes = (
+            joins.sum(axis=1).tolist(), rounds.sum(axis=1).tolist(),
+            (rounds @ self.runs[0]).tolist(), (rounds * self.runs).sum(axis=1).tolist(),
         )  # fmt: skip
+
+    def block(self, kernel: int) -> Block:
+        """How ``kernel`` is judged against the base (:func:`designs`)."""
+        kernels, rounds, runs_base, runs_new = (x[kernel] for x in self._sizes)
+        return Block(self, kernel, kernels, rounds, runs_base, runs_new, self.warmup_dropped)
 
 
 @dataclass
@@ -150,9 +166,8 @@ def block_sides_of(items: Sequence[Block]) -> list[tuple[list[float], list[float
     out: list[tuple[list[float], list[float]]] = [([], [])] * len(items)
     groups: dict[tuple, list[int]] = {}
     for i, b in enumerate(items):
-        present = np.isfinite(b.of.means)
-        groups.setdefault((b.kernel, present.shape, present.tobytes()), []).append(i)
-    for (kernel, _shape, _mask), idx in groups.items():
+        groups.setdefault((b.kernel, b.of.key), []).append(i)
+    for (kernel, _present), idx in groups.items():
         base, new = live_sides(np.stack([items[i].of.means for i in idx]), kernel)
         for i, bi, ni in zip(idx, base.tolist(), new.tolist(), strict=True):
             out[i] = (bi, ni)
@@ -177,18 +192,21 @@ def by_round(
 
     one = [single(side) for side in sides]
     cols = [r for r, kb in one[0].items() if kb is not None]
-    drop = any(len(v) > 1 for side in sides for v in side.values()) and (
+    drop = any(max(map(len, side.values()), default=0) > 1 for side in sides) and (
         boots.warmup_detected([b for side in sides for b in boots.boots_of(side)])
     )
-    means = np.full((len(sides), len(cols)), np.nan)
-    runs = np.zeros((len(sides), len(cols)), dtype=int)
-    for i, (side, at) in enumerate(zip(sides, one, strict=True)):
-        for c, r in enumerate(cols):
-            if (kb := at.get(r)) is None:
-                continue
-            v = side[kb]
-            # a one-run boot is its own mean: most metrics, without an array per boot
-            m = [float(v[0])] if len(v) == 1 else boots.boot_means(boots.boots_of({kb: v}), drop)
-            if len(m) and np.isfinite(m[0]):
-                means[i, c], runs[i, c] = m[0], len(v)
-    return Rounds(means, runs, drop)
+    means, runs = [], []
+    for side, at in zip(sides, one, strict=True):
+        boot = [at.get(r) for r in cols]
+        means.append([math.nan if kb is None else _boot_mean(side[kb], drop) for kb in boot])
+        runs.append([0 if kb is None else len(side[kb]) for kb in boot])
+    m = np.array(means, dtype=float).reshape(len(sides), len(cols))
+    return Rounds(m, np.where(np.isfinite(m), np.array(runs).reshape(m.shape), 0), drop)
+
+
+def _boot_mean(runs: Sequence[float], drop: bool) -> float:
+    # a one-run boot is its own mean: most metrics, without an array per boot
+    if len(runs) == 1:
+        return float(runs[0])
+    m = boots.boot_means(boots.boots_of({0: runs}), drop)
+    return float(m[0]) if m.size else math.nan

@@ -18,7 +18,7 @@ first, and one line counting the rows it hides; ``all_rows`` lists every metric 
 * Runs stored with their round (the plan's executors) are judged by round, the round a
   block: a kernel against the base on the rounds holding one boot of each, with every other
   kernel of the comparison that has one boot in each of those rounds
-  (:func:`blocks.design`), so an offset a round's boots share (its box, the host's load)
+  (:func:`blocks.designs`), so an offset a round's boots share (its box, the host's load)
   cancels and the residual variance is pooled over the design's kernels; the boots column
   counts those rounds. Under ``blocks.MIN_ROUNDS`` of them, or for latencies, boots stay
   unpaired; the footer says which (:func:`blocking`).
