@@ -176,14 +176,12 @@ def more_rounds(
 
 
 def record(eng: Engine, series_id: int, more: MoreRounds) -> None:
-    """The series is running more rounds, and why: its state message (an event) and
-    ``series.meta["more_rounds"]``, which the series page shows while it runs."""
-    from stackbench.jobs.lifecycle import set_state
-
+    """Why the series runs more rounds, in ``series.meta["more_rounds"]`` (the short line) and
+    ``more_rounds_detail`` (every metric and job), which the series page shows while it
+    runs; the driver's state message for the batch says the short line too."""
     with db.session(eng) as s:
         series_store.merge_meta(
             series_store.get(s, series_id),
             more_rounds=more.reason(),
             more_rounds_detail=more.details(),
         )
-    set_state(eng, series_id, "running", more.reason())

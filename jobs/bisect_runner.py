@@ -1,8 +1,8 @@
 """Bisect on real kernels: the Measurer that builds, boots and runs, and the stored records.
 
 Where kernels and runs come from is a :class:`Lab`: the real one is
-:class:`stackbench.jobs.driver.Driver`, which builds and boots through the series pipeline's
-stages (one object dir per tree and config, so neighbouring commits rebuild incrementally).
+:class:`stackbench.jobs.local_executor.LocalLab`, which builds and boots with the local
+executor's stages (one object dir per tree and config, so neighbouring commits rebuild incrementally).
 Everything measured is stored, and every step first looks at what is stored: a kernel built
 earlier (artifact store) is not built again, a commit that failed to build is not tried
 again, and runs already in the database count toward the number a verdict asks for. Tests that are not about kernels plug in a lab that ingests

@@ -528,9 +528,9 @@ def run_nightly(
     started = time.monotonic()
     sync_tracked(eng, load_tracked() if tracked is None else tracked)
     if lab is None:
-        from stackbench.jobs.driver import Driver
+        from stackbench.jobs.local_executor import LocalLab
 
-        lab = Driver()
+        lab = LocalLab()
     with db.session(eng) as s:
         rows = trees_store.branch_list(s)
     wanted = set(branches or [])

@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session
 
 from stackbench import proc
 from stackbench.jobs import nightly, pipeline
-from stackbench.jobs.driver import Driver
+from stackbench.jobs.local_executor import LocalLab
 from stackbench.resultsdb.models import Bisect, KernelBuild, MailOutbox, Metric, Regression
 from stackbench.resultsdb.verdict import DEFAULT, Policy
 
@@ -175,7 +175,7 @@ def test_nightly_detects_and_bisect_names_the_planted_commit(
     monkeypatch.setenv("STACKBENCH_MAIL_LIST", "linux-mm@kvack.example")
     started = time.monotonic()
     settings = pipeline.Settings(cpus=2, mem_mb=1024, init_timeout_s=180, accel="tcg")
-    lab = Driver(settings=settings)
+    lab = LocalLab(settings=settings)
     tracked = [nightly.Tracked(tree=TREE, branch=branch, jobs=[JOB])]
 
     # night 1: the branch is at the base, which becomes the baseline

@@ -185,7 +185,7 @@ def test_series_fans_out_over_both_workers_and_survives_a_lost_worker(cluster, e
     victim = names[victim_build["workerid"]]
     kill_machine(base / victim)
     # what the dispatcher puts on the series page while the build waits for a worker
-    from stackbench.jobs.dispatch import BuildbotExecutor
+    from stackbench.jobs.buildbot_executor import BuildbotExecutor
 
     def lost_line():
         builds = master.get("builds")["builds"]

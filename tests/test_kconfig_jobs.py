@@ -14,7 +14,7 @@ import pytest
 from stackbench.errors import NotFoundError
 from stackbench.jobs import definitions as d
 from stackbench.jobs.jobspecs import parse_job_spec
-from stackbench.jobs.pipeline import with_fragments
+from stackbench.jobs.local_executor import with_fragments
 from stackbench.jobs.series_state import KernelTask
 from stackbench.kernels import config
 

@@ -355,7 +355,7 @@ def test_web_form_in_a_browser_reaches_done(eng, tree, stack, chromium):
 
 
 def test_dispatcher_stopped_mid_series_picks_it_up_without_a_second_buildset(eng, tree, stack):
-    from stackbench.jobs.dispatch import BuildbotExecutor, series_kernels
+    from stackbench.jobs.buildbot_executor import BuildbotExecutor, series_kernels
 
     web_url, master = stack
     _repo, work, base = tree

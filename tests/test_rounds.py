@@ -1,24 +1,31 @@
-"""The dispatcher's rounds of boots for a series at Buildbot (jobs/rounds.py): what each
+"""The dispatcher's rounds of boots for a series at Buildbot (jobs/buildbot_executor.py): what each
 batch holds, in which order, and how later batches continue the iteration numbers."""
 
 from __future__ import annotations
 
-from stackbench.jobs import adaptive, rounds
+from stackbench.jobs import buildbot_executor as executor
+from stackbench.jobs import plan as boot_plan
+from stackbench.jobs.journey import seed_of
 
 BASE, P1, P2 = "a" * 40, "b" * 40, "c" * 40
 
 
-def _built(*commits: str) -> dict[str, rounds.Built]:
+def _built(*commits: str) -> dict[str, executor.Built]:
     return {
-        c: rounds.Built(c, f"k{i}", i, "linux-6.1", "tiny-guest", f"artifacts/b/{i}/kernel.tar")
+        c: executor.Built(c, f"k{i}", i, "linux-6.1", "tiny-guest", f"artifacts/b/{i}/kernel.tar")
         for i, c in enumerate(commits)
     }
+
+
+def _plan(kernels: list[str], runs: int, key: str, **kw):
+    return boot_plan.make_plan(kernels, runs, seed=seed_of(key), tag=key, **kw)
 
 
 def test_first_rounds_boot_every_kernel_once_per_round_with_every_job_in_a_shuffled_order():
     built = _built(BASE, P1, P2)
     jobs = ["vm", "thpscale[max_threads=2,madvise=false]"]
-    boots, described = rounds.first_boots(built, [BASE, P1, P2], jobs, 3, "sub-rounds-1")
+    plan = _plan([BASE, P1, P2], 3, "sub-rounds-1")
+    boots, described = executor.plan_boots(plan, built, jobs, {}), plan.describe()
     assert described["boots_per_kernel"] == 3 and len(boots) == 3 * 3
     for rnd in (1, 2, 3):
         mine = [b for b in boots if b["round"] == rnd]
@@ -31,50 +38,28 @@ def test_first_rounds_boot_every_kernel_once_per_round_with_every_job_in_a_shuff
     # the order is shuffled per round (the plan's seed is fixed by the batch key)...
     assert len({tuple(r) for r in described["order"]}) > 1 or len(built) < 3
     # ...and the same key gives the same batch: a batch sent again is the same batch
-    again, _ = rounds.first_boots(built, [BASE, P1, P2], jobs, 3, "sub-rounds-1")
+    again = executor.plan_boots(_plan([BASE, P1, P2], 3, "sub-rounds-1"), built, jobs, {})
     assert again == boots
     assert boots[0]["artifact"] == built[boots[0]["commit"]].artifact
 
 
-def test_only_built_kernels_are_planned():
-    built = _built(BASE, P2)  # P1 did not build
-    boots, described = rounds.first_boots(built, [BASE, P1, P2], ["vm"], 2, "k")
-    assert {b["commit"] for b in boots} == {BASE, P2}
-    assert all(len(r) == 2 for r in described["order"])
-
-
-def test_more_rounds_measure_the_doubtful_kernels_and_jobs_and_continue_the_numbers():
+def test_later_batches_continue_the_iteration_numbers_after_the_furthest_job():
     built = _built(BASE, P1, P2)
-    boots, _ = rounds.first_boots(built, [BASE, P1, P2], ["vm", "thp"], 3, "k1")
-    offsets = rounds.next_offsets({}, boots)
+    boots = executor.plan_boots(_plan([BASE, P1, P2], 3, "k1"), built, ["vm", "thp"], {})
+    offsets = executor.next_offsets({}, boots)
     assert offsets == {"vm": 3, "thp": 3}
     assert len(boots) == 3 * 3  # a boot per (kernel, round), both jobs in it
-    more = adaptive.MoreRounds(
-        boots=2, have=3, cap=10, kernels=[BASE, P2], subjobs=["vm-scalability-anon-w-seq"]
-    )
-    subjob_jobs = {"vm-scalability-anon-w-seq": "vm", "thpscale-fault": "thp"}
-    nxt, described, again = rounds.more_boots(more, built, ["vm", "thp"], 3, subjob_jobs,
-                                              offsets, "k2", first_round=4)  # fmt: skip
-    assert again == ["vm"]
+    nxt = executor.plan_boots(_plan([BASE, P2], 2, "k2", first_round=4), built, ["vm"], offsets)
     assert {b["commit"] for b in nxt} == {BASE, P2} and {b["job"] for b in nxt} == {"vm"}
     assert sorted((b["round"], b["first"]) for b in nxt) == [(4, 3), (4, 3), (5, 4), (5, 4)]
     # a later batch of several jobs starts after the furthest one, so no key is repeated
-    both = adaptive.MoreRounds(boots=2, have=3, cap=10, kernels=[BASE, P2],
-                               subjobs=["vm-scalability-anon-w-seq", "thpscale-fault"])  # fmt: skip
-    uneven, _, again = rounds.more_boots(both, built, ["vm", "thp"], 3, subjob_jobs,
-                                         {"vm": 5, "thp": 3}, "k2", first_round=6)  # fmt: skip
-    assert again == ["vm", "thp"] and {b["job"] for b in uneven} == {"vm,thp"}
-    assert {b["first"] for b in uneven} == {5, 6}
-    # numbered after every round planned, whatever the look counted (a paired verdict counts
-    # only rounds holding both kernels): no round number is used twice
+    uneven = executor.plan_boots(
+        _plan([BASE, P2], 2, "k3", first_round=6), built, ["vm", "thp"], {"vm": 5, "thp": 3}
+    )
+    assert {b["job"] for b in uneven} == {"vm,thp"} and {b["first"] for b in uneven} == {5, 6}
     assert {b["round"] for b in uneven} == {6, 7}
-    assert described["boots_per_kernel"] == 2
-    # nothing in doubt that this series ran: no batch
-    none, _, again = rounds.more_boots(
-        adaptive.MoreRounds(boots=2, have=3, cap=10, kernels=[BASE], subjobs=["other"]),
-        built, ["vm"], 3, subjob_jobs, offsets, "k3", first_round=8,
-    )  # fmt: skip
-    assert none == [] and again == []
+    # no job left to measure: no boot
+    assert executor.plan_boots(_plan([BASE], 2, "k4"), built, [], offsets) == []
 
 
 def test_built_kernels_come_from_passed_kernel_builds_with_their_artifacts():
@@ -91,7 +76,7 @@ def test_built_kernels_come_from_passed_kernel_builds_with_their_artifacts():
         build(3, 2, P2),  # a benchmark, not a kernel
         build(4, 1, P2, complete=False),
     ]
-    got = rounds.built_kernels(builds, names.__getitem__)
+    got = executor.built_kernels(builds, names.__getitem__)
     assert list(got) == [BASE]
     assert got[BASE].artifact == "artifacts/build-linux-6.1-tiny-guest/10/kernel.tar"
     assert got[BASE].name == "n-aaa" and got[BASE].position == 1

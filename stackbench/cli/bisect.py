@@ -58,13 +58,13 @@ def policy_from(runs: int | None, cap: int | None):
 
 def run(args: argparse.Namespace) -> int:
     from stackbench.jobs import bisect_runner, pipeline
-    from stackbench.jobs.driver import Driver
+    from stackbench.jobs.local_executor import LocalLab
     from stackbench.resultsdb import db
 
     policy = policy_from(args.runs, args.runs_cap)
     eng = db.engine()
     settings = pipeline.Settings(cpus=args.cpus, mem_mb=args.mem_mb, accel=args.accel)
-    lab = Driver(settings=settings)
+    lab = LocalLab(settings=settings)
 
     def progress(msg: str) -> None:
         print(f"bisect: {msg}", file=sys.stderr, flush=True)

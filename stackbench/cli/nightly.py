@@ -43,7 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from stackbench.errors import InputError
     from stackbench.jobs import nightly, pipeline
-    from stackbench.jobs.driver import Driver
+    from stackbench.jobs.local_executor import LocalLab
     from stackbench.resultsdb import db
 
     for b in args.branch:
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--aa {args.aa}", "expected 2 to 100 boots per set (0: no A/A)")
     eng = db.engine()
     settings = pipeline.Settings(cpus=args.cpus, mem_mb=args.mem_mb, accel=args.accel)
-    lab = Driver(settings=settings)
+    lab = LocalLab(settings=settings)
     tracked = nightly.load_tracked()
     if args.no_bisect:
         for t in tracked:
