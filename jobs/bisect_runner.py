@@ -1,7 +1,7 @@
 """Bisect on real kernels: the Measurer that builds, boots and runs, and the stored records.
 
 Where kernels and runs come from is a :class:`Lab`: the real one is
-:class:`stackbench.jobs.local_executor.LocalLab`, which builds and boots with the local
+:class:`stackbench.jobs.lab.LocalLab`, which builds and boots with the local
 executor's stages (one object dir per tree and config, so neighbouring commits rebuild incrementally).
 Everything measured is stored, and every step first looks at what is stored: a kernel built
 earlier (artifact store) is not built again, a commit that failed to build is not tried

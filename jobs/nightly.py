@@ -528,7 +528,7 @@ def run_nightly(
     started = time.monotonic()
     sync_tracked(eng, load_tracked() if tracked is None else tracked)
     if lab is None:
-        from stackbench.jobs.local_executor import LocalLab
+        from stackbench.jobs.lab import LocalLab
 
         lab = LocalLab()
     with db.session(eng) as s:

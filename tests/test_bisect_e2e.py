@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session
 
 from stackbench import proc
 from stackbench.jobs import nightly, pipeline
-from stackbench.jobs.local_executor import LocalLab
+from stackbench.jobs.lab import LocalLab
 from stackbench.resultsdb.models import Bisect, KernelBuild, MailOutbox, Metric, Regression
 from stackbench.resultsdb.verdict import DEFAULT, Policy
 

@@ -58,7 +58,7 @@ def policy_from(runs: int | None, cap: int | None):
 
 def run(args: argparse.Namespace) -> int:
     from stackbench.jobs import bisect_runner, pipeline
-    from stackbench.jobs.local_executor import LocalLab
+    from stackbench.jobs.lab import LocalLab
     from stackbench.resultsdb import db
 
     policy = policy_from(args.runs, args.runs_cap)

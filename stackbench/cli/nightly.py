@@ -43,7 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from stackbench.errors import InputError
     from stackbench.jobs import nightly, pipeline
-    from stackbench.jobs.local_executor import LocalLab
+    from stackbench.jobs.lab import LocalLab
     from stackbench.resultsdb import db
 
     for b in args.branch:

@@ -152,9 +152,6 @@ def run(args: argparse.Namespace) -> int:
 
         state = run_through_dispatcher(eng, sid, fresh=args.rerun, source="submit")
     else:
-        from stackbench.jobs import lifecycle
-
-        lifecycle.update_meta(eng, sid, dispatch={"executor": "foreground"})
         state = pipeline.run_series(
             eng, sid, progress=pipeline.StderrProgress(), settings=settings_from(args),
             rerun=args.rerun,
