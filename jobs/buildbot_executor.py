@@ -89,6 +89,9 @@ class BuildbotExecutor:
                        f"{len(journey.jobs)} job(s) x {journey.runs} run(s)",
         }  # fmt: skip
 
+    def runs(self, journey: Journey) -> int:
+        return journey.runs
+
     def build(self, journey: Journey) -> None:
         """Nothing to do: the master builds the kernels of the buildset it was handed."""
 

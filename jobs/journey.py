@@ -83,6 +83,11 @@ class Executor(Protocol):
         """Take the series (attempt columns to record), or None: not now (say why)."""
         ...
 
+    def runs(self, journey: Journey) -> int:
+        """Runs per kernel the first rounds spread over their boots (the job specs as this
+        executor reads them: a master's workers know job definitions this host may not)."""
+        ...
+
     def build(self, journey: Journey) -> None:
         """Build every kernel of the comparison (or have it built)."""
         ...
@@ -134,7 +139,8 @@ class Journey:
 
     @property
     def subjobs(self) -> list[Any]:
-        """The series' sub-jobs with their runs per kernel (the job specs resolved)."""
+        """The series' sub-jobs with their runs per kernel (the job specs resolved here, for
+        an executor that boots here)."""
         return plan_for(resolve_jobs(self.jobs, self.runs), self.settings)
 
     # -- the steps
@@ -213,7 +219,7 @@ class Journey:
 
     def _first_batch(self, p: Progress, d: series_runs_store.Dispatch | None) -> Batch:
         key = self._key(d, 1)
-        runs = max(sj.runs for sj in self.subjobs)
+        runs = self.executor.runs(self)
         plan = boot_plan.make_plan(
             [k.key for k in p.built], runs, boots=self.boots,
             seed=self.seed if self.seed is not None else seed_of(key), tag=key,
@@ -221,7 +227,7 @@ class Journey:
         )  # fmt: skip
         why = (
             f"{len(plan.boots_in_order())} boots: {len(p.built)} kernels x {plan.boots} rounds "
-            f"(shuffled, seed {plan.seed}), {len(self.subjobs)} sub-jobs"
+            f"(shuffled, seed {plan.seed}), {len(self.jobs)} job(s)"
         )
         return Batch(key, plan, None, why)
 
@@ -244,11 +250,8 @@ class Journey:
         if more is None:
             return None
         kernels = [k.key for k in p.built if k.commit in more.kernels]
-        per_boot = max(
-            -(-sj.runs // boot_plan.boots_for(sj.runs))
-            for sj in self.subjobs
-            if sj.name in more.subjobs
-        )
+        runs = self.executor.runs(self)
+        per_boot = -(-runs // boot_plan.boots_for(runs))  # as many per boot as the first rounds
         key = self._key(d, (d.batches if d is not None else 0) + 1)
         first = max(self._first_round(), more.have + 1)
         plan = boot_plan.make_plan(

@@ -60,6 +60,9 @@ class LocalExecutor:
         self.tasks = with_fragments(tasks, journey.subjobs)
         return {"message": f"building {len(self.tasks)} kernels"}
 
+    def runs(self, journey: Journey) -> int:
+        return max(sj.runs for sj in journey.subjobs)
+
     def build(self, journey: Journey) -> None:
         sr, settings, subjobs = self.sr, journey.settings, journey.subjobs
         assert self.repo is not None and self.tree is not None
