@@ -93,14 +93,13 @@ def _rounds_factory() -> util.BuildFactory:
 
 def _bench_factory(cfg: BuildbotConfig, kind: str = "qemu") -> util.BuildFactory:
     f = util.BuildFactory()
-    f.addStep(sb.FindLostAttempts())
     if kind != "baremetal":
         # a build is one round of boots (or one boot): lost with its worker, it runs again
-        # on another worker of the kind, once; then it fails and says so
-        f.addStep(sb.GiveUpAfterLostAttempts(cfg.round_attempts))
-        # each boot uploads its own runs (worker bench --upload): one interpreter less
+        # on another worker of the kind, once; then it fails and says so (all in RunBoots,
+        # and each boot uploads its own runs: worker bench --upload, one interpreter less)
         f.addStep(sb.RunBoots(cfg))
         return f
+    f.addStep(sb.FindLostAttempts())
     f.addStep(
         steps.FileDownload(
             name="fetch kernel",

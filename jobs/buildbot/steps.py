@@ -20,6 +20,11 @@ from twisted.internet import defer, task, threads
 from stackbench.jobs.buildbot import kept_kernels
 from stackbench.jobs.buildbot.config import BuildbotConfig
 
+# the job-spec module's splitter: the dispatcher joins a boot's jobs with it in mind. Imported
+# with the master's configuration: imported in split_list, it held the master's one thread
+# (every build, every worker's connection) for 0.7 s in the first fan-out of each master
+from stackbench.jobs.jobspecs import split_job_specs
+
 ARTIFACT = "kernel.tar"
 
 
@@ -30,9 +35,6 @@ def split_list(value: Any) -> list[str]:
         return []
     if isinstance(value, (list, tuple)):
         return [str(v).strip() for v in value if str(v).strip()]
-    # the job-spec module's splitter: the dispatcher joins a boot's jobs with it in mind
-    from stackbench.jobs.jobspecs import split_job_specs
-
     return split_job_specs(str(value), spaces=True)
 
 
@@ -252,7 +254,12 @@ def round_boots(props: dict[str, Any]) -> list[dict[str, Any]]:
 
 class RunBoots(CompositeStepMixin, buildstep.BuildStep):
     """On the master: fetch the round's kernels its worker does not keep (kept_kernels), boot
-    them in order in one process; a retry records the lost attempt, skips what it stored."""
+    them in order in one process; a retry records the lost attempt, skips what it stored,
+    and after ``round_attempts`` lost attempts the round fails instead.
+
+    The lost-attempt lookup and the give-up are this step's, not steps of their own as on a
+    bare-metal box: every step costs the master a few database writes and the round's
+    worker waits for them (two steps were 0.05-0.1 s of every round)."""
 
     name = "plan the round"
     logEnviron = False  # of the remote stat, glob and rmfile of kept_kernels
@@ -269,6 +276,11 @@ class RunBoots(CompositeStepMixin, buildstep.BuildStep):
         except ValueError:
             self.descriptionDone = ["round_boots is not JSON"]
             return FAILURE
+        lost = yield find_lost_attempts(self)
+        why = gave_up(lost, self.cfg.round_attempts)
+        if why:
+            self.descriptionDone = [why]
+            return FAILURE
         named = {str(b.get("artifact")): b.get("kernel_name") or str(b.get("commit"))[:12]
                  for b in boots}  # fmt: skip
         artifacts = [str(b.get("artifact")) for b in boots]  # one per boot, in order
@@ -282,8 +294,8 @@ class RunBoots(CompositeStepMixin, buildstep.BuildStep):
             )
             for artifact, tar in fetches
         ]
-        retry = bool(self.getProperty("lost_attempts") or self.getProperty("skip_stored"))
-        if self.getProperty("lost_attempts"):
+        retry = bool(lost or self.getProperty("skip_stored"))
+        if lost:
             added.append(steps.ShellCommand(
                 name="mark lost attempts",
                 command=worker_command(self.cfg, "mark-lost", boots=boots[:1], kernels=tars),
@@ -299,7 +311,9 @@ class RunBoots(CompositeStepMixin, buildstep.BuildStep):
         self.build.addStepsAfterCurrentStep(added)
         kept = len(boots) - len(fetches)
         self.descriptionDone = [
-            f"{len(boots)} boot(s)" + (f", {kept} kernel(s) kept" if kept else "")
+            f"{len(boots)} boot(s)"
+            + (f", {kept} kernel(s) kept" if kept else "")
+            + (f", {len(lost)} lost attempt(s)" if lost else "")
         ]
         return SUCCESS
 
@@ -314,26 +328,38 @@ def artifact_path(buildername: str, buildnumber: int) -> str:
     return f"artifacts/{buildername}/{buildnumber}/{ARTIFACT}"
 
 
-class FindLostAttempts(buildstep.BuildStep):
-    """On the master: earlier attempts of this build request that lost their worker.
+@defer.inlineCallbacks
+def find_lost_attempts(step: Any) -> Any:
+    """Earlier attempts of ``step``'s build request that lost their worker, as
+    ["buildid:worker", ...], set as the build's ``lost_attempts`` property: Buildbot retries
+    a build whose worker vanished, and the retry marks their runs."""
+    lost = []
+    for req in step.build.requests:
+        builds = yield step.master.data.get(("buildrequests", req.id, "builds"))
+        for b in builds:
+            if b["buildid"] == step.build.buildid or b["results"] != RETRY:
+                continue
+            wk = yield step.master.data.get(("workers", b["workerid"]))
+            lost.append(f"{b['buildid']}:{wk['name'] if wk else b['workerid']}")
+    step.setProperty("lost_attempts", lost, type(step).__name__)
+    return lost
 
-    Buildbot retries a build whose worker vanished; this step names those attempts
-    (``lost_attempts`` = ["buildid:worker", ...]) so the benchmark step can mark their runs.
-    """
+
+def gave_up(lost: list[str], limit: int) -> str:
+    """Why a benchmark stops retrying ("" while it goes on): its earlier attempts, ``limit``
+    or more, were all lost (e.g. a kernel that does not boot on a bare-metal box)."""
+    return f"gave up: {len(lost)} attempt(s) lost" if len(lost) >= limit else ""
+
+
+class FindLostAttempts(buildstep.BuildStep):
+    """On the master: earlier attempts of this build request that lost their worker
+    (``find_lost_attempts``), so the benchmark step can mark their runs."""
 
     name = "find lost attempts"
 
     @defer.inlineCallbacks
     def run(self) -> Any:
-        lost = []
-        for req in self.build.requests:
-            builds = yield self.master.data.get(("buildrequests", req.id, "builds"))
-            for b in builds:
-                if b["buildid"] == self.build.buildid or b["results"] != RETRY:
-                    continue
-                wk = yield self.master.data.get(("workers", b["workerid"]))
-                lost.append(f"{b['buildid']}:{wk['name'] if wk else b['workerid']}")
-        self.setProperty("lost_attempts", lost, "FindLostAttempts")
+        lost = yield find_lost_attempts(self)
         self.descriptionDone = [f"{len(lost)} lost attempt(s)"]
         return SUCCESS
 
@@ -476,11 +502,9 @@ class GiveUpAfterLostAttempts(buildstep.BuildStep):
 
     def run(self) -> Any:
         lost = self.getProperty("lost_attempts") or []
-        if len(lost) >= self.limit:
-            self.descriptionDone = [f"gave up: {len(lost)} attempt(s) lost"]
-            return FAILURE
-        self.descriptionDone = [f"{len(lost)} of {self.limit} attempt(s) lost"]
-        return SUCCESS
+        why = gave_up(lost, self.limit)
+        self.descriptionDone = [why or f"{len(lost)} of {self.limit} attempt(s) lost"]
+        return FAILURE if why else SUCCESS
 
 
 class _Unsubscribed:
