@@ -18,18 +18,18 @@ dispatcher's looks; the builds' own overhead included). The same for the rounds 
 kernels are built. Goals: 4 workers at least 3.2x faster than 1; overhead under 0.5 s
 per boot. Exit status 1 if a goal is missed.
 
-Measured 2026-11-25 on the shared 2-core build host (load 8-10 from other work), branch
-lab3 (kernels kept on the workers between rounds, the master's SQLite without an fsync per
-commit):
+Measured 2026-11-26 on the shared 2-core build host, quiet (load average 0.4-1.9), branch
+overhead (the notifier on the master's build events, a round's lost-attempt lookup in its
+plan step):
 
-    --boot-seconds 4   wall 1/2/4 workers 227.9 / 103.0 / 63.4 s, speed-up 2.21x / 3.60x;
-                       overhead per boot end to end 1.30 / 0.75 / 1.14 s,
-                       rounds only 0.80 / 0.40 / 0.60 s
+    --boot-seconds 4   wall 1/2/4 workers 199.0 / 106.9 / 70.4 s, speed-up 1.86x / 2.83x;
+                       overhead per boot end to end 0.57 / 0.94 / 1.84 s,
+                       rounds only 0.42 / 0.65 / 1.20 s
 
-Ten rounds on four workers take three waves, so 3.38x is the ceiling on a quiet host (the
-1-worker run here was the slowest, by load). Before kernels were kept, every round fetched
-every kernel: 23 s of fetch steps in a 4-worker run, 1-3 s since. bench/README.md says
-where the rest goes.
+Both goals are missed on a quiet host: the 3.60x of 2026-11-25 came from a 1-worker run
+slowed by a load of 8-10. Each round's worker process costs about a second of CPU (its
+imports), and a wave of four of them shares the two cores; bench/README.md says where the
+rest goes.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A box queued with ``stackbench worker baremetal`` goes away (kexec into the kernel under
 test), runs the job natively (jobs/native.py), uploads and reboots into its production
-kernel. Whoever waits for it, Buildbot's AwaitReport step or ``stackbench worker
+kernel. Whoever waits for it, Buildbot's AwaitReport step (jobs.buildbot.box_steps) or ``stackbench worker
 await-box``, looks for exactly the runs' idempotency keys. A box that does not report within
 its timeout is lost: one ``lost`` run records the attempt with the reason and, when the
 box's serial console is logged somewhere readable (a BMC's serial-over-LAN log, QEMU's

@@ -208,7 +208,7 @@ def test_bisect_builder_flags_match_the_bisect_command(tmp_path):
 
 
 def test_baremetal_builder_queues_on_the_box_and_waits_on_the_master(tmp_path):
-    from stackbench.jobs.buildbot import builders, steps
+    from stackbench.jobs.buildbot import box_steps, builders
 
     cfg = _cfg(tmp_path)
     by_name = {b.name: b for b in builders.make(cfg)}
@@ -223,13 +223,15 @@ def test_baremetal_builder_queues_on_the_box_and_waits_on_the_master(tmp_path):
         "queue job and kexec",
         "wait for the box to report",
     ]
-    assert [f.step_class for f in by_name["bench-baremetal"].factory.steps][-1] is steps.AwaitReport
+    assert [f.step_class for f in by_name["bench-baremetal"].factory.steps][
+        -1
+    ] is box_steps.AwaitReport
     # a box may reboot at any time: the series coordinator stays off it
     assert by_name["series"].workernames == ["q1"]
-    assert steps.queued_from_output(0, 'queued\n{"keys": ["k:0"]}\n', "") == {
+    assert box_steps.queued_from_output(0, 'queued\n{"keys": ["k:0"]}\n', "") == {
         "baremetal": {"keys": ["k:0"]}
     }
-    assert steps.queued_from_output(1, "", "refused") == {}
+    assert box_steps.queued_from_output(1, "", "refused") == {}
 
 
 # -- worker commands -------------------------------------------------------------------------

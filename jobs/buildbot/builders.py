@@ -14,6 +14,7 @@ from typing import Any
 
 from buildbot.plugins import steps, util
 
+from stackbench.jobs.buildbot import box_steps
 from stackbench.jobs.buildbot import steps as sb
 from stackbench.jobs.buildbot import workers as wk
 from stackbench.jobs.buildbot.config import BuildbotConfig
@@ -93,14 +94,13 @@ def _rounds_factory() -> util.BuildFactory:
 
 def _bench_factory(cfg: BuildbotConfig, kind: str = "qemu") -> util.BuildFactory:
     f = util.BuildFactory()
-    f.addStep(sb.FindLostAttempts())
     if kind != "baremetal":
         # a build is one round of boots (or one boot): lost with its worker, it runs again
-        # on another worker of the kind, once; then it fails and says so
-        f.addStep(sb.GiveUpAfterLostAttempts(cfg.round_attempts))
-        # each boot uploads its own runs (worker bench --upload): one interpreter less
+        # on another worker of the kind, once; then it fails and says so (all in RunBoots,
+        # and each boot uploads its own runs: worker bench --upload, one interpreter less)
         f.addStep(sb.RunBoots(cfg))
         return f
+    f.addStep(sb.FindLostAttempts())
     f.addStep(
         steps.FileDownload(
             name="fetch kernel",
@@ -112,9 +112,9 @@ def _bench_factory(cfg: BuildbotConfig, kind: str = "qemu") -> util.BuildFactory
     f.addStep(sb.command(cfg, "mark-lost", "mark lost runs", doStepIf=sb.has_lost_attempts))
     # the box runs the job itself after a kexec and uploads its runs; the master waits
     # for them through the API while the box is away
-    f.addStep(sb.GiveUpAfterLostAttempts(cfg.baremetal_attempts))
-    f.addStep(sb.queue_on_box(cfg))
-    f.addStep(sb.AwaitReport(cfg))
+    f.addStep(box_steps.GiveUpAfterLostAttempts(cfg.baremetal_attempts))
+    f.addStep(box_steps.queue_on_box(cfg))
+    f.addStep(box_steps.AwaitReport(cfg))
     return f
 
 

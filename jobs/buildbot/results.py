@@ -20,7 +20,6 @@ from typing import Any
 
 from stackbench import config
 from stackbench.errors import InputError, StackbenchError
-from stackbench.httpclient import Client, HttpError
 
 PAYLOAD_VERSION = 1
 SOURCE = "buildbot"
@@ -130,6 +129,10 @@ def worker_token() -> str:
 
 def post(url: str, token: str, payload: dict[str, Any], timeout: float = 60) -> bool:
     """POST one run to the API; True when it was stored now, False when already present."""
+    # imported here: a worker that stores into the database (every round of a one-machine
+    # lab) does not start http.client and its cookie jar in each round's process
+    from stackbench.httpclient import Client, HttpError
+
     api = Client(url.rstrip("/"), headers={"Authorization": f"Bearer {token}"}, timeout=timeout)
     try:
         resp = api.send("POST", "/api/runs", json_body=payload)

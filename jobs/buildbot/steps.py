@@ -1,4 +1,5 @@
-"""Build steps: the fan-out triggers, the worker commands and the lost-attempt lookup.
+"""Build steps: the fan-out triggers, the worker commands and the lost-attempt lookup (a
+bare-metal box's own steps: jobs.buildbot.box_steps).
 
 Heavy work runs on workers as ``stackbench worker ...`` commands (argument lists, no shell);
 the master only decides what to trigger and moves kernel artifacts between workers.
@@ -7,18 +8,22 @@ the master only decides what to trigger and moves kernel artifacts between worke
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from typing import Any
 
 from buildbot.plugins import steps, util
 from buildbot.process import buildstep
-from buildbot.process.results import CANCELLED, FAILURE, RETRY, SUCCESS, WARNINGS
+from buildbot.process.results import FAILURE, RETRY, SUCCESS, WARNINGS
 from buildbot.steps.worker import CompositeStepMixin
-from twisted.internet import defer, task, threads
+from twisted.internet import defer
 
 from stackbench.jobs.buildbot import kept_kernels
 from stackbench.jobs.buildbot.config import BuildbotConfig
+
+# the job-spec module's splitter: the dispatcher joins a boot's jobs with it in mind. Imported
+# with the master's configuration: imported in split_list, it held the master's one thread
+# (every build, every worker's connection) for 0.7 s in the first fan-out of each master
+from stackbench.jobs.jobspecs import split_job_specs
 
 ARTIFACT = "kernel.tar"
 
@@ -30,9 +35,6 @@ def split_list(value: Any) -> list[str]:
         return []
     if isinstance(value, (list, tuple)):
         return [str(v).strip() for v in value if str(v).strip()]
-    # the job-spec module's splitter: the dispatcher joins a boot's jobs with it in mind
-    from stackbench.jobs.jobspecs import split_job_specs
-
     return split_job_specs(str(value), spaces=True)
 
 
@@ -252,7 +254,12 @@ def round_boots(props: dict[str, Any]) -> list[dict[str, Any]]:
 
 class RunBoots(CompositeStepMixin, buildstep.BuildStep):
     """On the master: fetch the round's kernels its worker does not keep (kept_kernels), boot
-    them in order in one process; a retry records the lost attempt, skips what it stored."""
+    them in order in one process; a retry records the lost attempt, skips what it stored,
+    and after ``round_attempts`` lost attempts the round fails instead.
+
+    The lost-attempt lookup and the give-up are this step's, not steps of their own as on a
+    bare-metal box: every step costs the master a few database writes and the round's
+    worker waits for them (two steps were 0.05-0.1 s of every round)."""
 
     name = "plan the round"
     logEnviron = False  # of the remote stat, glob and rmfile of kept_kernels
@@ -269,6 +276,11 @@ class RunBoots(CompositeStepMixin, buildstep.BuildStep):
         except ValueError:
             self.descriptionDone = ["round_boots is not JSON"]
             return FAILURE
+        lost = yield find_lost_attempts(self)
+        why = gave_up(lost, self.cfg.round_attempts)
+        if why:
+            self.descriptionDone = [why]
+            return FAILURE
         named = {str(b.get("artifact")): b.get("kernel_name") or str(b.get("commit"))[:12]
                  for b in boots}  # fmt: skip
         artifacts = [str(b.get("artifact")) for b in boots]  # one per boot, in order
@@ -282,8 +294,8 @@ class RunBoots(CompositeStepMixin, buildstep.BuildStep):
             )
             for artifact, tar in fetches
         ]
-        retry = bool(self.getProperty("lost_attempts") or self.getProperty("skip_stored"))
-        if self.getProperty("lost_attempts"):
+        retry = bool(lost or self.getProperty("skip_stored"))
+        if lost:
             added.append(steps.ShellCommand(
                 name="mark lost attempts",
                 command=worker_command(self.cfg, "mark-lost", boots=boots[:1], kernels=tars),
@@ -299,7 +311,9 @@ class RunBoots(CompositeStepMixin, buildstep.BuildStep):
         self.build.addStepsAfterCurrentStep(added)
         kept = len(boots) - len(fetches)
         self.descriptionDone = [
-            f"{len(boots)} boot(s)" + (f", {kept} kernel(s) kept" if kept else "")
+            f"{len(boots)} boot(s)"
+            + (f", {kept} kernel(s) kept" if kept else "")
+            + (f", {len(lost)} lost attempt(s)" if lost else "")
         ]
         return SUCCESS
 
@@ -314,26 +328,38 @@ def artifact_path(buildername: str, buildnumber: int) -> str:
     return f"artifacts/{buildername}/{buildnumber}/{ARTIFACT}"
 
 
-class FindLostAttempts(buildstep.BuildStep):
-    """On the master: earlier attempts of this build request that lost their worker.
+@defer.inlineCallbacks
+def find_lost_attempts(step: Any) -> Any:
+    """Earlier attempts of ``step``'s build request that lost their worker, as
+    ["buildid:worker", ...], set as the build's ``lost_attempts`` property: Buildbot retries
+    a build whose worker vanished, and the retry marks their runs."""
+    lost = []
+    for req in step.build.requests:
+        builds = yield step.master.data.get(("buildrequests", req.id, "builds"))
+        for b in builds:
+            if b["buildid"] == step.build.buildid or b["results"] != RETRY:
+                continue
+            wk = yield step.master.data.get(("workers", b["workerid"]))
+            lost.append(f"{b['buildid']}:{wk['name'] if wk else b['workerid']}")
+    step.setProperty("lost_attempts", lost, type(step).__name__)
+    return lost
 
-    Buildbot retries a build whose worker vanished; this step names those attempts
-    (``lost_attempts`` = ["buildid:worker", ...]) so the benchmark step can mark their runs.
-    """
+
+def gave_up(lost: list[str], limit: int) -> str:
+    """Why a benchmark stops retrying ("" while it goes on): its earlier attempts, ``limit``
+    or more, were all lost (e.g. a kernel that does not boot on a bare-metal box)."""
+    return f"gave up: {len(lost)} attempt(s) lost" if len(lost) >= limit else ""
+
+
+class FindLostAttempts(buildstep.BuildStep):
+    """On the master: earlier attempts of this build request that lost their worker
+    (``find_lost_attempts``), so the benchmark step can mark their runs."""
 
     name = "find lost attempts"
 
     @defer.inlineCallbacks
     def run(self) -> Any:
-        lost = []
-        for req in self.build.requests:
-            builds = yield self.master.data.get(("buildrequests", req.id, "builds"))
-            for b in builds:
-                if b["buildid"] == self.build.buildid or b["results"] != RETRY:
-                    continue
-                wk = yield self.master.data.get(("workers", b["workerid"]))
-                lost.append(f"{b['buildid']}:{wk['name'] if wk else b['workerid']}")
-        self.setProperty("lost_attempts", lost, "FindLostAttempts")
+        lost = yield find_lost_attempts(self)
         self.descriptionDone = [f"{len(lost)} lost attempt(s)"]
         return SUCCESS
 
@@ -442,151 +468,3 @@ def command(cfg: BuildbotConfig, what: str, name: str, **kwargs: Any) -> Any:
 
 def has_lost_attempts(step: Any) -> bool:
     return bool(step.getProperty("lost_attempts"))
-
-
-def queued_from_output(rc: int, stdout: str, stderr: str) -> dict[str, Any]:
-    """SetPropertyFromCommand extractor for ``stackbench worker baremetal``: its last line."""
-    if rc != 0:
-        return {}
-    lines = [line for line in stdout.splitlines() if line.strip()]
-    return {"baremetal": json.loads(lines[-1])} if lines else {}
-
-
-def queue_on_box(cfg: BuildbotConfig) -> Any:
-    """Write the job into the box's spool and arm the kexec (ends before the box goes down)."""
-    return steps.SetPropertyFromCommand(
-        name="queue job and kexec",
-        command=worker_command(cfg, "baremetal"),
-        extract_fn=queued_from_output,
-        haltOnFailure=True,
-        timeout=600,
-    )
-
-
-class GiveUpAfterLostAttempts(buildstep.BuildStep):
-    """Stop retrying a benchmark whose earlier attempts were all lost (a bare-metal box that
-    never reported, e.g. because the kernel under test does not boot on it)."""
-
-    name = "give up after lost attempts"
-
-    def __init__(self, limit: int, **kwargs: Any) -> None:
-        kwargs.setdefault("haltOnFailure", True)
-        super().__init__(**kwargs)
-        self.limit = limit
-
-    def run(self) -> Any:
-        lost = self.getProperty("lost_attempts") or []
-        if len(lost) >= self.limit:
-            self.descriptionDone = [f"gave up: {len(lost)} attempt(s) lost"]
-            return FAILURE
-        self.descriptionDone = [f"{len(lost)} of {self.limit} attempt(s) lost"]
-        return SUCCESS
-
-
-class _Unsubscribed:
-    def unsubscribe(self) -> None:
-        pass
-
-
-class AwaitReport(buildstep.BuildStep):
-    """On the master: wait until stackbench holds every run the box was asked to report.
-
-    The box reboots twice meanwhile (kexec into the test kernel, then back), so this step
-    first detaches its build from the worker's connection: Buildbot would otherwise end the
-    build as lost (RETRY) the moment the worker goes away, and retry a benchmark that is
-    running fine. The build keeps the machine lock, so nothing else is started on the box
-    until its results are in. Without a report by the timeout, or when the box comes back
-    without one, the step ends in RETRY: the retry records this attempt as lost and tries
-    again, up to the configured number of attempts.
-    """
-
-    name = "wait for the box to report"
-
-    def __init__(self, cfg: BuildbotConfig, **kwargs: Any) -> None:
-        kwargs.setdefault("haltOnFailure", True)
-        super().__init__(**kwargs)
-        self.cfg = cfg
-
-    def _detach_from_worker(self) -> None:
-        # relies on Build.subs, the worker-disconnect subscription made in Build.startBuild
-        subs = getattr(self.build, "subs", None)
-        if subs is not None and not isinstance(subs, _Unsubscribed):
-            subs.unsubscribe()
-            self.build.subs = _Unsubscribed()
-
-    def _lookup(self, keys: list[str], commit: str) -> set[str]:
-        from stackbench.jobs.buildbot import reported
-
-        return reported.stored_keys(keys, commit, self.cfg.stackbench_url or None)
-
-    @defer.inlineCallbacks
-    def _connected(self, workerid: int | None) -> Any:
-        if workerid is None:
-            return False
-        w = yield self.master.data.get(("workers", workerid))
-        return bool(w and w.get("connected_to"))
-
-    @defer.inlineCallbacks
-    def run(self) -> Any:
-        queued = self.getProperty("baremetal") or {}
-        if isinstance(queued, str):
-            queued = json.loads(queued)
-        keys, commit = list(queued.get("keys") or []), str(queued.get("commit") or "")
-        if not keys or not commit:
-            self.descriptionDone = ["nothing was queued"]
-            return FAILURE
-        if queued.get("already"):
-            self.descriptionDone = ["already reported"]
-            return SUCCESS
-        wfb = self.build.workerforbuilder
-        workerid = getattr(getattr(wfb, "worker", None), "workerid", None)
-        self._detach_from_worker()
-        try:
-            timeout = float(self.getProperty("report_timeout") or self.cfg.report_timeout)
-        except (TypeError, ValueError):
-            self.descriptionDone = ["report_timeout must be a number of seconds"]
-            return FAILURE
-        log = yield self.addLog("report")
-        yield log.addStdout(
-            f"job {queued.get('job_id')}: waiting up to {timeout:.0f}s for {len(keys)} run(s) "
-            f"of {commit[:12]} ({self.cfg.stackbench_url or 'database'})\n"
-        )
-        deadline = time.monotonic() + timeout
-        went_away = False
-        found: set[str] = set()
-        while not self.stopped:
-            try:
-                found = yield threads.deferToThread(self._lookup, keys, commit)
-            except Exception as exc:  # a server restart must not end a long wait
-                yield log.addStderr(f"lookup failed, will retry: {exc}\n")
-            if set(keys) <= found:
-                self.descriptionDone = [f"{len(keys)} run(s) reported"]
-                yield log.addStdout(f"all {len(keys)} run(s) reported\n")
-                return SUCCESS
-            connected = yield self._connected(workerid)
-            if not connected and not went_away:
-                went_away = True
-                yield log.addStdout("worker disconnected (box rebooting into the test kernel)\n")
-                self.description = ["waiting: box away"]
-                self.updateSummary()
-            elif connected and went_away:
-                # the box reports before it reboots back: back without a report means no report
-                found = yield threads.deferToThread(self._lookup, keys, commit)
-                if set(keys) <= found:
-                    continue
-                msg = (
-                    f"worker came back with {len(found)} of {len(keys)} run(s) reported; see "
-                    f"done/{queued.get('job_id')}/status.json in the box's spool"
-                )
-                return (yield self._lost(log, msg))
-            if time.monotonic() >= deadline:
-                msg = f"no report within {timeout:.0f}s ({len(found)} of {len(keys)} run(s))"
-                return (yield self._lost(log, msg))
-            yield task.deferLater(self.master.reactor, self.cfg.report_poll, lambda: None)
-        return CANCELLED
-
-    @defer.inlineCallbacks
-    def _lost(self, log: Any, msg: str) -> Any:
-        yield log.addStderr(msg + "\n")
-        self.descriptionDone = [msg[:80]]
-        return RETRY
