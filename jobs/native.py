@@ -50,11 +50,12 @@ def box_size() -> tuple[int, int]:
 
 def plan_for_box(job: str, runs: int, machine: MachineSpec) -> list[SubJob]:
     """The job's sub-jobs sized for this box (the machine's declared size, else its own)."""
-    from stackbench.jobs import pipeline
+    from stackbench.jobs.jobspecs import plan_for, resolve_jobs
+    from stackbench.jobs.settings import Settings
 
     cpus, mem_mb = box_size()
-    settings = pipeline.Settings(cpus=machine.cpus or cpus, mem_mb=machine.memory_mb or mem_mb)
-    return pipeline.plan_for(pipeline.resolve_jobs([job], runs), settings)
+    settings = Settings(cpus=machine.cpus or cpus, mem_mb=machine.memory_mb or mem_mb)
+    return plan_for(resolve_jobs([job], runs), settings)
 
 
 def kexec_append(artifact: Path, plan: list[SubJob]) -> str:
@@ -104,7 +105,7 @@ def run_plan(
     boot_id: str,
     timeout_s: float | None = None,
 ) -> list[RunData]:
-    from stackbench.jobs import pipeline
+    from stackbench.jobs.boot_stage import MODULE_FOR_SUITE, failure_runs
     from stackbench.jobs.guest.initramfs import build_initramfs, extract_initramfs
 
     if os.geteuid() != 0:
@@ -117,7 +118,7 @@ def run_plan(
     runnable, out = [], []
 
     def fail(sjs: list[SubJob], status: str, why: str, logs: dict[str, bytes]) -> None:
-        runs = pipeline.failure_runs(sjs, kernel, machine, status, why, boot_id, logs)
+        runs = failure_runs(sjs, kernel, machine, status, why, boot_id, logs)
         for r in runs:
             r.source = SOURCE
         out.extend(runs)
@@ -125,7 +126,7 @@ def run_plan(
     _append, refused = knobs.boot_setup(plan, artifact / "config")
     bad = {id(sj): why for sj, why in refused}
     for sj in plan:
-        mod = pipeline.MODULE_FOR_SUITE.get(sj.suite)
+        mod = MODULE_FOR_SUITE.get(sj.suite)
         if id(sj) in bad:
             fail([sj], "failed", bad[id(sj)], {})
         elif mod and mod not in modules:
@@ -136,7 +137,7 @@ def run_plan(
             runnable.append(sj)
     if not runnable:
         return out
-    module_ko = next((modules[m] for m in pipeline.MODULE_FOR_SUITE.values() if m in modules), None)
+    module_ko = next((modules[m] for m in MODULE_FOR_SUITE.values() if m in modules), None)
     workdir.mkdir(parents=True, exist_ok=True)
     root = workdir / "root"
     if root.exists():

@@ -361,13 +361,13 @@ def _stored(args: argparse.Namespace, commit: str, bases: dict[str, str]) -> boo
 def _real_runs(
     args: argparse.Namespace, kernel: Any, machine: Any, bases: dict[str, str], kernel_dir: Path
 ) -> list[Any]:
-    # the kernels engineer's pipeline boots the kernel and runs the job; this seam hands it
+    # the boot stage (the pipeline's) boots the kernel and runs the job; this seam hands it
     # the unpacked artifact and stamps every run with the request's idempotency keys
     try:
-        from stackbench.jobs import pipeline
+        from stackbench.jobs import boot_stage
     except ImportError:
         raise StackbenchError(
-            "real benchmarks need stackbench.jobs.pipeline (not installed); use --dry-kernel"
+            "real benchmarks need stackbench.jobs.boot_stage (not installed); use --dry-kernel"
         ) from None
     from stackbench.jobs.buildbot.results import SOURCE, run_key
 
@@ -386,7 +386,7 @@ def _real_runs(
             boot_id=f"native-{bases[jobs[0]][:16]}",
         )
     else:
-        runs = pipeline.run_job(
+        runs = boot_stage.run_job(
             artifact=kernel_dir / "artifact",
             job=jobs,
             runs=args.runs,

@@ -89,7 +89,7 @@ def test_every_sub_job_of_a_boot_keeps_its_own_runs(monkeypatch, tmp_path):
     continue from the boot's place in the plan."""
     import argparse
 
-    from stackbench.jobs import pipeline, worker
+    from stackbench.jobs import boot_stage, worker
     from stackbench.jobs.buildbot.results import key_base, run_key
     from stackbench.resultsdb.ingest import JobSpec, KernelSpec, MachineSpec, RunData
 
@@ -102,7 +102,7 @@ def test_every_sub_job_of_a_boot_keeps_its_own_runs(monkeypatch, tmp_path):
             for i in range(kw["runs"]) for t in ("anon-w-seq", "anon-w-rand")
         ]  # fmt: skip
 
-    monkeypatch.setattr(pipeline, "run_job", fake_run_job)
+    monkeypatch.setattr(boot_stage, "run_job", fake_run_job)
     args = argparse.Namespace(kind="qemu", job="vm-scalability[test=anon-w-seq|anon-w-rand]",
                               runs=2, first=3, round=2, buildbot_build="17", series="5",
                               submission="s")  # fmt: skip
@@ -128,7 +128,7 @@ def test_one_boot_runs_every_job_and_keys_each_as_its_own_boot_would(monkeypatch
     each run is keyed and labelled by the job it came from, as a boot per job keyed them."""
     import argparse
 
-    from stackbench.jobs import pipeline, worker
+    from stackbench.jobs import boot_stage, worker
     from stackbench.jobs.buildbot.results import key_base, run_key
     from stackbench.resultsdb.ingest import JobSpec, KernelSpec, MachineSpec, RunData
 
@@ -146,7 +146,7 @@ def test_one_boot_runs_every_job_and_keys_each_as_its_own_boot_would(monkeypatch
                                    meta={"subjob": sj, "job_spec": spec}))  # fmt: skip
         return out
 
-    monkeypatch.setattr(pipeline, "run_job", fake_run_job)
+    monkeypatch.setattr(boot_stage, "run_job", fake_run_job)
     args = argparse.Namespace(kind="qemu", job=["vm", "thp", "vm"], runs=1, first=2, round=3,
                               buildbot_build="9", series="5", submission="s")  # fmt: skip
     assert worker.job_specs(args) == ["vm", "thp"]
