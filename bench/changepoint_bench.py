@@ -19,7 +19,7 @@ Per history with a step, the level drops by 3%, 5% or 10% from a random night on
 * change point (:func:`stackbench.resultsdb.changepoints.new_shift`): an alert when a worse
   shift appears that is not within ``same_shift`` nights of one already alerted;
 * head vs last good (:func:`stackbench.resultsdb.verdict.judge`, with extra boots of both
-  kernels while a headline metric is undecided, up to the cap, as jobs/nightly.py does):
+  kernels while a headline metric is undecided, up to the cap, as jobs/tracking/nightly.py does):
   an alert when the head is worse and no alert is open against this baseline; the baseline
   moves to the head on a night that is not worse (so a false "worse" on a noisy baseline
   stays until then).

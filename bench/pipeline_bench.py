@@ -80,7 +80,7 @@ def main() -> int:
 
 
 def run(args: argparse.Namespace, figures: list[tuple[str, float, str]]) -> int:
-    from stackbench.jobs import pipeline
+    from stackbench.jobs.driver import pipeline
     from stackbench.kernels import trees
     from stackbench.patches import stacks
     from stackbench.resultsdb import db
@@ -155,9 +155,9 @@ def measure_buildbot(eng, sid: int, args: argparse.Namespace, in_process_s: floa
     dispatcher, which submits it to the embedded master and its local worker, and watched
     from what is stored. The services are started first and timed apart (as after
     'stackbench up'); figures from the master's own step times."""
-    from stackbench.jobs import dispatcher_service, lifecycle, watch
-    from stackbench.jobs import services as bb
-    from stackbench.jobs.buildbot import client
+    from stackbench.jobs.driver import dispatcher_service, lifecycle, watch
+    from stackbench.jobs.executors import services as bb
+    from stackbench.jobs.executors.buildbot import client
     from stackbench.resultsdb import db, series_runs_store
 
     print("\n== the default path: dispatcher, embedded Buildbot master + local QEMU worker ==")

@@ -46,7 +46,7 @@ from pathlib import Path
 
 KERNELS = 4
 BOOTS = 10  # per kernel
-RUNS_PER_BOOT = 4  # the plan's largest boot (jobs.plan.MAX_RUNS_PER_BOOT)
+RUNS_PER_BOOT = 4  # the plan's largest boot (jobs.executors.plan.MAX_RUNS_PER_BOOT)
 JOB = "dry-vm"
 SPEEDUP_GOAL = 3.2
 OVERHEAD_GOAL = 0.5
@@ -118,8 +118,9 @@ def make_series(eng) -> int:
 def measure(scratch: Path, n: int, boot_s: float) -> tuple[float, float]:
     """Seconds from hand-over to ``done`` of one series on ``n`` local workers, and of its
     rounds (first round started to last round ended, the master's clock)."""
-    from stackbench.jobs import dispatcher_service, lifecycle, services
-    from stackbench.jobs.buildbot import client
+    from stackbench.jobs.driver import dispatcher_service, lifecycle
+    from stackbench.jobs.executors import services
+    from stackbench.jobs.executors.buildbot import client
     from stackbench.resultsdb import db, series_store
 
     eng = db.engine()

@@ -20,7 +20,7 @@ case "${1:-}" in
   master)
     base="$home/buildbot/master"
     if [ ! -f "$base/buildbot.tac" ]; then
-      cfg=$(python3 -c 'import os, stackbench.jobs as j; print(os.path.join(os.path.dirname(j.__file__), "master.cfg"))')
+      cfg=$(python3 -c 'import os, stackbench.jobs.executors as j; print(os.path.join(os.path.dirname(j.__file__), "master.cfg"))')
       buildbot create-master --relocatable --quiet --config="$cfg" "$base"
     fi
     cd "$base"

@@ -166,7 +166,7 @@ def _reused(art: Path, tree: str, config: str, ws: Path) -> BuildResult:
 
 def _modules_ok(art: Path, builder: ModuleBuilder) -> bool:
     """The artifact holds its modules, and they were built from today's sources: a builder
-    may carry ``current(art) -> bool`` (jobs/highalloc.py does), so a module whose source
+    may carry ``current(art) -> bool`` (jobs/benchmarks/highalloc.py does), so a module whose source
     changed since the kernel was built is rebuilt, not reused."""
     if not _modules(art):
         return False

@@ -5,7 +5,7 @@ A list names a public-inbox archive (lore.kernel.org's format: a URL such as
 ``https://lore.kernel.org/linux-mm``, or the path of a local v2 inbox), the filters a posted
 series must pass (the list it is addressed to, its subject tag, the paths its patches
 touch), the tree it is tested on and where reports go. The watcher
-(:mod:`stackbench.jobs.list_watch`) reads it.
+(:mod:`stackbench.jobs.lists.list_watch`) reads it.
 """
 
 from __future__ import annotations

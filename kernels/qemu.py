@@ -1,7 +1,7 @@
 """Boot a kernel under QEMU (direct kernel boot), watch its serial console for crashes, enforce
 a timeout, and collect what the guest sent over the results channel.
 
-Channel contract with the guest (stackbench.jobs.guest): a virtio serial port named
+Channel contract with the guest (stackbench.jobs.benchmarks.guest): a virtio serial port named
 ``org.stackbench.results`` whose host side is the file ``<workdir>/channel.bin``. The guest
 writes a tar stream of its results there, then ``reboot -f``; with ``-no-reboot`` QEMU exits.
 The host extracts the tar into ``<workdir>/results``. The console is ``<workdir>/console.log``.
@@ -154,7 +154,7 @@ def boot(
     banner); without it after ``expect_within_s`` the boot is a hang (status timeout) long
     before the benchmarks' own time budget runs out. ``on_line`` sees every console line as it
     arrives (progress displays). ``extra``: more QEMU arguments (a disk image:
-    stackbench.jobs.guest.image.drive_args)."""
+    stackbench.jobs.benchmarks.guest.image.drive_args)."""
     if accel not in ("auto", "kvm", "tcg"):
         raise StackbenchError(f"accel must be auto, kvm or tcg, not {accel!r}")
     if accel == "auto":

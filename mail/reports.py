@@ -460,7 +460,7 @@ The tables compare the good and bad kernels.
 def nightly_summary(eng: Engine, summary: dict, cfg: MailConfig | None = None) -> Mail:
     """``summary``: date, branches [{tree, branch, head, baseline, state, message, jobs,
     regressions: [ids], known: [ids], bisects: [{regression, state, culprit, ...}]}] as
-    produced by stackbench.jobs.nightly."""
+    produced by stackbench.jobs.tracking.nightly."""
     cfg = cfg or from_env()
     branches = summary.get("branches", [])
     lines = [f"stackbench nightly, {summary['date']}", ""]

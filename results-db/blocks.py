@@ -66,7 +66,7 @@ def block_sides(values: np.ndarray, kernel: int) -> tuple[np.ndarray, np.ndarray
 # -- the live comparison: each kernel against the base, the rounds as blocks ---------------
 
 # fewer rounds holding both kernels than this, and the pair is compared unpaired (the plan's
-# own minimum of boots per kernel: jobs/plan.py MIN_BOOTS)
+# own minimum of boots per kernel: jobs/executors/plan.py MIN_BOOTS)
 MIN_ROUNDS = 3
 PAIRED = "paired by round"
 

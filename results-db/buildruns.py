@@ -73,7 +73,7 @@ def per_boot_values(
 
 def coarse_clock(eng: Engine, build_id: int, job_id: int) -> str:
     """Why the kernel's latencies in the job cannot be trusted: the first finished run whose
-    guest clock was coarse (jobs/collect.py: clock_state), "" when none was."""
+    guest clock was coarse (jobs/benchmarks/collect.py: clock_state), "" when none was."""
     with eng.connect() as conn:
         why = conn.execute(
             text(

@@ -24,11 +24,11 @@ class MetricInfo:
 RULES: tuple[tuple[re.Pattern[str], MetricInfo], ...] = tuple(
     (re.compile(pattern), mi)
     for pattern, mi in (
-        # mmtests' extraction (jobs/importers and jobs/collect.py use the same names)
+        # mmtests' extraction (jobs/benchmarks/importers and jobs/benchmarks/collect.py use the same names)
         (r"^mmtests-vmstat\.", MetricInfo("count", None, "count")),
         (r"^scenario-vmstat\.", MetricInfo("count", None, "count")),
         (r"^fragmentation\.", MetricInfo("score", False, "score")),
-        # kcompactd's CPU time over a run (jobs/collect.py): more work is not better or worse
+        # kcompactd's CPU time over a run (jobs/benchmarks/collect.py): more work is not better or worse
         (r"^(scenario-)?kcompactd\.cpu_s$", MetricInfo("s", None, "duration")),
         (
             r"^(thpscale|thpchallenge)\.(local|remote)-(base|huge)-\d+$",

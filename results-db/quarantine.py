@@ -7,7 +7,7 @@ An A/A night is bad when, for a headline metric, the verdict rule called one ker
 lasts to tonight (the change points of :mod:`changepoints` over one point per night). The
 state lives in the machine's ``meta["quarantine"]`` (why, since when); the dispatcher hands
 the names of quarantined machines to Buildbot with every batch of rounds, and the benchmark
-builders' ``canStartBuild`` keeps those rounds off them (jobs/buildbot/workers.py).
+builders' ``canStartBuild`` keeps those rounds off them (jobs/executors/buildbot/workers.py).
 """
 
 from __future__ import annotations

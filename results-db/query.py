@@ -59,7 +59,7 @@ class JobRow:
     @property
     def suite_source(self) -> str:
         """upstream or builtin for stackbench's own runs ("" for imported results): upstream
-        jobs carry ``suite_source`` in their params (jobs/suites.py)."""
+        jobs carry ``suite_source`` in their params (jobs/benchmarks/suites.py)."""
         if (self.params or {}).get("suite_source") == "upstream":
             return "upstream"
         return "builtin" if self.suite_version.startswith("builtin-") else ""
@@ -90,7 +90,7 @@ class RunRow:
 
     @property
     def clock(self) -> str:
-        """The clocksource the guest timed this run with (jobs/collect.py: clock_state);
+        """The clocksource the guest timed this run with (jobs/benchmarks/collect.py: clock_state);
         "unrecorded" for runs and imports without the record."""
         return str(self._clock.get("source") or "unrecorded")
 

@@ -449,7 +449,7 @@ def _too_few(
 
 def coarse_clock(metric: str, n_base: int, n_new: int) -> Verdict:
     """The verdict on a latency that a side timed with a coarse clock (a jiffies clocksource,
-    one that changed during a run: jobs/collect.py): undecided, never better or worse, and
+    one that changed during a run: jobs/benchmarks/collect.py): undecided, never better or worse, and
     more runs on the same clock would not help. Not part of any false-discovery family."""
     return Verdict(
         metric, "undecided", "none", None, None, None, None, None, COARSE_CLOCK, n_base, n_new, 0

@@ -47,7 +47,7 @@ VARIABLES: tuple[Var, ...] = (
         "separated by `:`"),
     Var("STACKBENCH_LISTS", "", "extra folders of mailing-list YAML files (beside "
         "`kernels/lists/`), separated by `:`"),
-    Var("STACKBENCH_TRACKED", "", "folders of tracked-branch YAML instead of `jobs/tracked/`, "
+    Var("STACKBENCH_TRACKED", "", "folders of tracked-branch YAML instead of `jobs/tracking/tracked/`, "
         "separated by `:` (set but empty: none)"),
     Var("STACKBENCH_SUITE_MIRROR", "", "a folder of git bundles (or clones) that upstream "
         "suites are fetched from instead of their public URLs"),

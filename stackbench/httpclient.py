@@ -5,7 +5,7 @@ uploads and look-ups, and the Buildbot master's REST and control calls all send 
 It is urllib underneath: a CLI command that talks no HTTP never pays for importing more,
 and every server it talks to is on a near network. A request is retried only where the
 caller says it may be (:func:`with_retries`): GETs are idempotent, a POST is not unless the
-caller can look for its effect first (see ``jobs.buildbot.client.Master.control``).
+caller can look for its effect first (see ``jobs.executors.buildbot.client.Master.control``).
 """
 
 from __future__ import annotations

@@ -45,9 +45,9 @@ def _registered() -> list[Service]:
 
     # in start order: the dispatcher hands series to the master and stops first
     mods = (
-        "stackbench.jobs.services",
+        "stackbench.jobs.executors.services",
         "stackbench.web.services",
-        "stackbench.jobs.dispatcher_service",
+        "stackbench.jobs.driver.dispatcher_service",
     )
     for mod in mods:
         if importlib.util.find_spec(mod) is not None:

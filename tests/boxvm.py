@@ -1,4 +1,4 @@
-"""A QEMU VM that plays a bare-metal box for the tests: the Debian image (jobs/guest/image.py)
+"""A QEMU VM that plays a bare-metal box for the tests: the Debian image (jobs/benchmarks/guest/image.py)
 as its disk, a debian-guest kernel as its production kernel, QEMU's user network with ssh
 forwarded to a port on 127.0.0.1, and a seed disk (image-init.sh's ``sb.seed``) that gives
 it root's ssh key, this worktree's stackbench (mounted at the same path, its venv's
@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from stackbench import proc
-from stackbench.jobs.guest import image
+from stackbench.jobs.benchmarks.guest import image
 from stackbench.kernels import qemu
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -117,7 +117,7 @@ def make_initramfs(out: Path) -> Path:
 
 def base_kernel(monkeypatch: pytest.MonkeyPatch):
     """The default tree's base commit, built (or reused) in the shared cache."""
-    from stackbench.jobs.highalloc import build_module
+    from stackbench.jobs.benchmarks.highalloc import build_module
     from stackbench.kernels import build, trees
 
     require_kernel_tools()

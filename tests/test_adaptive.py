@@ -7,8 +7,8 @@ import random
 
 from sqlalchemy.orm import Session
 
-from stackbench.jobs import adaptive
-from stackbench.jobs import plan as bp
+from stackbench.jobs.driver import adaptive
+from stackbench.jobs.executors import plan as bp
 from stackbench.resultsdb.ingest import JobSpec, KernelSpec, MachineSpec, RunData, ingest
 from stackbench.resultsdb.models import Patch, Series
 
@@ -117,7 +117,7 @@ def test_the_reason_is_kept_for_the_series_page(eng):
 
 
 def test_more_rounds_plan_keeps_runs_per_boot():
-    from stackbench.jobs.definitions import SubJob
+    from stackbench.jobs.benchmarks.definitions import SubJob
 
     sj = SubJob("vm-scalability", "anon-w-seq", {}, 10, "v", "builtin", name="a")
     other = SubJob("thpscale", "thpscale", {}, 3, "v", "builtin", name="b")

@@ -125,8 +125,8 @@ def read_env(path: Path) -> dict[str, str]:
 
 def test_qemu_worker_role_sets_up_a_worker_that_runs_a_job(db_url, eng, tmp_path):
     pytest.importorskip("buildbot")
-    from stackbench.jobs import services
-    from stackbench.jobs.buildbot import client
+    from stackbench.jobs.executors import services
+    from stackbench.jobs.executors.buildbot import client
 
     name = "ci-qemu"
     master_base = tmp_path / "master"

@@ -26,8 +26,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from stackbench import proc
-from stackbench.jobs import nightly, pipeline
-from stackbench.jobs.lab import LocalLab
+from stackbench.jobs.driver import pipeline
+from stackbench.jobs.tracking import nightly
+from stackbench.jobs.tracking.lab import LocalLab
 from stackbench.resultsdb.models import Bisect, KernelBuild, MailOutbox, Metric, Regression
 from stackbench.resultsdb.verdict import DEFAULT, Policy
 

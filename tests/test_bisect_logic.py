@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from stackbench.jobs.bisect import bisect
+from stackbench.jobs.tracking.bisect import bisect
 
 
 class Simulated:

@@ -4,7 +4,7 @@ baremetal_worker role by ansible-playbook. The kernel under test is a commit of 
 the base (series_commit), built with the same config. On the box,
 `stackbench worker baremetal` queues the job and the real stackbench-kexec loads the kernel
 under test with kexec-tools and kexecs into it; after that boot stackbench-boot-report runs
-the job natively (jobs/native.py), uploads through the real web API to PostgreSQL on the
+the job natively (jobs/executors/native.py), uploads through the real web API to PostgreSQL on the
 host, and reboots into the production kernel. The host side waits with
 `stackbench worker await-box`.
 
@@ -29,8 +29,8 @@ from kernelkit import require_kernel_tools, use_kernel_cache
 from sqlalchemy import select
 from test_buildbot_fanout import start_web, worker_token
 
-from stackbench.jobs import services
-from stackbench.jobs.guest import image
+from stackbench.jobs.benchmarks.guest import image
+from stackbench.jobs.executors import services
 from stackbench.resultsdb import db
 from stackbench.resultsdb.models import Machine, Run
 

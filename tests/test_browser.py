@@ -61,7 +61,7 @@ def shot(page, name: str) -> None:
 
 def worker(eng, series_id: int, done: threading.Event) -> None:
     """What the pipeline does to a series, slowly enough to be watched."""
-    from stackbench.jobs import lifecycle
+    from stackbench.jobs.driver import lifecycle
     from stackbench.resultsdb.models import KernelBuild, Series
 
     try:

@@ -28,8 +28,8 @@ pytest.importorskip("buildbot_worker")
 
 from test_buildbot_fanout import kill_machine, start_web, wait_for, worker_token  # noqa: E402
 
-from stackbench.jobs import services  # noqa: E402
-from stackbench.jobs.buildbot import client  # noqa: E402
+from stackbench.jobs.executors import services  # noqa: E402
+from stackbench.jobs.executors.buildbot import client  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = ROOT / "ansible" / "roles" / "baremetal_worker" / "files"

@@ -13,7 +13,7 @@ from sqlalchemy import text
 
 from stackbench.cli import main
 from stackbench.errors import InputError
-from stackbench.jobs.buildbot import config
+from stackbench.jobs.executors.buildbot import config
 
 pytest.importorskip("buildbot")
 
@@ -94,7 +94,7 @@ def test_worker_without_password_is_refused(tmp_path):
 def test_jobs_go_only_to_machines_of_their_kind_and_size(tmp_path):
     from buildbot.process.properties import Properties
 
-    from stackbench.jobs.buildbot import builders, workers
+    from stackbench.jobs.executors.buildbot import builders, workers
 
     def props(**kw):
         p = Properties()
@@ -122,7 +122,7 @@ def test_jobs_go_only_to_machines_of_their_kind_and_size(tmp_path):
 
 def test_master_cfg_passes_buildbot_checkconfig(tmp_path):
     from stackbench import proc
-    from stackbench.jobs import services
+    from stackbench.jobs.executors import services
 
     write(tmp_path / "stackbench.yaml", CFG)
     write(tmp_path / "secrets.yaml", "workers: {qemu-1: a, box: b}\nusers: {alice: c}\n", 0o600)
@@ -135,7 +135,7 @@ def _render(cfg, builder: str, step: int, **props):
     """The argv a builder's step would run, for these build properties."""
     from buildbot.process.properties import Properties
 
-    from stackbench.jobs.buildbot import builders
+    from stackbench.jobs.executors.buildbot import builders
 
     b = next(b for b in builders.make(cfg) if b.name == builder)
     command = b.factory.steps[step].kwargs["command"]
@@ -155,7 +155,7 @@ def _cfg(tmp_path):
 
 def test_nightly_builder_runs_stackbench_nightly_on_a_qemu_host(tmp_path):
     from stackbench.cli import build_parser
-    from stackbench.jobs.buildbot import builders
+    from stackbench.jobs.executors.buildbot import builders
 
     cfg = _cfg(tmp_path)
     nightly = next(b for b in builders.make(cfg) if b.name == "nightly")
@@ -208,7 +208,7 @@ def test_bisect_builder_flags_match_the_bisect_command(tmp_path):
 
 
 def test_baremetal_builder_queues_on_the_box_and_waits_on_the_master(tmp_path):
-    from stackbench.jobs.buildbot import box_steps, builders
+    from stackbench.jobs.executors.buildbot import box_steps, builders
 
     cfg = _cfg(tmp_path)
     by_name = {b.name: b for b in builders.make(cfg)}
@@ -305,8 +305,8 @@ def _listening(port: int) -> set[str]:
 
 
 def test_up_starts_master_and_local_worker_on_loopback(tmp_path, monkeypatch):
-    from stackbench.jobs import services
-    from stackbench.jobs.buildbot import client
+    from stackbench.jobs.executors import services
+    from stackbench.jobs.executors.buildbot import client
 
     monkeypatch.setenv("STACKBENCH_HOME", str(tmp_path / "home"))
     try:
@@ -341,7 +341,7 @@ def test_up_starts_master_and_local_worker_on_loopback(tmp_path, monkeypatch):
 
 
 def test_job_lists_split_on_commas_outside_brackets_only():
-    from stackbench.jobs.buildbot.steps import split_list
+    from stackbench.jobs.executors.buildbot.steps import split_list
 
     spec = "vm-scalability[test=anon-w-seq,mem_fraction=0.05]"
     assert split_list(f"{spec} thpscale,stress-highalloc") == [spec, "thpscale", "stress-highalloc"]

@@ -24,8 +24,8 @@ from sqlalchemy import text
 pytest.importorskip("buildbot")
 pytest.importorskip("buildbot_worker")
 
-from stackbench.jobs import services  # noqa: E402
-from stackbench.jobs.buildbot import client  # noqa: E402
+from stackbench.jobs.executors import services  # noqa: E402
+from stackbench.jobs.executors.buildbot import client  # noqa: E402
 
 RETRY, SUCCESS = 5, 0  # buildbot.process.results
 COMMITS = ["a" * 40, "b" * 40, "c" * 40, "d" * 40]  # base + 3 patches
@@ -185,7 +185,7 @@ def test_series_fans_out_over_both_workers_and_survives_a_lost_worker(cluster, e
     victim = names[victim_build["workerid"]]
     kill_machine(base / victim)
     # what the dispatcher puts on the series page while the build waits for a worker
-    from stackbench.jobs.buildbot_executor import BuildbotExecutor
+    from stackbench.jobs.driver.buildbot_executor import BuildbotExecutor
 
     def lost_line():
         builds = master.get("builds")["builds"]

@@ -31,8 +31,9 @@ from test_buildbot_lab import _names, _running_round  # noqa: E402
 from test_ground_truth import VMS, verdicts  # noqa: E402
 from test_lifecycle_support import finished, wait_for  # noqa: E402
 
-from stackbench.jobs import dispatcher_service, lifecycle, services  # noqa: E402
-from stackbench.jobs.buildbot import client  # noqa: E402
+from stackbench.jobs.driver import dispatcher_service, lifecycle  # noqa: E402
+from stackbench.jobs.executors import services  # noqa: E402
+from stackbench.jobs.executors.buildbot import client  # noqa: E402
 from stackbench.patches import stacks  # noqa: E402
 
 pytestmark = pytest.mark.slow

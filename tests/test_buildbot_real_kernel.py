@@ -19,8 +19,8 @@ pytest.importorskip("buildbot_worker")
 from kernelkit import base_kernel  # noqa: E402
 from test_buildbot_fanout import connected, start_web, start_worker, wait_for  # noqa: E402
 
-from stackbench.jobs import services  # noqa: E402
-from stackbench.jobs.buildbot import client  # noqa: E402
+from stackbench.jobs.executors import services  # noqa: E402
+from stackbench.jobs.executors.buildbot import client  # noqa: E402
 
 JOB = "vm-scalability[test=anon-w-seq,mem_fraction=0.05]"
 SUCCESS = 0

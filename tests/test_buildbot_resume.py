@@ -27,8 +27,9 @@ from sqlalchemy.orm import Session
 pytest.importorskip("buildbot")
 pytest.importorskip("buildbot_worker")
 
-from stackbench.jobs import dispatcher_service, services  # noqa: E402
-from stackbench.jobs.buildbot import client  # noqa: E402
+from stackbench.jobs.driver import dispatcher_service  # noqa: E402
+from stackbench.jobs.executors import services  # noqa: E402
+from stackbench.jobs.executors.buildbot import client  # noqa: E402
 from stackbench.resultsdb.models import Run, Series  # noqa: E402
 
 COMMITS = ["a" * 40, "b" * 40, "c" * 40, "d" * 40]  # base + 3 patches
@@ -196,8 +197,8 @@ def test_a_flaky_api_does_not_stop_the_dispatcher_nor_the_watching_demo(eng, emb
     build per kernel, and the watcher sees it through."""
     import threading
 
-    from stackbench.jobs import lifecycle, watch
-    from stackbench.jobs.dispatch import Dispatcher
+    from stackbench.jobs.driver import lifecycle, watch
+    from stackbench.jobs.driver.dispatch import Dispatcher
 
     master = embedded
     host, port = master.url.split("//")[1].rstrip("/").split(":")

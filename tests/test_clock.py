@@ -1,4 +1,4 @@
-"""The guest's clock in a run's system state: what the guest records (jobs/guest/init.sh's
+"""The guest's clock in a run's system state: what the guest records (jobs/benchmarks/guest/init.sh's
 clock.<stage> files), how collect reads it, and what a coarse clock does to a comparison
 (latencies marked, verdict undecided (coarse clock)) and runs on different clocksources
 (never compared). The real boots are in test_guest_boot.py."""
@@ -9,7 +9,7 @@ import contextlib
 import io
 
 from stackbench import cli
-from stackbench.jobs import collect as c
+from stackbench.jobs.benchmarks import collect as c
 from stackbench.resultsdb import ingest as ig
 
 pytest_plugins = ["test_web_support"]

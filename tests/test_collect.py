@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from stackbench.jobs import collect as c
-from stackbench.jobs import definitions as d
+from stackbench.jobs.benchmarks import collect as c
+from stackbench.jobs.benchmarks import definitions as d
 from stackbench.resultsdb.ingest import KernelSpec, MachineSpec, ingest
 
 KERNEL = KernelSpec(commit="a" * 40, name="v6.1-test", config_name="tiny-guest", compiler="gcc-12")

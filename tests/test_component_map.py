@@ -42,6 +42,17 @@ ALLOWED: dict[str, set[str]] = {
 }
 
 
+# jobs/ in rooms (docs/architecture.md, "Rooms of jobs/ and which may import which"): a room
+# may import itself and the rooms named here, lower ones; no module lives outside a room
+ROOMS: dict[str, set[str]] = {
+    "benchmarks": set(),
+    "executors": {"benchmarks"},
+    "driver": {"benchmarks", "executors"},
+    "tracking": {"benchmarks", "executors", "driver"},
+    "lists": {"benchmarks", "executors", "driver"},
+}
+
+
 def _component(module: str) -> str | None:
     """The component of dotted MODULE (``stackbench.x.y``), None for non-stackbench ones."""
     parts = module.split(".")
@@ -128,6 +139,96 @@ def test_a_wrong_import_fails_the_map(tmp_path):
         "jobs/nightly.py:1: jobs may not import stackbench.web.mailer",
         "stackbench/apiclient.py:1: client may not import stackbench.web.uploads",
     ]
+
+
+def _room(module: str) -> str | None:
+    """The room of dotted MODULE (``stackbench.jobs.<room>...``), None outside jobs' rooms."""
+    parts = module.split(".")
+    return parts[2] if parts[:2] == ["stackbench", "jobs"] and len(parts) > 2 else None
+
+
+def room_violations(root: Path) -> list[str]:
+    """Every module of jobs/ outside a room, and every import across rooms ROOMS forbids."""
+    bad = []
+    jobs = root / "jobs"
+    for path in sorted(jobs.rglob("*.py")):
+        if "__pycache__" in path.parts:
+            continue
+        rel = path.relative_to(root)
+        parts = path.relative_to(jobs).parts
+        if len(parts) == 1:
+            if parts[0] != "__init__.py":
+                bad.append(f"{rel}: a module outside the rooms")
+            continue
+        src = parts[0]
+        if src not in ROOMS:
+            bad.append(f"{rel}: {src} is no room of the map")
+            continue
+        for line, mod in _imports(ast.parse(path.read_text(), str(path))):
+            dst = _room(mod)
+            if dst is None or dst == src:
+                continue
+            if dst not in ROOMS:
+                bad.append(f"{rel}:{line}: {mod} is in no room")
+            elif dst not in ROOMS[src]:
+                bad.append(f"{rel}:{line}: room {src} may not import {mod}")
+    return bad
+
+
+def test_jobs_follows_the_rooms_map():
+    assert room_violations(ROOT) == []
+
+
+def test_every_room_folder_is_mapped():
+    folders = {
+        d.name
+        for d in (ROOT / "jobs").iterdir()
+        if d.is_dir() and d.name.isidentifier() and d.name != "__pycache__"
+    }
+    assert folders == set(ROOMS)
+
+
+def test_a_wrong_room_import_fails_the_map(tmp_path):
+    for room in ("benchmarks", "executors", "driver"):
+        (tmp_path / "jobs" / room).mkdir(parents=True)
+    (tmp_path / "jobs" / "__init__.py").write_text('"""jobs"""\n')
+    (tmp_path / "jobs" / "benchmarks" / "collect.py").write_text(
+        "def f():\n    from stackbench.jobs.driver import pipeline\n"
+    )
+    (tmp_path / "jobs" / "executors" / "boot.py").write_text(
+        "from stackbench.jobs.benchmarks import knobs\nfrom stackbench.jobs import driver\n"
+    )
+    (tmp_path / "jobs" / "driver" / "ok.py").write_text(
+        "from stackbench.jobs.executors import plan\nimport stackbench.jobs.driver.ok\n"
+    )
+    (tmp_path / "jobs" / "driver" / "old.py").write_text("from stackbench.jobs.rounds import x\n")
+    (tmp_path / "jobs" / "stray.py").write_text("")
+    assert room_violations(tmp_path) == [
+        "jobs/benchmarks/collect.py:2: room benchmarks may not import stackbench.jobs.driver.pipeline",
+        "jobs/driver/old.py:1: stackbench.jobs.rounds.x is in no room",
+        "jobs/executors/boot.py:2: room executors may not import stackbench.jobs.driver",
+        "jobs/stray.py: a module outside the rooms",
+    ]
+
+
+def _documented_rooms() -> dict[str, set[str]]:
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    section = text.split("### Rooms of jobs/ and which may import which", 1)[1]
+    out: dict[str, set[str]] = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 3 or cells[0] in ("room", "---"):
+            if out and not line.startswith("|"):
+                break
+            continue
+        may = cells[2]
+        room = cells[0].strip("`/ ")
+        out[room] = set() if may == "nothing of jobs" else {m.strip() for m in may.split(",")}
+    return out
+
+
+def test_the_docs_state_the_same_rooms():
+    assert _documented_rooms() == ROOMS
 
 
 def _documented_map() -> dict[str, set[str]]:

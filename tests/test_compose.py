@@ -126,7 +126,7 @@ def test_missing_secret_is_refused():
 
 
 def test_master_environment_is_a_valid_buildbot_configuration(tmp_path):
-    from stackbench.jobs.buildbot import config
+    from stackbench.jobs.executors.buildbot import config
 
     raw = load()["services"]["buildbot-master"]["environment"]
     env = {k: interpolate(str(v), ENV) for k, v in raw.items()}

@@ -27,7 +27,8 @@ def test_demo_through_buildbot_builds_and_measures_every_commit(
     monkeypatch,
 ):
     from stackbench.cli import main
-    from stackbench.jobs import dispatcher_service, services
+    from stackbench.jobs.driver import dispatcher_service
+    from stackbench.jobs.executors import services
 
     # 2 runs: 2 rounds of boots; a cap of 3 boots lets an undecided headline add one round
     argv = ["demo", "--runs", "2", "--max-boots", "3", "--jobs", QUICK_JOBS[0], "--no-serve"]
@@ -90,7 +91,8 @@ def test_failures_through_buildbot_fail_the_series_with_the_reason(eng, kernel_e
     """A commit that does not build, and one whose kernel panics (its builds succeed, its
     runs do not): both series end failed, naming the kernel and what went wrong."""
     from stackbench.cli import main
-    from stackbench.jobs import dispatcher_service, services
+    from stackbench.jobs.driver import dispatcher_service
+    from stackbench.jobs.executors import services
 
     quick = ["--runs", "1", "--jobs", QUICK_JOBS[0], "--no-serve"]
     try:

@@ -1,6 +1,6 @@
 """The demo's side of the lifecycle: a watching client hands a series to the dispatcher once
 (``lifecycle.hand_over``), attaches to it when run again, and follows the stored state to its
-end (``jobs.watch``); a database that stays away ends it with one line."""
+end (``jobs.driver.watch``); a database that stays away ends it with one line."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from test_lifecycle_support import git
 
 from stackbench.errors import StackbenchError
-from stackbench.jobs import lifecycle, watch
+from stackbench.jobs.driver import lifecycle, watch
 from stackbench.resultsdb import series_runs_store
 from stackbench.resultsdb.models import Event, Series
 
@@ -47,7 +47,7 @@ def _handovers(eng, sid: int) -> int:
 
 
 def test_hand_over_once_attach_then_retry_a_failed_series(eng, tree, tmp_path, monkeypatch):
-    from stackbench.jobs.dispatch import Dispatcher
+    from stackbench.jobs.driver.dispatch import Dispatcher
 
     monkeypatch.delenv("STACKBENCH_BUILDBOT_URL", raising=False)
     _repo, work, base = tree

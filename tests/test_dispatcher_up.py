@@ -95,7 +95,7 @@ def _warnings(eng, sid: int) -> list[str]:
 
 
 def test_the_dispatcher_of_up_survives_postgresql_restarts(home_cluster, tree, tmp_path):
-    from stackbench.jobs import dispatcher_service
+    from stackbench.jobs.driver import dispatcher_service
     from stackbench.resultsdb import db
 
     _repo, work, base = tree
@@ -166,7 +166,7 @@ def test_a_read_only_tree_waits_on_the_host_and_goes_on_once_fixed(eng, tree, re
     import subprocess
     import threading
 
-    from stackbench.jobs.dispatch import Dispatcher
+    from stackbench.jobs.driver.dispatch import Dispatcher
 
     _repo, work, base = tree
     sid = _submit(tmp_path, work, base, eng, 0)
@@ -198,7 +198,7 @@ def test_a_read_only_tree_waits_on_the_host_and_goes_on_once_fixed(eng, tree, re
 def test_the_series_page_says_what_the_service_lacks(eng, tmp_path):
     """The lines the dispatcher leaves (a worker lost mid-build) and the missing dispatcher
     are on the page of a series handed over; none once it ended."""
-    from stackbench.jobs import lifecycle
+    from stackbench.jobs.driver import lifecycle
     from stackbench.resultsdb import series_runs_store
     from stackbench.web import create_app
 

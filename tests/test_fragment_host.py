@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from stackbench.jobs.definitions import GUEST_DIR
-from stackbench.jobs.guest import initramfs
+from stackbench.jobs.benchmarks.definitions import GUEST_DIR
+from stackbench.jobs.benchmarks.guest import initramfs
 
 BUSYBOX = shutil.which("busybox") or "/bin/busybox"
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="page frame numbers need root")

@@ -20,7 +20,7 @@ import pytest
 from kernelkit import require_kernel_tools, use_kernel_cache
 from sqlalchemy import text
 
-from stackbench.jobs import pipeline
+from stackbench.jobs.driver import pipeline
 from stackbench.patches import stacks
 from stackbench.resultsdb import query
 from stackbench.resultsdb.tables.verdict import compare
@@ -134,7 +134,7 @@ def test_the_demo_stack_throughput_verdicts_hold_and_repeat(eng, kernel_env):
     # TCG's boot-to-boot spread varies with the host (one CI run: boot means of the base
     # 309k-443k, and 3/3's -36% still undecided at 10 boots, its q raised by every side
     # metric in the FDR control): undecided headline metrics may earn rounds up to 15
-    from stackbench.jobs import lifecycle
+    from stackbench.jobs.driver import lifecycle
 
     lifecycle.update_meta(eng, sid, max_runs=15)
     assert pipeline.run_series(eng, sid, settings=_settings(adaptive=True), seed=1) == "done"

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from kernelkit import base_kernel
 
-from stackbench.jobs import collect as c
-from stackbench.jobs import definitions as d
-from stackbench.jobs.guest import initramfs
+from stackbench.jobs.benchmarks import collect as c
+from stackbench.jobs.benchmarks import definitions as d
+from stackbench.jobs.benchmarks.guest import initramfs
 from stackbench.resultsdb.ingest import KernelSpec, MachineSpec
 
 pytest_plugins = ["test_web_support"]
@@ -63,7 +63,7 @@ def highalloc_module(res, monkeypatch):
     ko = res.modules.get("stackbench_highalloc")
     if ko is not None:
         return ko
-    from stackbench.jobs.highalloc import build_module
+    from stackbench.jobs.benchmarks.highalloc import build_module
     from stackbench.kernels import build
 
     with build.workspace(res.tree, res.config_name):
@@ -187,7 +187,7 @@ def test_a_jiffies_clock_marks_the_latencies_and_decides_nothing(
 
 def test_module_build_needs_a_configured_kernel_with_modules(tmp_path):
     from stackbench.errors import InputError
-    from stackbench.jobs.highalloc import build_module
+    from stackbench.jobs.benchmarks.highalloc import build_module
 
     obj = tmp_path / "obj"
     obj.mkdir()
@@ -201,7 +201,7 @@ def test_module_build_needs_a_configured_kernel_with_modules(tmp_path):
 
 def test_module_build_failure_is_one_clear_error(tmp_path):
     from stackbench.errors import StackbenchError
-    from stackbench.jobs.highalloc import build_module
+    from stackbench.jobs.benchmarks.highalloc import build_module
 
     obj = tmp_path / "obj"
     obj.mkdir()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from stackbench.cli import main
-from stackbench.jobs.guest_size import KIND_DEFAULTS, GuestSize, guest_size
+from stackbench.jobs.benchmarks.guest_size import KIND_DEFAULTS, GuestSize, guest_size
 
 
 def test_the_kind_decides_the_guest_not_the_capacity():
@@ -79,8 +79,8 @@ def test_the_master_hands_the_request_not_the_worker_size_to_the_guest():
     pytest.importorskip("buildbot")
     from buildbot.process.properties import Properties
 
-    from stackbench.jobs.buildbot import steps
-    from stackbench.jobs.buildbot.config import BuildbotConfig
+    from stackbench.jobs.executors.buildbot import steps
+    from stackbench.jobs.executors.buildbot.config import BuildbotConfig
 
     cfg = BuildbotConfig(stackbench=["stackbench"])
     render = steps.worker_command(cfg, "bench")

@@ -1,5 +1,5 @@
-"""The Debian guest image (jobs/guest/image.py) and thpscale run by mmtests' own
-run-mmtests.sh inside it (jobs/guest/mmtests_image.py).
+"""The Debian guest image (jobs/benchmarks/guest/image.py) and thpscale run by mmtests' own
+run-mmtests.sh inside it (jobs/benchmarks/guest/mmtests_image.py).
 
 Fast tests: the cache key, the debian-guest kernel config staying a superset of tiny-guest,
 job expansion with ``image=debian``, and an image build that fails for real (a mirror that
@@ -19,9 +19,9 @@ from kernelkit import require_kernel_tools, use_kernel_cache
 from test_suites import MMTESTS_COMMIT, UPSTREAM, need_bundles
 
 from stackbench.errors import InputError
-from stackbench.jobs import definitions as d
-from stackbench.jobs import suites
-from stackbench.jobs.guest import image, mmtests_image
+from stackbench.jobs.benchmarks import definitions as d
+from stackbench.jobs.benchmarks import suites
+from stackbench.jobs.benchmarks.guest import image, mmtests_image
 from stackbench.kernels import config as kconfig
 
 GUEST_MEM_MB = 1024
@@ -201,7 +201,7 @@ def test_image_boots_with_its_tools(monkeypatch, tmp_path):
 @pytest.mark.long
 @pytest.mark.timeout(2400)
 def test_run_mmtests_thpscale_in_the_image(monkeypatch, tmp_path):
-    from stackbench.jobs import pipeline
+    from stackbench.jobs.driver import pipeline
     from stackbench.resultsdb.ingest import KernelSpec
 
     _upstream_env(monkeypatch)
@@ -239,7 +239,7 @@ def test_run_mmtests_thpscale_in_the_image(monkeypatch, tmp_path):
 
 
 def test_image_job_on_a_kernel_without_disk_support_fails_with_the_reason(monkeypatch, tmp_path):
-    from stackbench.jobs import pipeline
+    from stackbench.jobs.driver import pipeline
     from stackbench.resultsdb.ingest import KernelSpec
 
     _upstream_env(monkeypatch)

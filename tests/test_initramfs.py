@@ -10,8 +10,8 @@ import pytest
 
 from stackbench import proc
 from stackbench.errors import InputError, StackbenchError
-from stackbench.jobs import definitions as d
-from stackbench.jobs.guest import initramfs
+from stackbench.jobs.benchmarks import definitions as d
+from stackbench.jobs.benchmarks.guest import initramfs
 
 BUSYBOX = shutil.which("busybox") or "/bin/busybox"
 

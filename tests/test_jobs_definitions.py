@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from stackbench.errors import InputError, NotFoundError
-from stackbench.jobs import definitions as d
+from stackbench.jobs.benchmarks import definitions as d
 
 
 def expand_ok(job: d.JobDef) -> bool:
@@ -165,7 +165,7 @@ def test_load_file_errors(tmp_path):
     )
     job = d.load_file(ok)
     # a name is never a path, however it ends: requests choose it
-    for name in (str(ok), "mine.yaml", "../jobs/defs/thpscale.yaml"):
+    for name in (str(ok), "mine.yaml", "../jobs/benchmarks/defs/thpscale.yaml"):
         with pytest.raises(NotFoundError):
             d.load(name)
     assert job.name == "mine" and job.runs == d.DEFAULT_RUNS
@@ -181,7 +181,7 @@ def test_too_small_guest_is_rejected():
 
 
 def test_format_job_spec_reads_back_through_parse_job_spec():
-    from stackbench.jobs.jobspecs import format_job_spec, parse_job_spec
+    from stackbench.jobs.executors.jobspecs import format_job_spec, parse_job_spec
 
     assert format_job_spec("thpscale", {}) == "thpscale"
     spec = format_job_spec("thpscale", {"madvise": False, "max_threads": 2})

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from stackbench.errors import NotFoundError
-from stackbench.jobs import definitions as d
-from stackbench.jobs.jobspecs import parse_job_spec
-from stackbench.jobs.local_executor import with_fragments
-from stackbench.jobs.series_state import KernelTask
+from stackbench.jobs.benchmarks import definitions as d
+from stackbench.jobs.driver.local_executor import with_fragments
+from stackbench.jobs.executors.jobspecs import parse_job_spec
+from stackbench.jobs.executors.series_state import KernelTask
 from stackbench.kernels import config
 
 
@@ -117,7 +117,7 @@ def test_a_fragment_the_tree_cannot_honour_fails_its_kernels_with_the_reason(
     from sqlalchemy.orm import Session
     from test_pipeline_e2e import first_patch
 
-    from stackbench.jobs import pipeline
+    from stackbench.jobs.driver import pipeline
     from stackbench.resultsdb.models import KernelBuild, Series
 
     require_kernel_tools()
@@ -147,7 +147,7 @@ def test_a_fragment_the_tree_cannot_honour_fails_its_kernels_with_the_reason(
 
 
 def test_a_kernel_artifact_whose_module_source_changed_rebuilds_the_module(tmp_path, monkeypatch):
-    from stackbench.jobs import highalloc
+    from stackbench.jobs.benchmarks import highalloc
     from stackbench.kernels import build
 
     src = tmp_path / "highalloc"
@@ -184,7 +184,7 @@ def test_a_job_fragment_builds_boots_and_stays_apart(eng, monkeypatch, capsys):
     from sqlalchemy.orm import Session
     from test_pipeline_e2e import first_patch, runs_of
 
-    from stackbench.jobs import pipeline
+    from stackbench.jobs.driver import pipeline
     from stackbench.resultsdb.models import Job, KernelBuild
     from stackbench.resultsdb.tables import render
 

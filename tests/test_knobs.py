@@ -10,11 +10,11 @@ import pytest
 from test_collect import KERNEL, MACHINE, pass_log, write_run
 
 from stackbench.errors import InputError
-from stackbench.jobs import collect as c
-from stackbench.jobs import definitions as d
-from stackbench.jobs import knobs
-from stackbench.jobs.parsers import buddyinfo
-from stackbench.jobs.pipeline import parse_job_spec
+from stackbench.jobs.benchmarks import collect as c
+from stackbench.jobs.benchmarks import definitions as d
+from stackbench.jobs.benchmarks import knobs
+from stackbench.jobs.benchmarks.parsers import buddyinfo
+from stackbench.jobs.driver.pipeline import parse_job_spec
 
 SEED_001 = (
     "stress-highalloc[thp_enabled=madvise,thp_defrag=madvise,"
@@ -114,7 +114,7 @@ def test_boot_setup_refuses_jobs_the_kernel_config_or_the_boot_cannot_serve(tmp_
 
 
 def test_initramfs_carries_knobs_scenario_and_fragment(tmp_path):
-    from stackbench.jobs.guest import initramfs
+    from stackbench.jobs.benchmarks.guest import initramfs
 
     subjobs = expand(parse_job_spec(SEED_001.replace("stress-highalloc", "thpscale")))
     out = initramfs.build_initramfs(tmp_path / "i.gz", subjobs, None, cache_dir=tmp_path / "bin")

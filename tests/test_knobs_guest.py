@@ -10,9 +10,9 @@ import pytest
 from kernelkit import base_kernel
 from test_guest_boot import highalloc_module
 
-from stackbench.jobs import collect as c
-from stackbench.jobs import definitions as d
-from stackbench.jobs.guest import initramfs
+from stackbench.jobs.benchmarks import collect as c
+from stackbench.jobs.benchmarks import definitions as d
+from stackbench.jobs.benchmarks.guest import initramfs
 from stackbench.resultsdb.ingest import KernelSpec, MachineSpec
 
 GUEST_MEM_MB = 1024
@@ -190,7 +190,7 @@ def test_knob_jobs_on_the_demo_stack_and_the_seed_tables(eng, monkeypatch, tmp_p
     from sqlalchemy.orm import Session
     from test_pipeline_e2e import builds_by_label, first_patch, runs_of
 
-    from stackbench.jobs import pipeline
+    from stackbench.jobs.driver import pipeline
     from stackbench.resultsdb import ingest as ig
     from stackbench.resultsdb.models import Job
     from stackbench.resultsdb.tables import per_run, render

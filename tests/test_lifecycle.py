@@ -86,7 +86,7 @@ def test_dispatcher_without_buildbot_runs_the_series_itself(
     no kernel, so every build fails: the series ends failed, each kernel saying why, and
     the report mail is queued."""
     from stackbench.cli import main
-    from stackbench.jobs import dispatcher_service
+    from stackbench.jobs.driver import dispatcher_service
 
     monkeypatch.delenv("STACKBENCH_BUILDBOT_URL", raising=False)
     monkeypatch.setenv("STACKBENCH_MAIL_LIST", "mm-list@example.org")
@@ -133,7 +133,7 @@ def test_dispatcher_without_buildbot_runs_the_series_itself(
 
 
 def test_down_with_nothing_running_says_so(eng):
-    from stackbench.jobs import dispatcher_service
+    from stackbench.jobs.driver import dispatcher_service
 
     assert dispatcher_service.stop() == "dispatcher: not running"
 
@@ -142,7 +142,7 @@ def _dispatch_until(eng, check, master=None, timeout: float = 120.0):
     """Run a real Dispatcher (its loop and its local worker) until ``check()`` holds."""
     import threading
 
-    from stackbench.jobs.dispatch import Dispatcher
+    from stackbench.jobs.driver.dispatch import Dispatcher
 
     d = Dispatcher(eng, master=master)
     t = threading.Thread(target=d.run, kwargs={"poll": 0.3}, daemon=True)
@@ -188,7 +188,7 @@ def test_series_that_does_not_apply_ends_apply_failed_with_the_patch(eng, tree, 
 
 
 def test_unreachable_buildbot_keeps_the_series_waiting_and_says_why(eng, tree, tmp_path):
-    from stackbench.jobs.buildbot.client import Master
+    from stackbench.jobs.executors.buildbot.client import Master
 
     _repo, work, base = tree
     sid = _submit(tmp_path, work, base)
@@ -216,7 +216,7 @@ def _state(eng, sid: int) -> str:
 
 
 def test_pushed_commits_that_are_gone_fail_the_series_with_the_reason(eng, tree, tmp_path):
-    from stackbench.jobs import lifecycle
+    from stackbench.jobs.driver import lifecycle
     from stackbench.patches import intake
     from stackbench.patches.apply import ApplyResult
 

@@ -27,9 +27,10 @@ pytest.importorskip("buildbot_worker")
 from test_buildbot_fanout import start_web, start_worker  # noqa: E402
 from test_lifecycle_support import GIT_ENV, finished, git, wait_for  # noqa: E402
 
-from stackbench.jobs import dispatcher_service, services  # noqa: E402
-from stackbench.jobs.buildbot import client  # noqa: E402
-from stackbench.jobs.buildbot.client import buildset_properties  # noqa: E402
+from stackbench.jobs.driver import dispatcher_service  # noqa: E402
+from stackbench.jobs.executors import services  # noqa: E402
+from stackbench.jobs.executors.buildbot import client  # noqa: E402
+from stackbench.jobs.executors.buildbot.client import buildset_properties  # noqa: E402
 from stackbench.resultsdb import series_runs_store  # noqa: E402
 from stackbench.resultsdb.models import KernelBuild, MailOutbox, Run, Series  # noqa: E402
 
@@ -206,7 +207,7 @@ def test_the_master_pushes_builds_and_the_page_shows_them_before_the_series_ends
     """The master's reporter NOTIFYs the dispatcher's channel at every build's start and end,
     and each kernel the master built is on the series' page (``built``, no runs yet) while
     the series is still going, not when its first benchmark's runs arrive."""
-    from stackbench.jobs import lifecycle
+    from stackbench.jobs.driver import lifecycle
     from stackbench.resultsdb import db, signals
 
     web_url, _master = stack
@@ -355,7 +356,7 @@ def test_web_form_in_a_browser_reaches_done(eng, tree, stack, chromium):
 
 
 def test_dispatcher_stopped_mid_series_picks_it_up_without_a_second_buildset(eng, tree, stack):
-    from stackbench.jobs.buildbot_executor import BuildbotExecutor, series_kernels
+    from stackbench.jobs.driver.buildbot_executor import BuildbotExecutor, series_kernels
 
     web_url, master = stack
     _repo, work, base = tree

@@ -24,7 +24,7 @@ from listmail import counts as _counts
 from pubinbox import Inbox
 from sqlalchemy import func, select
 
-from stackbench.jobs import list_watch
+from stackbench.jobs.lists import list_watch
 from stackbench.patches import inbox as pi
 from stackbench.resultsdb import db
 from stackbench.resultsdb.models import ListMessage, ListThread, MailList, Series
@@ -145,7 +145,7 @@ def test_the_service_that_up_starts_makes_the_series(eng, archive, tmp_path, mon
 
     import yaml
 
-    from stackbench.jobs import dispatcher_service
+    from stackbench.jobs.driver import dispatcher_service
 
     traffic(archive)
     folder = tmp_path / "lists"
@@ -271,7 +271,7 @@ def test_a_series_without_base_commit_is_applied_on_the_trees_base(eng, archive,
     the tree's configured base."""
     from test_lifecycle_support import git
 
-    from stackbench.jobs import pipeline
+    from stackbench.jobs.driver import pipeline
 
     repo, work, base = tree
     out = archive.dir.parent / "mails"

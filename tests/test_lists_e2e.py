@@ -28,7 +28,8 @@ from test_lifecycle_buildbot import JOB, RUNS  # noqa: E402
 from test_lifecycle_buildbot import stack as stack  # noqa: E402 - the services' fixture
 from test_lifecycle_support import finished, git, wait_for  # noqa: E402
 
-from stackbench.jobs import dispatcher_service, list_watch  # noqa: E402
+from stackbench.jobs.driver import dispatcher_service  # noqa: E402
+from stackbench.jobs.lists import list_watch  # noqa: E402
 from stackbench.kernels.lists import clean_list  # noqa: E402
 from stackbench.mail import config, outbox  # noqa: E402
 from stackbench.resultsdb import db  # noqa: E402

@@ -19,7 +19,7 @@ from listmail import (
 from pubinbox import Inbox
 from sqlalchemy import func, select
 
-from stackbench.jobs import list_watch
+from stackbench.jobs.lists import list_watch
 from stackbench.resultsdb import db
 from stackbench.resultsdb.models import ListMessage, MailList, Series
 
@@ -38,7 +38,7 @@ def test_the_report_is_a_reply_in_the_lists_thread(eng, archive, monkeypatch):
     import urllib.request
     from email import policy
 
-    from stackbench.jobs import lifecycle
+    from stackbench.jobs.driver import lifecycle
     from stackbench.mail import config, outbox
 
     traffic(archive)
@@ -130,7 +130,7 @@ def test_the_lists_page_shows_series_incomplete_and_skipped(eng, archive, client
 
 @pytest.mark.parametrize("asked", [False, True])
 def test_apply_failed_gets_a_short_reply_only_when_the_list_asks(eng, archive, asked):
-    from stackbench.jobs import lifecycle
+    from stackbench.jobs.driver import lifecycle
     from stackbench.mail import reports
 
     for raw in demo_mails():
@@ -218,7 +218,7 @@ def test_a_list_declared_in_the_admin_is_watched(eng, archive, client):
 
 def test_cc_author_puts_the_author_in_the_replys_recipients(eng, archive, monkeypatch):
 
-    from stackbench.jobs import lifecycle
+    from stackbench.jobs.driver import lifecycle
     from stackbench.mail import config, outbox
     from stackbench.resultsdb.models import MailOutbox
 
@@ -250,7 +250,7 @@ def test_a_list_series_that_does_not_apply_is_apply_failed_on_its_page(eng, arch
 
     from test_lifecycle_support import git
 
-    from stackbench.jobs import lifecycle, pipeline
+    from stackbench.jobs.driver import lifecycle, pipeline
     from stackbench.resultsdb.models import MailOutbox
 
     _repo, work, base = tree

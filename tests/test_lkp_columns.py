@@ -269,7 +269,7 @@ def test_new_runs_or_new_table_code_make_a_column_again(eng, capsys, monkeypatch
 def test_import_keeps_the_columns_of_the_kernels_it_imported(eng, tmp_path):
     import lkp_tree
 
-    from stackbench.jobs.importers import lkp as lkp_import
+    from stackbench.jobs.benchmarks.importers import lkp as lkp_import
 
     runs = [{"vm-scalability.throughput": 5.0 + n} for n in range(3)]
     lkp_tree.build(tmp_path, {commit: runs for commit in KERNELS[:2]})

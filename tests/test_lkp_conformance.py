@@ -12,7 +12,7 @@ import yaml
 from conftest import SHARED, shared_fixtures
 from test_lkp_table import make_dataset, spread
 
-from stackbench.jobs.parsers import vm_scalability as vms
+from stackbench.jobs.benchmarks.parsers import vm_scalability as vms
 from stackbench.resultsdb.tables import lkp, lkp_rule
 
 RULER = "=" * 89

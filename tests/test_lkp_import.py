@@ -11,7 +11,7 @@ from sqlalchemy import text
 
 from stackbench import cli
 from stackbench.errors import InputError
-from stackbench.jobs.importers import lkp
+from stackbench.jobs.benchmarks.importers import lkp
 from stackbench.resultsdb import ingest
 
 DATA = Path(__file__).resolve().parent / "data" / "lkp"

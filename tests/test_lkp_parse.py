@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from stackbench import cli
-from stackbench.jobs.parsers import vm_scalability as vms
+from stackbench.jobs.benchmarks.parsers import vm_scalability as vms
 
 CASE = "2024-01-02 03:04:05  ./case-anon-w-seq-mt\n"
 

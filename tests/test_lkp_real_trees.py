@@ -23,7 +23,7 @@ from sqlalchemy import text
 
 from stackbench.cli import main
 from stackbench.errors import InputError
-from stackbench.jobs.importers import lkp
+from stackbench.jobs.benchmarks.importers import lkp
 
 A = "1405df66cbe219b0bf6355bc3d60361a8376b6b4"
 B = "5b77236920ce1f89b9f6b0ad44a3220b49fe7b1d"

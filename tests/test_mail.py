@@ -15,7 +15,7 @@ from sqlalchemy import text
 
 from stackbench import cli
 from stackbench.errors import InputError
-from stackbench.jobs.jobspecs import format_job_spec
+from stackbench.jobs.executors.jobspecs import format_job_spec
 from stackbench.mail import outbox, reports
 from stackbench.mail.config import MailConfig
 from stackbench.resultsdb import ingest as ig
@@ -284,7 +284,7 @@ def test_unverified_or_missing_owner_address_mails_only_the_list(eng, smtp):
 def test_comma_in_an_mbox_from_neither_crashes_nor_reaches_a_header(eng, monkeypatch, capsys):
     """From: Eve <a,evil@example.com> was accepted at intake and crashed
     `stackbench mail series ID` with a ValueError traceback."""
-    from stackbench.jobs import pipeline
+    from stackbench.jobs.driver import pipeline
     from stackbench.patches.parser import parse_mbox
 
     mbox = (

@@ -1,6 +1,6 @@
 """Metric directions come from one declared table in results-db, whatever door stores a run.
 
-The rules used to be registered when ``jobs/collect.py`` or the mmtests importer was
+The rules used to be registered when ``jobs/benchmarks/collect.py`` or the mmtests importer was
 imported, so a run first stored through ``POST /api/runs`` in a process that had not imported
 them created ``stress-highalloc.latency-pass1`` as "higher is better". The upload here runs in
 a fresh interpreter to prove nothing but the declared table is needed.
@@ -47,7 +47,7 @@ body = {
 r = app.test_client().post("/api/runs", json=body, headers={"Authorization": "Bearer " + tok})
 print(json.dumps({"status": r.status_code,
                   "loaded": sorted(m for m in sys.modules if m in (
-                      "stackbench.jobs.collect", "stackbench.jobs.importers.mmtests"))}))
+                      "stackbench.jobs.benchmarks.collect", "stackbench.jobs.benchmarks.importers.mmtests"))}))
 """
 
 
@@ -83,7 +83,7 @@ def test_precise_rules_win_over_generic_ones():
 
 def test_worker_upload_in_fresh_process_gets_declared_directions(eng, db_url, tmp_path):
     """``stackbench worker upload`` without a server stores straight into the database."""
-    from stackbench.jobs.buildbot.results import to_payload, write_payload
+    from stackbench.jobs.executors.buildbot.results import to_payload, write_payload
     from stackbench.resultsdb.ingest import JobSpec, KernelSpec, MachineSpec, RunData
     from stackbench.resultsdb.models import Metric
 

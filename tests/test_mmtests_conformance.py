@@ -86,7 +86,7 @@ def test_compare_matches_golden(eng, imported, golden):
 
 def test_extract_head():
     """extract-mmtests.pl's sample numbering: the head of the baseline's per-sample dump."""
-    from stackbench.jobs.parsers import thpscale
+    from stackbench.jobs.benchmarks.parsers import thpscale
 
     root = shared_fixtures(*GOLDEN)
     logs = root / "work-log" / "baseline" / "iter-0" / "thpscale" / "logs"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from stackbench.errors import InputError
-from stackbench.jobs.parsers import highalloc, mmtests_logs, thpscale
+from stackbench.jobs.benchmarks.parsers import highalloc, mmtests_logs, thpscale
 from stackbench.resultsdb.tables import mmtests_stats as st
 
 DATA = Path(__file__).parent / "data" / "mmtests"

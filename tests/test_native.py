@@ -1,4 +1,4 @@
-"""Native runs (jobs/native.py): the guest image run in a chroot on the running kernel, as a
+"""Native runs (jobs/executors/native.py): the guest image run in a chroot on the running kernel, as a
 bare-metal box does after its kexec. These run for real on this machine's own kernel (root,
 util-linux's unshare); the sizes are those of a 1 GiB machine so they stay small. The
 whole box flow, with a kexec, is in tests/test_box_vm.py."""
@@ -12,8 +12,8 @@ import shutil
 import pytest
 
 from stackbench.errors import StackbenchError
-from stackbench.jobs import native
-from stackbench.jobs.guest import initramfs
+from stackbench.jobs.benchmarks.guest import initramfs
+from stackbench.jobs.executors import native
 from stackbench.resultsdb.ingest import KernelSpec, MachineSpec
 
 pytestmark = pytest.mark.skipif(

@@ -19,10 +19,10 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from stackbench.errors import InputError, NotFoundError
-from stackbench.jobs import bisect_runner as br
-from stackbench.jobs import nightly, tracked_branches
-from stackbench.jobs.build_stage import update_build
-from stackbench.jobs.series_state import KernelTask
+from stackbench.jobs.executors.build_stage import update_build
+from stackbench.jobs.executors.series_state import KernelTask
+from stackbench.jobs.tracking import bisect_runner as br
+from stackbench.jobs.tracking import nightly, tracked_branches
 from stackbench.resultsdb import ingest as ig
 from stackbench.resultsdb.models import (
     Bisect,
@@ -494,7 +494,7 @@ class Drifting:
 def test_a_drifted_step_is_placed_by_the_bad_kernel_too(shift):
     from dataclasses import replace as dc_replace
 
-    from stackbench.jobs.bisect import bisect
+    from stackbench.jobs.tracking.bisect import bisect
 
     wide = dc_replace(
         nightly.DEFAULT,

@@ -10,7 +10,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 from test_nightly import BRANCH, JOB, TREE, FakeLab, mail_env, night  # noqa: F401
 
-from stackbench.jobs import bisect_runner as br
+from stackbench.jobs.tracking import bisect_runner as br
 from stackbench.resultsdb import ingest as ig
 from stackbench.resultsdb.models import KernelBuild, Regression, Run
 

@@ -132,7 +132,7 @@ def test_a_shift_the_first_look_missed_is_opened_at_its_night_and_bisected(
     """The first look is made blind (it never finds the head worse, as with a noisy baseline
     or a drift): the change point alone opens the regression, dated to night 4 and bisected
     between night 3's head and night 4's, once, however many nights follow."""
-    from stackbench.jobs import nightly
+    from stackbench.jobs.tracking import nightly
 
     real = nightly.judge_job
 

@@ -89,7 +89,7 @@ def test_wheel_contains_every_component_file(built):
     missing = sorted(_expected_files() - names)
     assert not missing, f"wheel lacks {missing[:10]}"
     assert "stackbench/resultsdb/migrations/versions/0001_initial_schema.py" in names
-    assert "stackbench/jobs/guest/upstream-bin/log_test" in names
+    assert "stackbench/jobs/benchmarks/guest/upstream-bin/log_test" in names
 
 
 def test_build_is_quiet(built):

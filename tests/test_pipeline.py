@@ -10,7 +10,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from stackbench.errors import InputError, NotFoundError
-from stackbench.jobs import pipeline
+from stackbench.jobs.driver import pipeline
 from stackbench.patches import stacks
 from stackbench.patches.parser import parse_mbox
 from stackbench.resultsdb.models import Series
@@ -248,7 +248,7 @@ def test_a_kernel_of_no_series_is_recorded_by_the_build_stage(eng, tmp_path):
     """A nightly or bisect kernel goes through the series' build stage: a commit that cannot
     be built gets its build-failed row (no series, the caller's meta) and no series event;
     asking again finds the same row."""
-    from stackbench.jobs.build_stage import build_kernel
+    from stackbench.jobs.executors.build_stage import build_kernel
     from stackbench.kernels import trees
     from stackbench.resultsdb.models import Event, KernelBuild
 

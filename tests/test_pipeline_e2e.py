@@ -14,7 +14,7 @@ from kernelkit import require_kernel_tools, use_kernel_cache
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from stackbench.jobs import pipeline
+from stackbench.jobs.driver import pipeline
 from stackbench.patches import stacks
 from stackbench.resultsdb.models import Event, KernelBuild, Run, RunLog, Sample, Series
 from stackbench.resultsdb.tables import render

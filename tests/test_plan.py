@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from stackbench.jobs import plan as bp
+from stackbench.jobs.executors import plan as bp
 from stackbench.resultsdb import series_runs_store
 from stackbench.resultsdb.ingest import JobSpec, KernelSpec, MachineSpec, RunData, ingest
 from stackbench.resultsdb.models import Run
@@ -106,7 +106,7 @@ def test_the_in_process_executor_boots_each_kernel_once_per_round(eng, monkeypat
     from kernelkit import require_kernel_tools, use_kernel_cache
     from test_pipeline_e2e import QUICK_JOBS, first_patch
 
-    from stackbench.jobs import pipeline
+    from stackbench.jobs.driver import pipeline
     from stackbench.resultsdb.models import Event, KernelBuild, Series
 
     require_kernel_tools()

@@ -128,8 +128,9 @@ def pair(eng, tmp_path, monkeypatch):
     pytest.importorskip("buildbot_worker")
     from test_buildbot_fanout import start_web, start_worker
 
-    from stackbench.jobs import dispatcher_service, services
-    from stackbench.jobs.buildbot import client
+    from stackbench.jobs.driver import dispatcher_service
+    from stackbench.jobs.executors import services
+    from stackbench.jobs.executors.buildbot import client
 
     server, web_url = start_web(tmp_path)
     base = tmp_path / "bb"
@@ -162,7 +163,7 @@ def test_a_quarantined_machine_gets_no_rounds_and_its_peer_takes_them(eng, pair)
     from test_buildbot_lab import make_series
     from test_lifecycle_support import finished, wait_for
 
-    from stackbench.jobs import lifecycle
+    from stackbench.jobs.driver import lifecycle
 
     drifted_into_quarantine(eng)
     master = pair

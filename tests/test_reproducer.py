@@ -14,7 +14,7 @@ from kernelkit import base_kernel
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from stackbench.jobs import lifecycle
+from stackbench.jobs.driver import lifecycle
 from stackbench.mail import config, outbox
 from stackbench.resultsdb import ingest as ig
 from stackbench.resultsdb.models import Patch, Series

@@ -1,11 +1,11 @@
-"""The dispatcher's rounds of boots for a series at Buildbot (jobs/buildbot_executor.py): what each
+"""The dispatcher's rounds of boots for a series at Buildbot (jobs/driver/buildbot_executor.py): what each
 batch holds, in which order, and how later batches continue the iteration numbers."""
 
 from __future__ import annotations
 
-from stackbench.jobs import buildbot_executor as executor
-from stackbench.jobs import plan as boot_plan
-from stackbench.jobs.journey import seed_of
+from stackbench.jobs.driver import buildbot_executor as executor
+from stackbench.jobs.driver.journey import seed_of
+from stackbench.jobs.executors import plan as boot_plan
 
 BASE, P1, P2 = "a" * 40, "b" * 40, "c" * 40
 
@@ -89,8 +89,8 @@ def test_every_sub_job_of_a_boot_keeps_its_own_runs(monkeypatch, tmp_path):
     continue from the boot's place in the plan."""
     import argparse
 
-    from stackbench.jobs import boot_stage, worker
-    from stackbench.jobs.buildbot.results import key_base, run_key
+    from stackbench.jobs.executors import boot_stage, worker
+    from stackbench.jobs.executors.buildbot.results import key_base, run_key
     from stackbench.resultsdb.ingest import JobSpec, KernelSpec, MachineSpec, RunData
 
     kernel, machine = KernelSpec(commit="a" * 40), MachineSpec(name="local", kind="qemu")
@@ -128,8 +128,8 @@ def test_one_boot_runs_every_job_and_keys_each_as_its_own_boot_would(monkeypatch
     each run is keyed and labelled by the job it came from, as a boot per job keyed them."""
     import argparse
 
-    from stackbench.jobs import boot_stage, worker
-    from stackbench.jobs.buildbot.results import key_base, run_key
+    from stackbench.jobs.executors import boot_stage, worker
+    from stackbench.jobs.executors.buildbot.results import key_base, run_key
     from stackbench.resultsdb.ingest import JobSpec, KernelSpec, MachineSpec, RunData
 
     kernel, machine = KernelSpec(commit="a" * 40), MachineSpec(name="local", kind="qemu")
@@ -164,8 +164,8 @@ def test_one_boot_runs_every_job_and_keys_each_as_its_own_boot_would(monkeypatch
 def test_a_bench_step_passes_every_job_of_the_boot_to_the_worker():
     from buildbot.process.properties import Properties
 
-    from stackbench.jobs.buildbot.config import BuildbotConfig
-    from stackbench.jobs.buildbot.steps import worker_command
+    from stackbench.jobs.executors.buildbot.config import BuildbotConfig
+    from stackbench.jobs.executors.buildbot.steps import worker_command
 
     class FakeBuild:
         buildid = 4
@@ -186,7 +186,7 @@ def test_a_bench_step_passes_every_job_of_the_boot_to_the_worker():
 def test_a_round_run_again_after_its_worker_was_lost_is_its_next_try_not_a_second_run(eng):
     """The rounds' bookkeeping in its tables: the dispatcher's hand-over, a batch of two
     rounds, each build of a round as the master reports it (seen again at every look)."""
-    from stackbench.jobs import lifecycle
+    from stackbench.jobs.driver import lifecycle
     from stackbench.resultsdb import db, series_runs_store
     from stackbench.resultsdb.models import Series
 

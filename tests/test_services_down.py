@@ -48,8 +48,8 @@ def wait_for(what, check, timeout=300.0):
 
 def test_down_mid_benchmark_leaves_no_process_behind(eng, monkeypatch, capsys):
     from stackbench.cli import main
-    from stackbench.jobs import services
-    from stackbench.jobs.buildbot import client
+    from stackbench.jobs.executors import services
+    from stackbench.jobs.executors.buildbot import client
 
     _repo, built = base_kernel(monkeypatch)
     monkeypatch.setenv("STACKBENCH_WEB_PORT", str(services.free_port()))

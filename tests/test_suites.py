@@ -1,4 +1,4 @@
-"""Upstream suites as a job's source (jobs/suites.py): choosing the source, fetching a pinned
+"""Upstream suites as a job's source (jobs/benchmarks/suites.py): choosing the source, fetching a pinned
 commit, building static binaries, and running the upstream runners on the host with tiny
 sizes through the same parsers as the builtin programs.
 
@@ -17,10 +17,11 @@ from conftest import SHARED
 
 from stackbench import proc
 from stackbench.errors import InputError, StackbenchError
-from stackbench.jobs import definitions as d
-from stackbench.jobs import pipeline, suites
-from stackbench.jobs.guest import initramfs
-from stackbench.jobs.parsers import thpscale, vm_scalability
+from stackbench.jobs.benchmarks import definitions as d
+from stackbench.jobs.benchmarks import suites
+from stackbench.jobs.benchmarks.guest import initramfs
+from stackbench.jobs.benchmarks.parsers import thpscale, vm_scalability
+from stackbench.jobs.driver import pipeline
 
 UPSTREAM = SHARED / "upstream"
 VMS_COMMIT = "96c94369e0cb36933c462c400a0e9e01f1caaf49"
@@ -86,7 +87,7 @@ def test_offline_default_is_builtin_with_the_old_identity(offline):
     assert sj.suite_source == "builtin"
     assert "suite_source" not in sj.params
     assert sj.suite_version == d.suite_version("vm-scalability")
-    # the definition's size (512M, jobs/defs/vm-scalability.yaml) is part of the name
+    # the definition's size (512M, jobs/benchmarks/defs/vm-scalability.yaml) is part of the name
     assert sj.name == "vm-scalability.0.125-100%-30s-512M-anon-w-seq"
     assert "SB_RUNNER" not in sj.resolved
 

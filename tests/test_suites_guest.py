@@ -11,10 +11,10 @@ from kernelkit import base_kernel
 from test_suites import MMTESTS_COMMIT, UPSTREAM, VMS_COMMIT, need_bundles
 
 from stackbench.errors import StackbenchError
-from stackbench.jobs import collect as c
-from stackbench.jobs import definitions as d
-from stackbench.jobs import suites
-from stackbench.jobs.guest import initramfs
+from stackbench.jobs.benchmarks import collect as c
+from stackbench.jobs.benchmarks import definitions as d
+from stackbench.jobs.benchmarks import suites
+from stackbench.jobs.benchmarks.guest import initramfs
 from stackbench.resultsdb import query
 from stackbench.resultsdb.ingest import KernelSpec, MachineSpec, ingest
 from stackbench.resultsdb.tables import render

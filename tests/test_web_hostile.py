@@ -319,7 +319,7 @@ def test_two_different_mails_with_one_message_id_are_refused(eng, client):
 
 
 def test_same_mbox_by_cli_and_api_is_one_series(eng, client):
-    from stackbench.jobs import pipeline
+    from stackbench.jobs.driver import pipeline
     from stackbench.patches import stacks
 
     mbox = stacks.stack_mbox("compaction-demo")
@@ -352,7 +352,7 @@ def git(repo, *args: str, input: bytes | None = None) -> bytes:
 def test_latin1_patch_submitted_by_upload_applies_from_its_bytes(eng, client, tmp_path):
     """An mbox whose patch touches a latin-1 file: the bytes must reach git am unchanged,
     not decoded and rebuilt as UTF-8."""
-    from stackbench.jobs import pipeline
+    from stackbench.jobs.driver import pipeline
     from stackbench.resultsdb.models import Series
 
     repo = tmp_path / "repo"

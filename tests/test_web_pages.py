@@ -179,7 +179,7 @@ def _finished(eng, build_ids: list[int], sid: int) -> None:
 
 
 def test_a_finished_series_leads_with_verdicts_and_its_public_comparison(eng, client):
-    from stackbench.jobs import lifecycle
+    from stackbench.jobs.driver import lifecycle
 
     add_tree(eng)
     sid = make_series(eng, n=2)
@@ -241,7 +241,7 @@ def test_boots_past_the_plan_read_as_boots_done_and_planned(eng, client):
 
 
 def test_events_keep_state_changes_and_fold_progress(eng, client):
-    from stackbench.jobs import lifecycle
+    from stackbench.jobs.driver import lifecycle
     from stackbench.resultsdb import db, series_runs_store
 
     add_tree(eng)

@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 
 from stackbench.errors import InputError
-from stackbench.jobs.buildbot import results
+from stackbench.jobs.executors.buildbot import results
 from stackbench.resultsdb import wire
 from stackbench.resultsdb.ingest import JobSpec, KernelSpec, MachineSpec, RunData
 from stackbench.web import openapi

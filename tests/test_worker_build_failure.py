@@ -65,7 +65,7 @@ def test_a_commit_that_does_not_compile_records_the_compiler_error(eng, monkeypa
     use_kernel_cache(monkeypatch)
     monkeypatch.delenv("STACKBENCH_URL", raising=False)
     monkeypatch.chdir(tmp_path)
-    from stackbench.jobs import pipeline
+    from stackbench.jobs.driver import pipeline
     from stackbench.patches import stacks
 
     sid = pipeline.submit(eng, stacks.stack_mbox("broken-build"), jobs=["vm-scalability"])

@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("buildbot_worker")
 
 from stackbench.errors import StackbenchError  # noqa: E402
-from stackbench.jobs import services  # noqa: E402
+from stackbench.jobs.executors import services  # noqa: E402
 
 
 def _closed_port() -> int:

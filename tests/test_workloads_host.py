@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from stackbench import proc
-from stackbench.jobs import definitions as d
-from stackbench.jobs.guest import initramfs
-from stackbench.jobs.parsers import thpscale, vm_scalability
+from stackbench.jobs.benchmarks import definitions as d
+from stackbench.jobs.benchmarks.guest import initramfs
+from stackbench.jobs.benchmarks.parsers import thpscale, vm_scalability
 
 BUSYBOX = shutil.which("busybox") or "/bin/busybox"
 USEMEM_LINE = re.compile(r"^(\d+) bytes / (\d+) usecs = (\d+) KB/s$")

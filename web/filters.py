@@ -65,7 +65,7 @@ def _buildbot_base() -> str:
     base = current_app.config.get("BUILDBOT_URL")
     if base is None or base == "":
         try:
-            from stackbench.jobs.buildbot.client import buildbot_url
+            from stackbench.jobs.executors.buildbot.client import buildbot_url
 
             base = buildbot_url() or ""
         except Exception:  # no Buildbot installed or configured: no links

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy.orm import Session
 
-from stackbench.jobs import plan
+from stackbench.jobs.executors import plan
 from stackbench.resultsdb import boots, jobs_q, runs_q, series_q, series_runs_store, signals
 
 if TYPE_CHECKING:

@@ -1,5 +1,5 @@
 """Submitting a series (form and API share this): validate every field (the one validation
-of stackbench.jobs.lifecycle), parse the mbox, store the series in state "new" and hand it to
+of stackbench.jobs.driver.lifecycle), parse the mbox, store the series in state "new" and hand it to
 the dispatcher. Nothing is built in the request."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy.orm import Session
 
 from stackbench.errors import InputError, StackbenchError
-from stackbench.jobs import lifecycle
+from stackbench.jobs.driver import lifecycle
 from stackbench.resultsdb import jobs_q
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ def job_choices(s: Session) -> list[str]:
     """Benchmark names a series may ask for: the job definitions shipped with stackbench, or
     (before they are installed) the suites that have results."""
     try:
-        from stackbench.jobs import definitions
+        from stackbench.jobs.benchmarks import definitions
 
         names = sorted(definitions.names())
         if names:

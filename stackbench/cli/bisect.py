@@ -57,8 +57,9 @@ def policy_from(runs: int | None, cap: int | None):
 
 
 def run(args: argparse.Namespace) -> int:
-    from stackbench.jobs import bisect_runner, pipeline
-    from stackbench.jobs.lab import LocalLab
+    from stackbench.jobs.driver import pipeline
+    from stackbench.jobs.tracking import bisect_runner
+    from stackbench.jobs.tracking.lab import LocalLab
     from stackbench.resultsdb import db
 
     policy = policy_from(args.runs, args.runs_cap)

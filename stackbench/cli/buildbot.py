@@ -32,14 +32,14 @@ def run(args: argparse.Namespace) -> int:
     from stackbench.errors import StackbenchError
 
     if args.bb_command == "url":
-        from stackbench.jobs.buildbot import client
+        from stackbench.jobs.executors.buildbot import client
 
         url = client.buildbot_url()
         if not url:
             raise StackbenchError("no Buildbot master known: run 'stackbench up'")
         print(url)
         return 0
-    from stackbench.jobs.lifecycle import hand_over_line
+    from stackbench.jobs.driver.lifecycle import hand_over_line
     from stackbench.resultsdb import db
 
     line, ok = hand_over_line(db.engine(), args.series, jobs=args.job, runs=args.runs)

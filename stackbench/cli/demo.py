@@ -70,7 +70,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from stackbench.jobs import lifecycle, pipeline
+    from stackbench.jobs.driver import lifecycle, pipeline
     from stackbench.patches import stacks
     from stackbench.resultsdb import db
 
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     if args.max_boots is not None:
         if args.max_boots < 1:
             raise InputError("--max-boots", f"must be at least 1, not {args.max_boots}")
-        lifecycle.update_meta(eng, sid, max_runs=args.max_boots)  # jobs.adaptive's cap
+        lifecycle.update_meta(eng, sid, max_runs=args.max_boots)  # jobs.driver.adaptive's cap
     fresh = _plan_changed(eng, sid, jobs, args.runs) or args.rerun
     if not args.in_process and buildbot_installed():
         state = run_through_dispatcher(eng, sid, fresh=fresh)
@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
 def comparison_line(eng, sid: int, port: int) -> str:
     """The line that links the series' public comparison (made once by the service when the
     series ended; made here for a series that ended before that), "" when there is none."""
-    from stackbench.jobs import lifecycle
+    from stackbench.jobs.driver import lifecycle
 
     if _state(eng, sid) not in ("done", "failed"):
         return ""
@@ -124,7 +124,7 @@ def store(eng, mbox: bytes, stack: str, *, tree: str, base: str | None, jobs: li
           runs: int) -> int:  # fmt: skip
     """The demo's series through the one validation and creation of every front door
     (idempotent: the same stack gives the stored series back)."""
-    from stackbench.jobs import lifecycle
+    from stackbench.jobs.driver import lifecycle
     from stackbench.patches.parser import parse_mbox
     from stackbench.resultsdb import db
 
@@ -149,8 +149,8 @@ def run_through_dispatcher(eng, sid: int, *, fresh: bool, source: str = "demo") 
     """Hand the series to the dispatcher (which applies it and submits it to the embedded
     master once) and watch what is stored until it ends. Interrupting this changes nothing:
     running the same demo again attaches to the same series and buildset."""
-    from stackbench.jobs import dispatcher_service, lifecycle, watch
-    from stackbench.jobs import services as buildbot_services
+    from stackbench.jobs.driver import dispatcher_service, lifecycle, watch
+    from stackbench.jobs.executors import services as buildbot_services
 
     how = lifecycle.hand_over(eng, sid, source=source, fresh=fresh)
     if how == "finished":
@@ -193,7 +193,7 @@ def run_through_dispatcher(eng, sid: int, *, fresh: bool, source: str = "demo") 
 def run_here(eng, sid: int, args: argparse.Namespace, *, rerun: bool) -> str:
     """--in-process: this process is the executor (the same plan and state code as the
     dispatcher's in-process executor). A series the dispatcher is running is watched."""
-    from stackbench.jobs import lifecycle, pipeline, watch
+    from stackbench.jobs.driver import lifecycle, pipeline, watch
     from stackbench.resultsdb import db, series_runs_store
 
     with db.session(eng) as s:
@@ -237,7 +237,7 @@ TABLES = [
 
 def print_tables(eng, sid: int, *, all_rows: bool = False, out=None) -> None:
     out = out or sys.stdout  # looked up per call: tests and callers replace sys.stdout
-    from stackbench.jobs import pipeline
+    from stackbench.jobs.driver import pipeline
     from stackbench.resultsdb import db, kernels_store, series_store
     from stackbench.resultsdb.tables import render
     from stackbench.resultsdb.tables.mmtests import MixedSourcesError

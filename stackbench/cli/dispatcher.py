@@ -36,10 +36,10 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s", force=True)
     logging.getLogger("stackbench").setLevel(logging.INFO)
     if args.keep_alive:
-        from stackbench.jobs.dispatcher_service import keep_alive
+        from stackbench.jobs.driver.dispatcher_service import keep_alive
 
         return keep_alive(["--poll", str(args.poll)] if args.poll else [])
-    from stackbench.jobs.dispatch import Dispatcher
+    from stackbench.jobs.driver.dispatch import Dispatcher
     from stackbench.resultsdb import db
 
     disp = Dispatcher(db.engine())

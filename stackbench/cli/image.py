@@ -22,7 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from stackbench.jobs.guest import image
+    from stackbench.jobs.benchmarks.guest import image
 
     if args.action == "packages":
         for name in image.packages():

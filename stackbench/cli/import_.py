@@ -45,11 +45,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _parse(args: argparse.Namespace, notes: list[str]) -> list:
     if args.kind == "lkp":
-        from stackbench.jobs.importers import lkp
+        from stackbench.jobs.benchmarks.importers import lkp
 
         files = lkp.find_result_files(args.paths, notes)
         return lkp.to_run_data(lkp.collect_runs(*files))
-    from stackbench.jobs.importers import mmtests
+    from stackbench.jobs.benchmarks.importers import mmtests
 
     return mmtests.parse_run(args.path, name=args.name, notes=notes)
 
@@ -76,11 +76,11 @@ def run(args: argparse.Namespace) -> int:
     from stackbench.resultsdb import db
 
     if args.kind == "lkp":
-        from stackbench.jobs.importers import lkp
+        from stackbench.jobs.benchmarks.importers import lkp
 
         summary = lkp.import_paths(db.engine(), args.paths, notes)
     else:
-        from stackbench.jobs.importers import mmtests
+        from stackbench.jobs.benchmarks.importers import mmtests
 
         summary = mmtests.import_run(db.engine(), args.path, name=args.name, notes=notes)
     _print_notes(args, notes)

@@ -57,7 +57,7 @@ def _options(raw: dict[str, str]) -> dict[str, object]:
     """Push options as the submission's fields (validated with the rest by lifecycle.check):
     ``-o runs=5``, ``-o jobs=thpscale[madvise=false],vm-scalability``."""
     from stackbench.errors import InputError
-    from stackbench.jobs.pipeline import split_job_specs
+    from stackbench.jobs.driver.pipeline import split_job_specs
 
     out: dict[str, object] = {}
     for key, value in raw.items():
@@ -87,7 +87,7 @@ def _check(repo: Path, updates: list[tuple[str, str, str]], options: dict) -> No
 
 def _register(repo: Path, updates: list[tuple[str, str, str]], options: dict) -> int:
     from stackbench import config, gitcmd
-    from stackbench.jobs import lifecycle
+    from stackbench.jobs.driver import lifecycle
     from stackbench.kernels import trees
     from stackbench.patches import intake
     from stackbench.patches.apply import ApplyResult
@@ -133,7 +133,7 @@ def _register(repo: Path, updates: list[tuple[str, str, str]], options: dict) ->
 
 def _checked(session, tree: str, options: dict):
     """The one validation of every front door (tree, jobs, runs); one line on failure."""
-    from stackbench.jobs import lifecycle
+    from stackbench.jobs.driver import lifecycle
 
     return lifecycle.check(session, tree=tree, jobs=options.get("jobs"), runs=options.get("runs"))
 

@@ -30,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from stackbench.errors import NotFoundError
-    from stackbench.jobs import list_watch
+    from stackbench.jobs.lists import list_watch
     from stackbench.resultsdb import db, lists_q
 
     eng = db.engine()

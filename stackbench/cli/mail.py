@@ -33,7 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
 
-    from stackbench.jobs import jobspecs
+    from stackbench.jobs.executors import jobspecs
     from stackbench.mail import config, outbox, reports
     from stackbench.resultsdb import db
 

@@ -10,7 +10,7 @@ NAME = "nightly"
 ORDER = 40
 HELP = "run the tracked branches: build heads, compare with baselines, bisect regressions"
 DESCRIPTION = """\
-For every enabled tracked branch (jobs/tracked/*.yaml, $STACKBENCH_TRACKED, and branches
+For every enabled tracked branch (jobs/tracking/tracked/*.yaml, $STACKBENCH_TRACKED, and branches
 added from the web admin): build the head, run the tracked jobs (runs already stored count),
 compare with the branch's last good baseline, open a regression for every metric judged
 worse, bisect each new regression, queue the report mails and the nightly summary.
@@ -42,8 +42,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from stackbench.errors import InputError
-    from stackbench.jobs import nightly, pipeline
-    from stackbench.jobs.lab import LocalLab
+    from stackbench.jobs.driver import pipeline
+    from stackbench.jobs.tracking import nightly
+    from stackbench.jobs.tracking.lab import LocalLab
     from stackbench.resultsdb import db
 
     for b in args.branch:

@@ -18,7 +18,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from stackbench.errors import InputError
-    from stackbench.jobs.parsers import vm_scalability
+    from stackbench.jobs.benchmarks.parsers import vm_scalability
 
     if args.file == "-":
         data = sys.stdin.read()

@@ -22,7 +22,7 @@ command again attaches to it. --in-process runs it in this process instead. Subm
 same series again (same Message-ID, tree and base) finds the stored one: a finished series
 is not run again (use --rerun to add a round of runs).
 
-  --jobs    job definitions (jobs/defs), with optional parameter overrides:
+  --jobs    job definitions (jobs/benchmarks/defs), with optional parameter overrides:
             --jobs 'thpscale[madvise=false],vm-scalability[test=anon-w-seq,runtime=10s]'
   --no-wait store the series and hand it to the dispatcher of `stackbench up`, which applies
             it, has Buildbot (or, without a master, itself) build and measure every commit,
@@ -66,7 +66,7 @@ def add_machine_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def settings_from(args: argparse.Namespace):
-    from stackbench.jobs.pipeline import Settings
+    from stackbench.jobs.driver.pipeline import Settings
 
     return Settings(cpus=args.cpus, mem_mb=args.mem_mb, accel=args.accel)
 
@@ -120,7 +120,7 @@ def store(eng, data: bytes, args: argparse.Namespace, *, here: bool) -> tuple[in
     """The series through the one validation and creation of every front door; ``here``:
     this process runs it, so the dispatcher leaves it alone. Returns its ID and, when the
     same series was stored before, what to say about it (else "")."""
-    from stackbench.jobs import lifecycle, pipeline
+    from stackbench.jobs.driver import lifecycle, pipeline
     from stackbench.patches.parser import parse_mbox
     from stackbench.resultsdb import db
 
@@ -135,7 +135,7 @@ def store(eng, data: bytes, args: argparse.Namespace, *, here: bool) -> tuple[in
 
 
 def run(args: argparse.Namespace) -> int:
-    from stackbench.jobs import pipeline
+    from stackbench.jobs.driver import pipeline
     from stackbench.resultsdb import db
 
     data = read_mbox(args.mbox)

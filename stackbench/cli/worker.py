@@ -1,4 +1,4 @@
-"""stackbench worker: the steps Buildbot runs on a worker (their logic: jobs.worker)."""
+"""stackbench worker: the steps Buildbot runs on a worker (their logic: jobs.executors.worker)."""
 
 from __future__ import annotations
 
@@ -145,6 +145,6 @@ def _dry(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from stackbench.jobs.worker import run_step
+    from stackbench.jobs.executors.worker import run_step
 
     return run_step(args)

@@ -125,12 +125,12 @@ def add_branch():
     branch = f.get("branch", "").strip()
     if not _BRANCH_RE.match(branch):
         abort(400, "branch: a git ref name")
-    from stackbench.jobs.jobspecs import split_job_specs
+    from stackbench.jobs.executors.jobspecs import split_job_specs
 
     jobs = split_job_specs(f.get("jobs", ""), spaces=True)
     # checked as a tracked-branch file is, so the nightly run never meets a branch it
     # cannot measure (no jobs, an unknown job)
-    from stackbench.jobs.tracked_branches import clean_tracked
+    from stackbench.jobs.tracking.tracked_branches import clean_tracked
 
     try:
         clean_tracked(

@@ -14,7 +14,7 @@ def shipped_definitions() -> list[dict]:
     """The YAML job definitions installed with stackbench.jobs: what each benchmark runs, its
     parameters (list values expand into sub-jobs) and the suite version it would record."""
     try:
-        from stackbench.jobs import definitions
+        from stackbench.jobs.benchmarks import definitions
     except ImportError:
         return []
     out = []
@@ -43,7 +43,7 @@ def shipped_definitions() -> list[dict]:
 @bp.route("/jobs/seeds")
 def seeds():
     """The definitions that reproduce the seeds' experiments, grouped by seed."""
-    from stackbench.jobs import definitions
+    from stackbench.jobs.benchmarks import definitions
 
     defs = [d for d in shipped_definitions() if d["seed"]]
     rows = []

@@ -14,7 +14,7 @@ bp = Blueprint("lists", __name__)
 
 @bp.route("/lists")
 def index():
-    from stackbench.jobs.list_watch import declared as declared_lists
+    from stackbench.jobs.lists.list_watch import declared as declared_lists
 
     s = dbsession.get()
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from flask import Blueprint, abort, render_template, request
 
-from stackbench.jobs import history
+from stackbench.jobs.tracking import history
 from stackbench.resultsdb import jobs_q, regressions_q, trees_q
 from stackbench.web import dbsession, plots
 

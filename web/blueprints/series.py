@@ -172,7 +172,7 @@ def compare(series_id: int):
     x = load_series(series_id)
     key = ((x.meta or {}).get("comparison") or {}).get("key")
     if not key and x.state in ("done", "failed"):
-        from stackbench.jobs import lifecycle
+        from stackbench.jobs.driver import lifecycle
 
         # a series that ended before the service published comparisons
         key = lifecycle.publish_comparison(dbsession.engine(), x.id)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import Blueprint, flash, g, redirect, render_template, request, url_for
 
-from stackbench.jobs import lifecycle
+from stackbench.jobs.driver import lifecycle
 from stackbench.web import dbsession, submission
 from stackbench.web.auth import login_required
 

@@ -1,6 +1,0 @@
-"""The Buildbot master configuration of stackbench, as importable objects.
-
-``jobs/master.cfg`` only assembles what these modules build from one
-:class:`~stackbench.jobs.buildbot.config.BuildbotConfig`; worker names, passwords and ports
-come from that configuration (a YAML file and the environment), never from git.
-"""

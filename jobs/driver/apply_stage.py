@@ -1,0 +1,187 @@
+"""The apply stage: the series' mails ``git am``-ed onto its base (or the pushed commits
+fetched as they are), giving the kernels to build: the base and every commit."""
+
+from __future__ import annotations
+
+import base64
+import tempfile
+import time
+from pathlib import Path
+
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session
+
+from stackbench.errors import InputError, NotFoundError, StackbenchError
+from stackbench.jobs.driver.lifecycle import set_state
+from stackbench.jobs.executors.progress import ProgressFn
+from stackbench.jobs.executors.series_state import KernelTask, SeriesRun
+from stackbench.jobs.executors.settings import Settings
+from stackbench.kernels import paths as kpaths
+from stackbench.kernels import trees
+from stackbench.patches.parser import ParsedPatch
+from stackbench.resultsdb import db, kernels_store, series_runs_store, series_store
+
+
+def apply_only(
+    eng: Engine, series_id: int, *, progress: ProgressFn | None = None
+) -> list[tuple[str, str]] | None:
+    """Apply a stored series (``git am``) without building anything: (commit, kernel name)
+    of the base and each patch, for a runner elsewhere (Buildbot); None when it does not
+    apply."""
+    with db.session(eng) as s:
+        series = series_store.get(s, series_id)
+        if series is None:
+            raise NotFoundError(f"no series {series_id}")
+        tree_name = series.tree.name if series.tree else "linux-6.1"
+        base_ref = series.base_ref
+    tree = trees.load_tree(tree_name)
+    sr = SeriesRun(series_id, Settings(), progress)
+    tasks = apply_stage(eng, sr, trees.ensure_repo(tree), tree, base_ref)
+    return None if tasks is None else [(t.commit, t.name) for t in tasks]
+
+
+def apply_stage(
+    eng: Engine, sr: SeriesRun, repo: Path, tree: trees.TreeDef, base_ref: str
+) -> list[KernelTask] | None:
+    """The apply stage with its progress events; None (and a 'failed' event) when the
+    series does not apply."""
+    base = base_ref or tree.default_base
+    sr.emit("apply", 1, 1, f"series {sr.series_id}", f"on {base}")
+    t0 = time.monotonic()
+    tasks = _apply(eng, sr, repo, base, tree)
+    sr.timings["apply_s"] = time.monotonic() - t0
+    if tasks is None:
+        with db.session(eng) as s:  # record_apply stored the state: the attempt ends with it
+            series_runs_store.end(s, sr.series_id, "apply-failed")
+        sr.emit("failed", 0, 0, f"series {sr.series_id}", "apply failed: nothing built")
+    return tasks
+
+
+def _series_mails(s: Session, series: series_store.Series) -> list[ParsedPatch]:
+    """The patches to ``git am``: the submitted mails when kept, else mails rebuilt from the
+    stored patch rows (series created by other front ends, or stored before the parser
+    refused what they hold, or when a parser of another version shows other diffs): each
+    patch's diff is the one its row holds and the pages show, which the apply step checks
+    every commit against."""
+    from stackbench.patches.parser import parse_mbox
+
+    rows = sorted(series.patches, key=lambda p: p.idx)
+    # series.mbox for every door since the hostile-input migration; meta's copy for older
+    # CLI series
+    raw = series.mbox or (
+        base64.b64decode(series.meta["mbox_b64"]) if "mbox_b64" in series.meta else None
+    )
+    if raw:
+        try:
+            parsed = parse_mbox(raw, source=f"series {series.id}").patches
+        except InputError:
+            parsed = []
+        if len(parsed) == len(rows) and all(
+            p.diff == row.diff for p, row in zip(parsed, rows, strict=True)
+        ):
+            return parsed
+    return [
+        ParsedPatch(
+            idx=p.idx,
+            total=p.total,
+            subject=p.subject,
+            author=p.author,
+            author_email=p.author_email,
+            date=p.date,
+            message_id=p.message_id,
+            in_reply_to=p.in_reply_to,
+            body=p.body,
+            diff=p.diff,
+            raw=mail_from_patch(p),
+        )
+        for p in rows
+    ]
+
+
+def mail_from_patch(p: series_store.Patch) -> bytes:
+    """A git-am-able mail from a stored patch row."""
+    author = f"{p.author} <{p.author_email}>" if p.author_email else p.author or "unknown"
+    headers = [
+        f"From: {author}",
+        f"Date: {p.date}" if p.date else "",
+        f"Subject: [PATCH {p.idx}/{p.total}] {p.subject}",
+        f"Message-ID: <{p.message_id.strip('<>')}>" if p.message_id else "",
+        "MIME-Version: 1.0",
+        "Content-Type: text/plain; charset=UTF-8",
+        "Content-Transfer-Encoding: 8bit",
+    ]
+    body = p.body.rstrip("\n")
+    text = "\n".join(h for h in headers if h) + "\n\n" + body + "\n---\n" + p.diff
+    if not text.endswith("\n"):
+        text += "\n"
+    return text.encode()
+
+
+def kernel_name(idx: int, total: int, sha: str) -> str:
+    """What table columns show for a commit of a stack: short enough for mmtests' columns,
+    unique, and its place in the stack (``2/3-6450d54d``); the subject is on the patch row."""
+    return f"{idx}/{total}-{sha[:8]}"
+
+
+def fetch_pushed(eng: Engine, series_id: int, repo: Path) -> None:
+    """A series that came by git push is built from the commits as pushed: copy them from
+    the intake repository into the tree's repository (no git am)."""
+    from stackbench import gitcmd
+
+    with db.session(eng) as s:
+        push = (series_store.get(s, series_id).meta or {}).get("push") or {}
+    head, source = push.get("head"), push.get("repo")
+    if not head or not source or trees.has_commit(repo, head):
+        return
+    if not Path(source).exists():
+        raise StackbenchError(f"pushed commits of series {series_id} are gone: {source}")
+    gitcmd.fetch_commit(repo, source, head, f"refs/stackbench/series/{series_id}")
+
+
+def _apply(
+    eng: Engine, sr: SeriesRun, repo: Path, base: str, tree: trees.TreeDef
+) -> list[KernelTask] | None:
+    from stackbench.patches.apply import apply_series, remove_worktree
+    from stackbench.patches.store import record_apply
+
+    sid = sr.series_id
+    fetch_pushed(eng, sid, repo)
+    with db.session(eng) as s:
+        series = series_store.get(s, sid)
+        patches = kernels_store.stack(series)[1:]
+        applied = bool(patches) and all(
+            k.commit and trees.has_commit(repo, k.commit) for k in patches
+        )
+        if applied and series.base_commit:
+            base_sha = series.base_commit
+        else:
+            mails = _series_mails(s, series)
+            applied = False
+    if not applied:
+        set_state(eng, sid, "applying", f"git am onto {base}")
+        workdir = Path(tempfile.mkdtemp(prefix=f"apply-{sid}-", dir=kpaths.cache_root()))
+        workdir.rmdir()
+        try:
+            result = apply_series(repo, base, mails, workdir, ref=f"refs/stackbench/series/{sid}")
+        finally:
+            remove_worktree(repo, workdir)
+        with db.session(eng) as s:
+            record_apply(s, sid, result)
+        if not result.ok:
+            return None
+        base_sha = result.base_sha
+    with db.session(eng) as s:
+        series = series_store.get(s, sid)
+        base_label = base if base != base_sha else base_sha[:12]
+        tasks = [KernelTask(label="base", name=base_label, commit=base_sha)]
+        for k in kernels_store.stack(series)[1:]:
+            p = k.patch
+            tasks.append(
+                KernelTask(
+                    label=k.label,
+                    name=kernel_name(p.idx, p.total, k.commit),
+                    commit=k.commit,
+                    patch_id=p.id,
+                )
+            )
+    return tasks

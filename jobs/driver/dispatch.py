@@ -1,0 +1,298 @@
+"""The dispatcher: the service that takes every submitted series to ``done`` or ``failed``.
+
+``stackbench up`` runs it beside the web UI and the master. It looks at what is stored:
+
+- a series in ``new`` is applied (``git am``) here: ``applied`` or ``apply-failed``;
+- an ``applied`` series goes to Buildbot (the executor of record whenever a master is
+  configured: ``$STACKBENCH_BUILDBOT_URL`` or the embedded one), with a submission key of its
+  own so a restarted dispatcher finds its buildset instead of submitting a second one; with
+  no Buildbot it runs in this process (the in-process pipeline, one series at a time);
+- a series at Buildbot advances from its builds and its stored runs (``building k/N``,
+  ``running k/M``) and ends with its last build: ``failed`` with every reason (log tails and
+  addresses, ``build-failed`` kernels, crashed runs) or ``done``, and its report is queued.
+
+One dispatcher works on a database at a time (an advisory lock): a second waits.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from contextlib import suppress
+from typing import Any
+
+from sqlalchemy import Engine
+
+from stackbench import config
+from stackbench.errors import StackbenchError
+from stackbench.jobs.driver import lifecycle
+from stackbench.jobs.driver.buildbot_executor import BuildbotExecutor
+from stackbench.jobs.driver.journey import Journey
+from stackbench.jobs.executors.faults import first_line as _first_line
+from stackbench.jobs.executors.faults import host_fault
+from stackbench.resultsdb import db, series_runs_store, series_store, signals
+
+log = logging.getLogger(__name__)
+
+LOCK_KEY = signals.DISPATCHER_LOCK
+DISPATCH_RETRY_S = 5.0  # how long one Buildbot request of the dispatcher retries
+# between looks when nothing woke it: a submission, the end of local work and the master's
+# reporter (every build's start and end, jobs.executors.buildbot.reporter) NOTIFY it at once
+POLL_S = 10.0
+RECONNECT_MIN_S, RECONNECT_MAX_S = 0.5, 30.0  # backoff of a dispatcher that lost its database
+HOST_RETRY_MIN_S, HOST_RETRY_MAX_S = 2.0, 300.0  # and of a series waiting on a host fault
+
+
+class Dispatcher:
+    def __init__(self, eng: Engine, master: Callable[[], Any | None] | None = None) -> None:
+        self.eng = eng
+        self._master_of = master or configured_master
+        self._executor: BuildbotExecutor | None = None
+        self._local: queue.Queue[tuple[str, int]] = queue.Queue()
+        self._queued: set[int] = set()
+        self._retry_at: dict[int, float] = {}  # series waiting on a host fault: next try
+        self._backoff: dict[int, float] = {}
+        self.stop = threading.Event()
+        self._thread = threading.Thread(target=self._local_worker, daemon=True)
+
+    # -- the loop
+
+    def serve(self, poll: float = POLL_S) -> None:
+        """Work until stopped, through database restarts: holding the one-dispatcher lock,
+        and when the connection is lost, connecting again with backoff (0.5 s doubling to
+        RECONNECT_MAX_S) and taking the lock again."""
+        delay = RECONNECT_MIN_S
+        while not self.stop.is_set():
+            try:
+                lock = hold_lock(self.eng, lambda: not self.stop.is_set())
+                if lock is None:
+                    return
+                delay = RECONNECT_MIN_S
+                log.info("dispatcher: working on %s",
+                         self.eng.url.render_as_string(hide_password=True))  # fmt: skip
+                try:
+                    self.run(poll)
+                    return
+                finally:
+                    with suppress(Exception):  # the lock's connection may be gone already
+                        lock.close()
+            except Exception as exc:
+                if not db.connection_lost(exc):
+                    raise
+                log.warning("dispatcher: database connection lost (%s); trying again in "
+                            "%.1f s", _first_line(exc), delay)  # fmt: skip
+                self.stop.wait(delay)
+                delay = min(delay * 2, RECONNECT_MAX_S)
+
+    def run(self, poll: float = POLL_S) -> None:
+        """Work until stopped: a tick at every notification, and every ``poll`` seconds.
+        A lost database connection ends it (``serve`` connects again)."""
+        if not self._thread.is_alive():
+            self._thread.start()
+        conn = signals.listen(db.resolve_url(start=False), lifecycle.CHANNEL)
+        try:
+            while not self.stop.is_set():
+                try:
+                    self.tick()
+                except StackbenchError as exc:
+                    log.warning("dispatcher: %s", exc)
+                except Exception as exc:  # a bad series must not stop the service for the others
+                    if db.connection_lost(exc):
+                        raise
+                    log.exception("dispatcher tick failed")
+                for _ in conn.notifies(timeout=poll, stop_after=1):
+                    pass
+        finally:
+            with suppress(Exception):
+                conn.close()
+
+    def tick(self) -> None:
+        for sid, state, meta, how in self._active():
+            if state in ("new", "applying") and not how:
+                self._enqueue("apply", sid)
+            elif state == "applied" and not how and meta.get("push") and "fetched" not in meta:
+                self._enqueue("fetch", sid)
+            elif state == "applied" and not how:
+                self._hand_over(sid, meta)
+            elif how == "buildbot" and state in ("building", "running"):
+                self._reconcile(sid, meta)
+            elif how == "in-process" and state in ("applied", "building", "running"):
+                self._enqueue("run", sid)  # a dispatcher stopped mid-run: run it again
+        for sid in self._unreported():  # finished while no dispatcher was there to report
+            self._report(sid, "finished")
+
+    def _active(self) -> list[tuple[int, str, dict[str, Any], str]]:
+        # only series a front door handed over (an open attempt): a foreground
+        # `stackbench demo` or `submit` runs its own
+        with db.session(self.eng) as s:
+            return series_runs_store.active(s, lifecycle.PENDING)
+
+    def _unreported(self) -> list[int]:
+        with db.session(self.eng) as s:
+            return series_store.unreported(s)
+
+    # -- local work: apply, and the in-process executor
+
+    def _enqueue(self, what: str, sid: int) -> None:
+        if sid in self._queued or self._retry_at.get(sid, 0.0) > time.monotonic():
+            return
+        self._queued.add(sid)
+        self._local.put((what, sid))
+
+    def _local_worker(self) -> None:
+        while not self.stop.is_set():
+            try:
+                what, sid = self._local.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            try:
+                self._work(what, sid)
+            except Exception:  # the thread must outlive any series and any outage
+                log.exception("series %s: %s failed", sid, what)
+            finally:
+                self._queued.discard(sid)
+            # the loop waits for a NOTIFY: the next step (the hand-over after an apply)
+            # starts now instead of at the next poll
+            with suppress(Exception), db.session(self.eng) as s:
+                lifecycle.notify(s)
+
+    def _work(self, what: str, sid: int) -> None:
+        try:
+            if what == "apply":
+                self._apply(sid)
+            elif what == "fetch":
+                self._fetch(sid)
+            else:
+                self._run_in_process(sid)
+        except Exception as exc:
+            if db.connection_lost(exc):
+                # nothing to record while the database is away: the series keeps its
+                # state, and the next tick after the reconnection takes it up again
+                log.warning("series %s: %s stopped, database lost: %s", sid, what,
+                            _first_line(exc))  # fmt: skip
+                return
+            fault = host_fault(exc)
+            if fault is None:  # the series' own fault: recorded on it, for good
+                log.exception("series %s: %s failed", sid, what)
+                reason = _first_line(exc)
+                lifecycle.set_state(self.eng, sid, "failed", f"{what} failed: {reason}",
+                                    error=f"{what} failed: {reason}")  # fmt: skip
+                return
+            self._wait_on_host(sid, what, fault)
+            return
+        if sid in self._retry_at:
+            self._retry_at.pop(sid)
+            self._backoff.pop(sid, None)
+            lifecycle.update_meta(self.eng, sid, host_fault=None)
+
+    def _wait_on_host(self, sid: int, what: str, fault: str) -> None:
+        """A fault of this machine (a read-only or full disk, a permission): the series is
+        not to blame, so it keeps its state and is tried again, less often each time, until
+        the host is fixed; its page says what it waits on."""
+        delay = min(self._backoff.get(sid, HOST_RETRY_MIN_S / 2) * 2, HOST_RETRY_MAX_S)
+        self._backoff[sid] = delay
+        self._retry_at[sid] = time.monotonic() + delay
+        log.warning("series %s: %s waits on a host fault (retry in %.0f s): %s",
+                    sid, what, delay, fault)  # fmt: skip
+        meta = lifecycle.update_meta(self.eng, sid)
+        if (meta.get("host_fault") or {}).get("error") != fault:
+            lifecycle.update_meta(self.eng, sid, host_fault={"error": fault, "step": what})
+            lifecycle.event(self.eng, sid, f"series:{sid}", "waiting",
+                            f"{what}: waiting on a host fault, retried until fixed: {fault}")  # fmt: skip
+
+    def _apply(self, sid: int) -> None:
+        from stackbench.jobs.driver import pipeline
+
+        pipeline.apply_only(self.eng, sid)  # records applied / apply-failed itself
+        line = lifecycle.report_apply_failed(self.eng, sid)
+        if line:
+            log.info("series %s: apply-failed; %s", sid, line)
+
+    def _fetch(self, sid: int) -> None:
+        """Pushed commits live in the intake repository: copy them into the tree's
+        repository, where this machine's builds (in-process or its local worker) look."""
+        from stackbench.jobs.driver import apply_stage
+        from stackbench.kernels import trees
+
+        with db.session(self.eng) as s:
+            series = series_store.get(s, sid)
+            name = series.tree.name if series is not None and series.tree else ""
+        try:
+            tree = trees.load_tree(name)
+        except StackbenchError:
+            tree = None  # a tree only the database knows: its workers fetch for themselves
+        if tree is not None:
+            apply_stage.fetch_pushed(self.eng, sid, trees.ensure_repo(tree))
+        lifecycle.update_meta(self.eng, sid, fetched=tree is not None)
+
+    def _run_in_process(self, sid: int) -> None:
+        from stackbench.jobs.driver import pipeline
+
+        state = pipeline.run_series(self.eng, sid, executor="in-process")
+        if state in ("done", "failed"):
+            self._report(sid, state)
+
+    # -- Buildbot
+
+    def _buildbot(self) -> BuildbotExecutor | None:
+        if self._executor is None:
+            master = self._master_of()
+            if master is None:
+                return None
+            # the dispatcher tries again on its next tick: a request must not hold the
+            # loop (and every other series) for the interactive clients' retry budget
+            if getattr(master, "budget_s", "absent") is None:
+                master.budget_s = DISPATCH_RETRY_S
+            self._executor = BuildbotExecutor(master)
+        return self._executor
+
+    def _hand_over(self, sid: int, meta: dict[str, Any]) -> None:
+        bb = self._buildbot()
+        if bb is None:
+            with db.session(self.eng) as s:
+                series_runs_store.take(s, sid, "in-process")
+                series_store.add_event(s, sid, f"series:{sid}", "applied",
+                                       "no Buildbot master configured: running it in the dispatcher")  # fmt: skip
+            self._enqueue("run", sid)
+            return
+        Journey(self.eng, sid, bb).start()
+
+    def _reconcile(self, sid: int, meta: dict[str, Any]) -> None:
+        bb = self._buildbot()
+        if bb is None:
+            return
+        state = Journey(self.eng, sid, bb).advance()
+        if state in ("done", "failed"):
+            self._report(sid, state)
+
+    def _report(self, sid: int, state: str) -> None:
+        # the series' own comparison first: the page links it, nobody needs an account
+        key = lifecycle.publish_comparison(self.eng, sid)
+        log.info("series %s: %s; comparison %s; %s", sid, state, key or "none",
+                 lifecycle.queue_report(self.eng, sid))  # fmt: skip
+
+
+def configured_master() -> Any | None:
+    """The Buildbot master series go to: $STACKBENCH_BUILDBOT_URL, else the embedded one
+    when ``stackbench up`` made it; None when there is none (the in-process executor)."""
+    from stackbench.jobs.executors.buildbot import client
+
+    if config.get("STACKBENCH_BUILDBOT_URL"):
+        return client.default_master()
+    return client.embedded_master()
+
+
+def hold_lock(eng: Engine, wait: Callable[[], bool]) -> Any:
+    """Take the one-dispatcher-per-database lock on a connection kept open (the lock goes
+    with it); waits while ``wait()`` says so. None when told to stop first."""
+    conn = eng.connect()
+    while True:
+        if signals.try_lock(conn, LOCK_KEY):
+            return conn
+        if not wait():
+            conn.close()
+            return None
+        time.sleep(2.0)

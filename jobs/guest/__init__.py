@@ -1,1 +1,0 @@
-"""stackbench.jobs.guest: the in-guest runner and the initramfs that carries it."""
