@@ -139,9 +139,9 @@ class BuildbotExecutor:
             d = series_runs_store.dispatch(s, sid)
             avoid = quarantine.avoided(s)
         jobs = journey.jobs
-        if batch.subjobs is not None:
+        if batch.more is not None:  # the jobs whose sub-jobs are in doubt
             of = subjob_jobs(eng, sid)
-            jobs = [j for j in jobs if any(of.get(sj) == j for sj in batch.subjobs)]
+            jobs = [j for j in jobs if any(of.get(sj) == j for sj in batch.more.subjobs)]
         builds, _names, _measured = self._seen.get(sid, ([], {}, 0))
         boots = plan_boots(batch.plan, built_kernels(builds, self.builder), jobs, dict(d.offsets))
         if not boots:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Protocol
 
 from sqlalchemy import Engine
@@ -52,13 +53,13 @@ class Kernel:
 @dataclass(frozen=True)
 class Batch:
     """Rounds of boots handed to the executor at once: the plan (every kernel once per round,
-    shuffled), the sub-jobs re-measured (None: every one, at the plan's runs) and why."""
+    shuffled), why, and the adaptive look that asked for them (``adaptive.MoreRounds``, whose
+    sub-jobs are the ones re-measured; None for the first rounds: every sub-job)."""
 
     key: str
     plan: boot_plan.Plan
-    subjobs: list[str] | None
     why: str
-    more: Any = None  # the adaptive look that asked for it (adaptive.MoreRounds)
+    more: Any = None
 
 
 @dataclass
@@ -137,7 +138,7 @@ class Journey:
         self.runs = int(self.meta.get("runs") or DEFAULT_RUNS)
         self.jobs = list(self.meta.get("jobs") or DEFAULT_JOBS)
 
-    @property
+    @cached_property
     def subjobs(self) -> list[Any]:
         """The series' sub-jobs with their runs per kernel (the job specs resolved here, for
         an executor that boots here)."""
@@ -229,7 +230,7 @@ class Journey:
             f"{len(plan.boots_in_order())} boots: {len(p.built)} kernels x {plan.boots} rounds "
             f"(shuffled, seed {plan.seed}), {len(self.jobs)} job(s)"
         )
-        return Batch(key, plan, None, why)
+        return Batch(key, plan, why)
 
     def _more_batch(self, p: Progress, d: series_runs_store.Dispatch | None) -> Batch | None:
         """Headline metrics still undecided: more rounds of new boots of the base and the
@@ -260,7 +261,7 @@ class Journey:
             first_round=first,
         )  # fmt: skip
         adaptive.record(self.eng, self.sid, more)
-        return Batch(key, plan, list(more.subjobs), more.reason(), more)
+        return Batch(key, plan, more.reason(), more)
 
     def _hand(self, batch: Batch) -> bool:
         more = batch.more

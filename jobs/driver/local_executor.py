@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -119,13 +119,8 @@ class LocalExecutor:
         """Every boot of the batch in its rounds' order; a round that ran whole here is
         recorded done on the machine its boots ran on."""
         eng, sr, sid = journey.eng, self.sr, journey.sid
-        subjobs = journey.subjobs
-        if batch.subjobs is not None:
-            subjobs = [
-                replace(sj, runs=-(-sj.runs // boot_plan.boots_for(sj.runs)) * batch.plan.boots)
-                for sj in subjobs
-                if sj.name in batch.subjobs
-            ]
+        # more rounds: the sub-jobs in doubt, as many runs per boot as the first rounds had
+        subjobs = journey.subjobs if batch.more is None else batch.more.plan(journey.subjobs)
         if batch.more is not None:
             sr.emit("more", batch.more.have, batch.more.cap, f"series {sid}", batch.why)
         order = batch.plan.boots_in_order()
