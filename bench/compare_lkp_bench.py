@@ -19,7 +19,7 @@ SUITE = "bench-lkp"
 
 
 def make_runs(kernels: int, runs: int, stats: int):
-    from stackbench.resultsdb.ingest import JobSpec, KernelSpec, MachineSpec, RunData
+    from stackbench.resultsdb.rundata import JobSpec, KernelSpec, MachineSpec, RunData
 
     rnd = random.Random(2)
     job = JobSpec(SUITE, "anon-w-seq-mt", {"test": "anon-w-seq-mt", "runtime": "300s"})

@@ -20,7 +20,7 @@ SUITE = "bench-ingest"
 
 
 def make_runs(total: int):
-    from stackbench.resultsdb.ingest import JobSpec, KernelSpec, MachineSpec, RunData
+    from stackbench.resultsdb.rundata import JobSpec, KernelSpec, MachineSpec, RunData
 
     rnd = random.Random(1)
     machine = MachineSpec("bench-vm", cpus=8)

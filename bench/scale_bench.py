@@ -122,6 +122,7 @@ def measure(scratch: Path, n: int, boot_s: float) -> tuple[float, float]:
     from stackbench.jobs.executors import services
     from stackbench.jobs.executors.buildbot import client
     from stackbench.resultsdb import db, series_store
+    from stackbench.web import services as web_services
 
     eng = db.engine()
     base = scratch / f"bb-{n}"
@@ -141,6 +142,10 @@ def measure(scratch: Path, n: int, boot_s: float) -> tuple[float, float]:
     started: list[Path] = []
     print(f"== {n} worker(s) ==", flush=True)
     try:
+        # as in a lab: each worker posts its runs to the web API with a token of its own
+        os.environ["STACKBENCH_WEB_PORT"] = str(services.free_port())
+        print(web_services.start(), flush=True)
+        web_url = "http://127.0.0.1:{}".format(os.environ["STACKBENCH_WEB_PORT"])
         services.start_master(base / "master")
         master = client.embedded_master_at(base / "master")
         os.environ.update(STACKBENCH_BUILDBOT_URL=master.url,
@@ -150,7 +155,10 @@ def measure(scratch: Path, n: int, boot_s: float) -> tuple[float, float]:
             wb = base / w["name"]
             pw = services.worker_password(base / "master", w["name"])
             services.create_worker(wb, f"127.0.0.1:{cfg['pb_port']}", w["name"], pw)
-            services.start_worker(wb)
+            token = worker_token(f"{w['name']}-{n}")
+            services.start_worker(
+                wb, env={"STACKBENCH_URL": web_url, "STACKBENCH_WORKER_TOKEN": token}
+            )
             started.append(wb)
         for w in workers:
             client.wait_for_worker(master, w["name"])
@@ -175,6 +183,17 @@ def measure(scratch: Path, n: int, boot_s: float) -> tuple[float, float]:
         for wb in started:
             services.stop_worker(wb)
         services.stop_master(base / "master")
+        print(web_services.stop())
+
+
+def worker_token(name: str) -> str:
+    """A worker account and its API token (what 'stackbench token create' gives a lab's box)."""
+    from stackbench.mail import accounts
+    from stackbench.resultsdb import db
+
+    with db.session() as s:
+        user = accounts.create_user(s, name, worker=True)
+        return accounts.create_token(s, user, f"buildbot worker {name}")
 
 
 def rounds_span(master) -> float:

@@ -45,7 +45,7 @@ end
 
 
 def make_runs(kernels: int = KERNELS):
-    from stackbench.resultsdb.ingest import JobSpec, KernelSpec, MachineSpec, RunData
+    from stackbench.resultsdb.rundata import JobSpec, KernelSpec, MachineSpec, RunData
 
     rnd = random.Random(5)
     job = JobSpec("vm-scalability", "anon-w-seq", {"test": "anon-w-seq", "size": "8T"},

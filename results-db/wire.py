@@ -19,7 +19,7 @@ from typing import Any
 
 from stackbench.errors import InputError
 from stackbench.resultsdb import storable
-from stackbench.resultsdb.ingest import JobSpec, KernelSpec, MachineSpec, RunData
+from stackbench.resultsdb.rundata import JobSpec, KernelSpec, MachineSpec, RunData
 
 RUN_STATUSES = ("done", "crashed", "timeout", "failed", "lost", "queued", "running")
 MAX_SAMPLES = 2_000_000
@@ -35,7 +35,7 @@ _TIME = {"type": ["string", "null"], "description": "ISO 8601", "maxLength": 64}
 
 RUN_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "description": "one run (stackbench.resultsdb.ingest.RunData); logs base64-encoded",
+    "description": "one run (stackbench.resultsdb.rundata.RunData); logs base64-encoded",
     "properties": {
         "job": {
             "type": "object",

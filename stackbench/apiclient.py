@@ -8,6 +8,7 @@ file ``$STACKBENCH_HOME/token``.
 from __future__ import annotations
 
 import base64
+import json
 import urllib.error
 from collections.abc import Iterable
 from pathlib import Path
@@ -125,9 +126,29 @@ class ApiClient:
         from stackbench.resultsdb.wire import run_to_json
 
         items = [r if isinstance(r, dict) else run_to_json(r) for r in runs]
-        if not items:
-            return []
-        return self.post("/api/runs", {"runs": items})["runs"]
+        answers: list[dict[str, Any]] = []
+        for batch in _batches(items, UPLOAD_BATCH_BYTES):
+            answers += self.post("/api/runs", {"runs": batch})["runs"]
+        return answers
+
+
+# half the server's request limit (the web app's MAX_CONTENT_LENGTH, 8 MiB): runs with long
+# logs go in several requests; one run larger than this goes alone (the server judges it)
+UPLOAD_BATCH_BYTES = 4 * 1024 * 1024
+
+
+def _batches(items: list[dict[str, Any]], limit: int) -> Iterable[list[dict[str, Any]]]:
+    batch: list[dict[str, Any]] = []
+    size = 0
+    for item in items:
+        n = len(json.dumps(item))
+        if batch and size + n > limit:
+            yield batch
+            batch, size = [], 0
+        batch.append(item)
+        size += n
+    if batch:
+        yield batch
 
 
 def token() -> str | None:

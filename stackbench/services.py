@@ -60,8 +60,20 @@ def up(db_only: bool = False, workers: int = 0) -> Iterator[str]:
     yield _db_up()
     if db_only:
         return
-    for name, start, _stop in _registered():
-        yield start(workers=workers) if name == "buildbot" and workers else start()
+    services = _registered()
+    # the local workers post their runs to the web UI started beside them, as a lab's boxes do
+    web = _local_web_url() if any(name == "web" for name, _s, _t in services) else None
+    for name, start, _stop in services:
+        if name == "buildbot":
+            yield start(workers=max(workers, 1), results_url=web)
+        else:
+            yield start()
+
+
+def _local_web_url() -> str:
+    host = config.get("STACKBENCH_WEB_HOST")
+    host = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
+    return f"http://{host}:{config.get_int('STACKBENCH_WEB_PORT')}"
 
 
 def down() -> Iterator[str]:

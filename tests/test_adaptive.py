@@ -9,8 +9,9 @@ from sqlalchemy.orm import Session
 
 from stackbench.jobs.driver import adaptive
 from stackbench.jobs.executors import plan as bp
-from stackbench.resultsdb.ingest import JobSpec, KernelSpec, MachineSpec, RunData, ingest
+from stackbench.resultsdb.ingest import ingest
 from stackbench.resultsdb.models import Patch, Series
+from stackbench.resultsdb.rundata import JobSpec, KernelSpec, MachineSpec, RunData
 
 pytest_plugins = ["test_web_support"]
 

@@ -8,7 +8,8 @@ import pytest
 
 from stackbench.jobs.benchmarks import collect as c
 from stackbench.jobs.benchmarks import definitions as d
-from stackbench.resultsdb.ingest import KernelSpec, MachineSpec, ingest
+from stackbench.resultsdb.ingest import ingest
+from stackbench.resultsdb.rundata import KernelSpec, MachineSpec
 
 KERNEL = KernelSpec(commit="a" * 40, name="v6.1-test", config_name="tiny-guest", compiler="gcc-12")
 MACHINE = MachineSpec(name="qemu-tcg-2c-1g", kind="qemu", cpus=2, memory_mb=1024)

@@ -34,7 +34,7 @@ ALLOWED: dict[str, set[str]] = {
     "kernels": {"core", "resultsdb"},
     "services": {"core", "resultsdb"},
     "mail": {"core", "resultsdb", "patches"},
-    "jobs": {"core", "resultsdb", "patches", "kernels", "mail", "services"},
+    "jobs": {"core", "resultsdb", "patches", "kernels", "mail", "services", "client"},
     "web": {"core", "resultsdb", "patches", "kernels", "mail", "jobs", "services"},
     # the HTTP client of the CLI and the workers speaks the wire format, never imports web
     "client": {"core", "resultsdb"},

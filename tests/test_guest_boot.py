@@ -10,7 +10,7 @@ from kernelkit import base_kernel
 from stackbench.jobs.benchmarks import collect as c
 from stackbench.jobs.benchmarks import definitions as d
 from stackbench.jobs.benchmarks.guest import initramfs
-from stackbench.resultsdb.ingest import KernelSpec, MachineSpec
+from stackbench.resultsdb.rundata import KernelSpec, MachineSpec
 
 pytest_plugins = ["test_web_support"]
 

@@ -202,7 +202,7 @@ def test_image_boots_with_its_tools(monkeypatch, tmp_path):
 @pytest.mark.timeout(2400)
 def test_run_mmtests_thpscale_in_the_image(monkeypatch, tmp_path):
     from stackbench.jobs.driver import pipeline
-    from stackbench.resultsdb.ingest import KernelSpec
+    from stackbench.resultsdb.rundata import KernelSpec
 
     _upstream_env(monkeypatch)
     built_image(monkeypatch)
@@ -240,7 +240,7 @@ def test_run_mmtests_thpscale_in_the_image(monkeypatch, tmp_path):
 
 def test_image_job_on_a_kernel_without_disk_support_fails_with_the_reason(monkeypatch, tmp_path):
     from stackbench.jobs.driver import pipeline
-    from stackbench.resultsdb.ingest import KernelSpec
+    from stackbench.resultsdb.rundata import KernelSpec
 
     _upstream_env(monkeypatch)
     in_image = _expand({"max_threads": 2, "image": "debian"})

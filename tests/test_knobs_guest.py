@@ -13,7 +13,7 @@ from test_guest_boot import highalloc_module
 from stackbench.jobs.benchmarks import collect as c
 from stackbench.jobs.benchmarks import definitions as d
 from stackbench.jobs.benchmarks.guest import initramfs
-from stackbench.resultsdb.ingest import KernelSpec, MachineSpec
+from stackbench.resultsdb.rundata import KernelSpec, MachineSpec
 
 GUEST_MEM_MB = 1024
 GUEST_CPUS = 2

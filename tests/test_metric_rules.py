@@ -84,8 +84,8 @@ def test_precise_rules_win_over_generic_ones():
 def test_worker_upload_in_fresh_process_gets_declared_directions(eng, db_url, tmp_path):
     """``stackbench worker upload`` without a server stores straight into the database."""
     from stackbench.jobs.executors.buildbot.results import to_payload, write_payload
-    from stackbench.resultsdb.ingest import JobSpec, KernelSpec, MachineSpec, RunData
     from stackbench.resultsdb.models import Metric
+    from stackbench.resultsdb.rundata import JobSpec, KernelSpec, MachineSpec, RunData
 
     run = RunData(
         job=JobSpec(suite="stress-highalloc", test="stress-highalloc", params={}),

@@ -14,7 +14,7 @@ import pytest
 from stackbench.errors import StackbenchError
 from stackbench.jobs.benchmarks.guest import initramfs
 from stackbench.jobs.executors import native
-from stackbench.resultsdb.ingest import KernelSpec, MachineSpec
+from stackbench.resultsdb.rundata import KernelSpec, MachineSpec
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("unshare") is None or not initramfs.BUSYBOX.is_file(),

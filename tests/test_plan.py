@@ -11,8 +11,9 @@ from sqlalchemy.orm import Session
 
 from stackbench.jobs.executors import plan as bp
 from stackbench.resultsdb import series_runs_store
-from stackbench.resultsdb.ingest import JobSpec, KernelSpec, MachineSpec, RunData, ingest
+from stackbench.resultsdb.ingest import ingest
 from stackbench.resultsdb.models import Run
+from stackbench.resultsdb.rundata import JobSpec, KernelSpec, MachineSpec, RunData
 
 KERNELS = ["base", "p1", "p2", "p3"]
 

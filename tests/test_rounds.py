@@ -91,7 +91,7 @@ def test_every_sub_job_of_a_boot_keeps_its_own_runs(monkeypatch, tmp_path):
 
     from stackbench.jobs.executors import boot_stage, worker
     from stackbench.jobs.executors.buildbot.results import key_base, run_key
-    from stackbench.resultsdb.ingest import JobSpec, KernelSpec, MachineSpec, RunData
+    from stackbench.resultsdb.rundata import JobSpec, KernelSpec, MachineSpec, RunData
 
     kernel, machine = KernelSpec(commit="a" * 40), MachineSpec(name="local", kind="qemu")
 
@@ -130,7 +130,7 @@ def test_one_boot_runs_every_job_and_keys_each_as_its_own_boot_would(monkeypatch
 
     from stackbench.jobs.executors import boot_stage, worker
     from stackbench.jobs.executors.buildbot.results import key_base, run_key
-    from stackbench.resultsdb.ingest import JobSpec, KernelSpec, MachineSpec, RunData
+    from stackbench.resultsdb.rundata import JobSpec, KernelSpec, MachineSpec, RunData
 
     kernel, machine = KernelSpec(commit="a" * 40), MachineSpec(name="local", kind="qemu")
     seen = {}

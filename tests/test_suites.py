@@ -304,7 +304,7 @@ def test_upstream_thpscale_logs_parse_like_builtin(built, tmp_path):
 
 
 def test_run_kernel_fails_upstream_jobs_whose_source_does_not_build(monkeypatch, tmp_path):
-    from stackbench.resultsdb.ingest import KernelSpec
+    from stackbench.resultsdb.rundata import KernelSpec
 
     monkeypatch.setenv("STACKBENCH_HOME", str(tmp_path / "home"))
     repo = tmp_path / "vm-scalability.git"
@@ -331,7 +331,8 @@ def test_run_kernel_fails_upstream_jobs_whose_source_does_not_build(monkeypatch,
 
 
 def test_upstream_and_builtin_runs_of_one_job_are_never_pooled(eng, monkeypatch, tmp_path):
-    from stackbench.resultsdb.ingest import KernelSpec, MachineSpec, RunData, ingest
+    from stackbench.resultsdb.ingest import ingest
+    from stackbench.resultsdb.rundata import KernelSpec, MachineSpec, RunData
     from stackbench.resultsdb.tables import render
 
     monkeypatch.delenv("STACKBENCH_SUITE_URL_VM_SCALABILITY", raising=False)

@@ -16,7 +16,8 @@ from stackbench.jobs.benchmarks import definitions as d
 from stackbench.jobs.benchmarks import suites
 from stackbench.jobs.benchmarks.guest import initramfs
 from stackbench.resultsdb import query
-from stackbench.resultsdb.ingest import KernelSpec, MachineSpec, ingest
+from stackbench.resultsdb.ingest import ingest
+from stackbench.resultsdb.rundata import KernelSpec, MachineSpec
 from stackbench.resultsdb.tables import render
 
 GUEST_MEM_MB = 1024

@@ -140,7 +140,7 @@ def run_data(
     machine="qemu-1",
     key=None,
 ):
-    from stackbench.resultsdb.ingest import JobSpec, KernelSpec, MachineSpec, RunData
+    from stackbench.resultsdb.rundata import JobSpec, KernelSpec, MachineSpec, RunData
 
     return RunData(
         job=JobSpec(

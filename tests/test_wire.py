@@ -13,7 +13,7 @@ import pytest
 from stackbench.errors import InputError
 from stackbench.jobs.executors.buildbot import results
 from stackbench.resultsdb import wire
-from stackbench.resultsdb.ingest import JobSpec, KernelSpec, MachineSpec, RunData
+from stackbench.resultsdb.rundata import JobSpec, KernelSpec, MachineSpec, RunData
 from stackbench.web import openapi
 
 

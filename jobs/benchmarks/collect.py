@@ -29,7 +29,7 @@ from stackbench.jobs.benchmarks.parsers import (
     thpscale,
     vm_scalability,
 )
-from stackbench.resultsdb.ingest import KernelSpec, MachineSpec, RunData
+from stackbench.resultsdb.rundata import KernelSpec, MachineSpec, RunData
 
 SNAPSHOTS = (
     "vmstat",

@@ -139,8 +139,8 @@ class SubJob:
             out["kconfig"] = {"fragment": self.setup.kconfig, "text": text}
         return out
 
-    def job_spec(self):  # -> stackbench.resultsdb.ingest.JobSpec
-        from stackbench.resultsdb.ingest import JobSpec
+    def job_spec(self):  # -> stackbench.resultsdb.rundata.JobSpec
+        from stackbench.resultsdb.rundata import JobSpec
 
         return JobSpec(
             suite=self.suite,

@@ -27,7 +27,8 @@ from stackbench.jobs.executors.series_state import KernelTask, SeriesRun, event
 from stackbench.jobs.executors.settings import Settings
 from stackbench.kernels import qemu
 from stackbench.resultsdb import db
-from stackbench.resultsdb.ingest import KernelSpec, MachineSpec, RunData, ingest
+from stackbench.resultsdb.ingest import ingest
+from stackbench.resultsdb.rundata import KernelSpec, MachineSpec, RunData
 
 # what the guest prints once /init runs (jobs/benchmarks/guest/init.sh): the boot did not hang
 GUEST_BANNER = "stackbench: guest up"

@@ -31,7 +31,7 @@ from stackbench.errors import InputError, StackbenchError
 from stackbench.jobs.benchmarks import knobs
 from stackbench.jobs.benchmarks.collect import collect
 from stackbench.jobs.benchmarks.definitions import SubJob
-from stackbench.resultsdb.ingest import KernelSpec, MachineSpec, RunData
+from stackbench.resultsdb.rundata import KernelSpec, MachineSpec, RunData
 
 SOURCE = "native"
 # /init's last word when every run of the plan is done

@@ -338,9 +338,33 @@ def _local_workers(cfg: dict[str, Any]) -> list[str]:
     return [n for n in local_names(len(names) + 1) if n in names]
 
 
-def start(workers: int = 1) -> str:
+LOCAL_UPLOADER = "local-workers"
+
+
+def local_upload_env(url: str) -> dict[str, str]:
+    """What local workers need to post their runs to the web API at ``url``, as a lab's boxes
+    do: the URL and the token file of the worker account ``local-workers`` (made once, kept
+    in $STACKBENCH_HOME/worker.token, mode 600, made again when the database no longer
+    knows it). A round's process then loads no database layer: it sends its runs."""
+    from stackbench.jobs.executors.buildbot.results import worker_token_file
+    from stackbench.mail import accounts
+    from stackbench.resultsdb import accounts_q, db
+
+    path = worker_token_file()
+    with db.session() as s:
+        held = path.read_text().strip() if path.exists() else ""
+        if not held or accounts.user_for_token(s, held) is None:
+            user = accounts_q.user_named(s, LOCAL_UPLOADER)
+            if user is None:
+                user = accounts.create_user(s, LOCAL_UPLOADER, worker=True)
+            write_private(path, accounts.create_token(s, user, "the local Buildbot workers") + "\n")
+    return {"STACKBENCH_URL": url, "STACKBENCH_WORKER_TOKEN_FILE": str(path)}
+
+
+def start(workers: int = 1, results_url: str | None = None) -> str:
     """Start the master and its local workers (``workers``: at least that many, each its
-    own process and base directory)."""
+    own process and base directory). With ``results_url`` (``stackbench up`` gives its web
+    UI's) the workers post their runs there; without, they store them in the database."""
     root = buildbot_dir()
     master_base = root / "master"
     cpus, mem = machine_size()
@@ -360,8 +384,9 @@ def start(workers: int = 1) -> str:
     started = start_master(master_base)
     if added and not started:  # a running master learns of its new workers
         proc.run([tool("buildbot"), "reconfig", str(master_base)], timeout=120)
+    env = local_upload_env(results_url) if results_url else None
     for name in names:
-        start_worker(root / f"worker-{name}")
+        start_worker(root / f"worker-{name}", env=env)
     state = "started" if started else "already running"
     who = f"worker {names[0]}" if len(names) == 1 else f"{len(names)} workers"
     return f"buildbot: {state} (http://127.0.0.1:{cfg['www_port']}/, {who})"

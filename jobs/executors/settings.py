@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass
 
-from stackbench.resultsdb.ingest import MachineSpec
+from stackbench.resultsdb.rundata import MachineSpec
 
 DEFAULT_JOBS = ("vm-scalability", "thpscale", "stress-highalloc")
 DEFAULT_RUNS = 3

@@ -205,7 +205,7 @@ def _extract_data(tar: tarfile.TarFile, dest: Path) -> None:
 
 
 def run_specs(args: argparse.Namespace, meta: dict[str, Any]) -> tuple[Any, Any]:
-    from stackbench.resultsdb.ingest import KernelSpec, MachineSpec
+    from stackbench.resultsdb.rundata import KernelSpec, MachineSpec
 
     kernel = KernelSpec(
         commit=meta["commit"],
@@ -241,7 +241,7 @@ def _dry_runs(
     args: argparse.Namespace, kernel: Any, machine: Any, bases: dict[str, str]
 ) -> list[Any]:
     from stackbench.jobs.executors.buildbot.results import SOURCE, run_key
-    from stackbench.resultsdb.ingest import JobSpec, RunData
+    from stackbench.resultsdb.rundata import JobSpec, RunData
 
     runs = []
     first = getattr(args, "first", 0)
@@ -336,14 +336,17 @@ def _bench_one(args: argparse.Namespace) -> int:
         runs = _dry_runs(args, kernel, machine, bases)
     else:
         runs = _real_runs(args, kernel, machine, bases, out.parent / "kernel")
-    for i, run_data in enumerate(runs):
+    payloads = [results.to_payload(run_data) for run_data in runs]
+    for i, payload in enumerate(payloads):
         # one file per run: the sub-jobs of one iteration share its number
-        results.write_payload(out, f"run-{i:03d}", results.to_payload(run_data))
+        results.write_payload(out, f"run-{i:03d}", payload)
     print(f"{len(runs)} run(s) of {', '.join(jobs)} on {kernel.commit[:12]} written to {out}")
     if args.upload:
         # in this process rather than a step of its own: a second interpreter per benchmark
-        # cost about a second each, a tenth of the Buildbot path's overhead on the demo
-        return _upload(out, args.url)
+        # cost about a second each, a tenth of the Buildbot path's overhead on the demo; the
+        # payloads as made (the receiver checks them), not read back and checked here
+        res = results.upload(payloads, url=args.url)
+        print(f"uploaded {res.stored} run(s), {res.present} already present, to {res.target}")
     return 0
 
 

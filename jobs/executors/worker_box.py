@@ -112,7 +112,7 @@ def cmd_baremetal(args: argparse.Namespace) -> int:
 def _kexec_append(args: argparse.Namespace, kernel_dir: Path) -> str:
     """The command line the job's knobs need, for the kexec (the box's own line is kept)."""
     from stackbench.jobs.executors import native
-    from stackbench.resultsdb.ingest import MachineSpec
+    from stackbench.resultsdb.rundata import MachineSpec
 
     machine = MachineSpec(
         name=args.machine, kind=args.kind, cpus=args.cpus, memory_mb=args.memory_mb
@@ -134,7 +134,7 @@ def parse_lost(text: str) -> tuple[str, str]:
 def cmd_mark_lost(args: argparse.Namespace) -> int:
     from stackbench.jobs.executors import box
     from stackbench.jobs.executors.buildbot import results
-    from stackbench.resultsdb.ingest import JobSpec, MachineSpec, RunData
+    from stackbench.resultsdb.rundata import JobSpec, MachineSpec, RunData
 
     meta = read_kernel(args.kernel, Path("lost-kernel"))
     kernel, _machine = run_specs(args, meta)
@@ -174,7 +174,7 @@ def cmd_await_box(args: argparse.Namespace) -> int:
     from stackbench import config
     from stackbench.jobs.executors import box
     from stackbench.jobs.executors.buildbot import results
-    from stackbench.resultsdb.ingest import JobSpec, MachineSpec, RunData
+    from stackbench.resultsdb.rundata import JobSpec, MachineSpec, RunData
 
     try:
         lines = [ln for ln in args.queued.read_text().splitlines() if ln.strip()]

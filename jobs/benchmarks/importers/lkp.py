@@ -36,7 +36,8 @@ import yaml
 from sqlalchemy import Engine
 
 from stackbench.errors import InputError
-from stackbench.resultsdb.ingest import JobSpec, KernelSpec, MachineSpec, RunData, ingest
+from stackbench.resultsdb.ingest import ingest
+from stackbench.resultsdb.rundata import JobSpec, KernelSpec, MachineSpec, RunData
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,8 @@ from sqlalchemy import Engine
 
 from stackbench.errors import InputError
 from stackbench.jobs.benchmarks.parsers import highalloc, mmtests_logs, thpscale
-from stackbench.resultsdb.ingest import JobSpec, KernelSpec, MachineSpec, RunData, ingest
+from stackbench.resultsdb.ingest import ingest
+from stackbench.resultsdb.rundata import JobSpec, KernelSpec, MachineSpec, RunData
 
 # The extraction rules implemented here are those of mmtests b0b1d143 (thpscale era); the
 # version line of tests-sysstate is kept in run.meta, not in the job identity, so runs made

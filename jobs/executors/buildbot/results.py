@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import urllib.error
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,7 +52,7 @@ def lost_key(base: str, buildbot_build: str | int) -> str:
 
 
 def to_payload(run: Any) -> dict[str, Any]:
-    """A :class:`stackbench.resultsdb.ingest.RunData` as a payload file's JSON: the run wire
+    """A :class:`stackbench.resultsdb.rundata.RunData` as a payload file's JSON: the run wire
     format (:mod:`stackbench.resultsdb.wire`) with the payload's version."""
     from stackbench.resultsdb import wire
 
@@ -112,37 +111,23 @@ class UploadResult:
     target: str = ""
 
 
+def worker_token_file() -> Path:
+    raw = config.get("STACKBENCH_WORKER_TOKEN_FILE")
+    return Path(raw) if raw else config.home() / "worker.token"
+
+
 def worker_token() -> str:
     """The worker's own API token: $STACKBENCH_WORKER_TOKEN, or the file that
     $STACKBENCH_WORKER_TOKEN_FILE names (default $STACKBENCH_HOME/worker.token)."""
     token = config.get("STACKBENCH_WORKER_TOKEN").strip()
     if token:
         return token
-    raw = config.get("STACKBENCH_WORKER_TOKEN_FILE")
-    path = Path(raw) if raw else config.home() / "worker.token"
+    path = worker_token_file()
     if not path.exists():
         raise StackbenchError(
             f"no worker token: set STACKBENCH_WORKER_TOKEN or write it to {path} (mode 600)"
         )
     return path.read_text().strip()
-
-
-def post(url: str, token: str, payload: dict[str, Any], timeout: float = 60) -> bool:
-    """POST one run to the API; True when it was stored now, False when already present."""
-    # imported here: a worker that stores into the database (every round of a one-machine
-    # lab) does not start http.client and its cookie jar in each round's process
-    from stackbench.httpclient import Client, HttpError
-
-    api = Client(url.rstrip("/"), headers={"Authorization": f"Bearer {token}"}, timeout=timeout)
-    try:
-        resp = api.send("POST", "/api/runs", json_body=payload)
-    except HttpError as exc:
-        raise StackbenchError(
-            f"{url}/api/runs refused a run: HTTP {exc.status} {exc.text()}"
-        ) from None
-    except urllib.error.URLError as exc:
-        raise StackbenchError(f"cannot reach {url}: {exc.reason}") from None
-    return resp.status == 201 or bool((resp.json(empty={}) or {}).get("created"))
 
 
 def upload(payloads: Iterable[dict[str, Any]], url: str | None = None) -> UploadResult:
@@ -151,12 +136,12 @@ def upload(payloads: Iterable[dict[str, Any]], url: str | None = None) -> Upload
     items = list(payloads)
     res = UploadResult(target=url or "database")
     if url:
-        token = worker_token()
-        for p in items:
-            if post(url, token, p):
-                res.stored += 1
-            else:
-                res.present += 1
+        # imported here: a worker that stores into the database does not load the HTTP client
+        from stackbench.apiclient import ApiClient
+
+        answers = ApiClient(url, worker_token(), timeout=60).upload_runs(items) if items else []
+        res.stored = sum(1 for a in answers if a.get("created"))
+        res.present = len(answers) - res.stored
         return res
     from stackbench.resultsdb import db
     from stackbench.resultsdb.ingest import ingest
