@@ -55,6 +55,7 @@ class BuildbotExecutor:
     def __init__(self, master: Any) -> None:
         self.master = master
         self._builders: dict[int, str] = {}
+        self._workers: dict[int, str] = {}
         self._bs_sub: dict[int, str] = {}
         self._warned: set[int] = set()
         # per series, what the last look saw: the builds (latest attempts), their builders'
@@ -117,6 +118,14 @@ class BuildbotExecutor:
         ended = sum(1 for b in kernel_builds if b["complete"] and b["results"] != RETRY)
         measured = sum(boots_of(b) for b in benches if b["complete"] and b["results"] != RETRY)
         finished = bool(builds) and not pending and all(b["complete"] for b in builds)
+        # a batch's rounds build ends a moment after its last round (Buildbot's trigger
+        # wait): once every planned boot is measured, its end says nothing new
+        others = [b for b in builds if names[b["buildid"]] != "rounds"]
+        finished = finished or (
+            0 < d.benchmarks <= measured
+            and all(name == "rounds" for name in pending)
+            and all(b["complete"] for b in others)
+        )
         lost = None
         if not finished:
             with suppress(StackbenchError):  # said on the next look
@@ -177,6 +186,16 @@ class BuildbotExecutor:
             }
         return self._builders.get(builderid, str(builderid))
 
+    def worker(self, workerid: int) -> str:
+        """A worker's name: one request for all of them when one is new (a look at every
+        build's end asked for each worker of the series' rounds, at the moment the master
+        was busiest, starting the next rounds)."""
+        if workerid not in self._workers:
+            self._workers = {
+                w["workerid"]: w["name"] for w in self.master.get("workers")["workers"]
+            }
+        return self._workers.get(workerid, "")
+
     def last_build_id(self) -> int:
         builds = self.master.get("builds?order=-buildid&limit=1")["builds"]
         return int(builds[0]["buildid"]) if builds else 0
@@ -233,10 +252,12 @@ class BuildbotExecutor:
         builds = self.master.get(f"builds?buildid__gt={since}&{q}")["builds"]
         return [b for b in builds if _props(b).get("submission") == submission]
 
-    def pending(self, submission: str) -> int:
-        """Build requests of this submission not finished yet (queued or running)."""
+    def pending(self, submission: str) -> list[str]:
+        """The builders of this submission's build requests not finished yet (queued or
+        running)."""
         reqs = self.master.get("buildrequests?complete=false")["buildrequests"]
-        return sum(1 for r in reqs if self._submission_of(int(r["buildsetid"])) == submission)
+        return [self.builder(r["builderid"]) for r in reqs
+                if self._submission_of(int(r["buildsetid"])) == submission]  # fmt: skip
 
     def lost_workers(self, builds: list[dict[str, Any]]) -> list[str]:
         """A line for each worker that went away mid-build and is not back: Buildbot ends
@@ -411,12 +432,6 @@ def record_rounds(
              and "round" in (b.get("properties") or {})]  # fmt: skip
     if not tries:
         return
-    workers: dict[int, str] = {}
-    for b in tries:
-        wid = b.get("workerid")
-        if wid and wid not in workers:
-            found = bb.master.get(f"workers/{wid}")["workers"]
-            workers[wid] = found[0]["name"] if found else ""
     with db.session(eng) as s:
         attempt = series_runs_store.current(s, sid)
         for b in sorted(tries, key=lambda b: b["buildid"]):
@@ -427,7 +442,7 @@ def record_rounds(
             else:
                 state = "done" if b["results"] in PASSED else "failed"
             rnd = int(b["properties"]["round"][0])
-            worker = workers.get(b.get("workerid") or 0, "")
+            worker = bb.worker(b["workerid"]) if b.get("workerid") else ""
             series_runs_store.record_round(s, attempt, rnd, int(b["buildid"]), worker, state)
 
 

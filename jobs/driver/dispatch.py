@@ -105,6 +105,10 @@ class Dispatcher:
                     log.exception("dispatcher tick failed")
                 for _ in conn.notifies(timeout=poll, stop_after=1):
                     pass
+                # what came meanwhile too: one look sees a burst (a wave of rounds ending
+                # and the next starting is eight builds' events, all on the busy master)
+                for _ in conn.notifies(timeout=0.0):
+                    pass
         finally:
             with suppress(Exception):
                 conn.close()
