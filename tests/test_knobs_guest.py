@@ -182,7 +182,9 @@ DEMO_JOBS = [
 STEADY_JOB = "stress-highalloc[passes=1,load_fraction=0,alloc_fraction=0.05,pace_ms=0]"
 
 
+# 9 minutes on a 2-core CI machine, over ten on a loaded one
 @pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.timeout(3600)
 def test_knob_jobs_on_the_demo_stack_and_the_seed_tables(eng, monkeypatch, tmp_path, capsys):
     from kernelkit import require_kernel_tools, use_kernel_cache

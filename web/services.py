@@ -88,12 +88,29 @@ def start() -> str:
     if not config.database_url():
         env["STACKBENCH_DATABASE_URL"] = db.resolve_url(start=False)
     proc.run(gunicorn_argv(host, port, daemon=True), env=env, timeout=60)
-    for _ in range(100):
+    # the pidfile appears when the arbiter listens, before its workers have loaded the app:
+    # "started" means a request is answered, so the first one of a caller is not reset
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
         pid = running_pid()
-        if pid:
+        if pid and _answers(host, port):
             return f"web: started on http://{host}:{port}/ (pid {pid}, log {logfile()})"
-        time.sleep(0.1)
+        time.sleep(0.2)
     return f"web: gunicorn did not start; see {logfile()}"
+
+
+def _answers(host: str, port: int) -> bool:
+    import urllib.error
+    import urllib.request
+
+    host = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}/api/", timeout=10):
+            return True
+    except urllib.error.HTTPError:
+        return True  # the app answered
+    except OSError:
+        return False
 
 
 def stop() -> str:
