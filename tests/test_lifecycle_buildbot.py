@@ -356,7 +356,7 @@ def test_web_form_in_a_browser_reaches_done(eng, tree, stack, chromium):
 
 
 def test_dispatcher_stopped_mid_series_picks_it_up_without_a_second_buildset(eng, tree, stack):
-    from stackbench.jobs.driver.buildbot_executor import BuildbotExecutor, series_kernels
+    from stackbench.jobs.driver.buildbot_executor import BuildbotExecutor, kernel_names
 
     web_url, master = stack
     _repo, work, base = tree
@@ -373,9 +373,7 @@ def test_dispatcher_stopped_mid_series_picks_it_up_without_a_second_buildset(eng
     assert dispatcher_service.stop().startswith("dispatcher: stopped")
     # a dispatcher that died between submitting and recording submits again: it finds the
     # buildset of the same submission key instead of making a second one
-    again = BuildbotExecutor(master).submit(
-        sid, d.submission, series_kernels(eng, sid), [JOB], RUNS
-    )
+    again = BuildbotExecutor(master).submit(sid, d.submission, kernel_names(eng, sid), [JOB], RUNS)
     assert again == d.buildset
     assert "started" in dispatcher_service.start()
 

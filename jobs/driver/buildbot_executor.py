@@ -66,7 +66,7 @@ class BuildbotExecutor:
 
     def hand_over(self, journey: Journey) -> dict[str, Any] | None:
         eng, sid = journey.eng, journey.sid
-        kernels = series_kernels(eng, sid)
+        kernels = kernel_names(eng, sid)
         with db.session(eng) as s:
             number = series_runs_store.current(s, sid).number
         submission = f"stackbench-series-{sid}-{number}"
@@ -134,7 +134,7 @@ class BuildbotExecutor:
         built = built_kernels(builds, self.builder)
         return Progress(
             kernels=d.kernels,
-            built=[Kernel(c, c) for c, _ in series_kernels(eng, sid) if c in built],
+            built=[Kernel(c, c) for c, _ in kernel_names(eng, sid) if c in built],
             builds_ended=ended,
             boots_ended=measured,
             busy=not finished,
@@ -446,7 +446,7 @@ def record_rounds(
             series_runs_store.record_round(s, attempt, rnd, int(b["buildid"]), worker, state)
 
 
-def series_kernels(eng: Engine, sid: int) -> list[tuple[str, str]]:
+def kernel_names(eng: Engine, sid: int) -> list[tuple[str, str]]:
     """(commit, kernel name) of the base and every applied commit, as the pipeline names
     them (``v6.1-debian``, ``1/3-abcdef12``)."""
     with db.session(eng) as s:
@@ -473,7 +473,7 @@ def attach_builds(eng: Engine, sid: int) -> None:
 def stored_failures(eng: Engine, sid: int, first_run: int) -> list[str]:
     """What the workers stored that failed: kernels recorded ``build-failed`` and runs since
     the hand-over that did not finish (a kernel that panicked or hung)."""
-    commits = [c for c, _ in series_kernels(eng, sid)]
+    commits = [c for c, _ in kernel_names(eng, sid)]
     with db.session(eng) as s:
         builds = kernels_store.failed_builds(s, commits)
         runs = kernels_store.unfinished_runs(s, commits, first_run)

@@ -120,9 +120,9 @@ class Dispatcher:
             elif state == "applied" and not how and meta.get("push") and "fetched" not in meta:
                 self._enqueue("fetch", sid)
             elif state == "applied" and not how:
-                self._hand_over(sid, meta)
+                self._hand_over(sid)
             elif how == "buildbot" and state in ("building", "running"):
-                self._reconcile(sid, meta)
+                self._reconcile(sid)
             elif how == "in-process" and state in ("applied", "building", "running"):
                 self._enqueue("run", sid)  # a dispatcher stopped mid-run: run it again
         for sid in self._unreported():  # finished while no dispatcher was there to report
@@ -253,7 +253,7 @@ class Dispatcher:
             self._executor = BuildbotExecutor(master)
         return self._executor
 
-    def _hand_over(self, sid: int, meta: dict[str, Any]) -> None:
+    def _hand_over(self, sid: int) -> None:
         bb = self._buildbot()
         if bb is None:
             with db.session(self.eng) as s:
@@ -264,7 +264,7 @@ class Dispatcher:
             return
         Journey(self.eng, sid, bb).start()
 
-    def _reconcile(self, sid: int, meta: dict[str, Any]) -> None:
+    def _reconcile(self, sid: int) -> None:
         bb = self._buildbot()
         if bb is None:
             return
