@@ -62,7 +62,7 @@ def up(db_only: bool = False, workers: int = 0) -> Iterator[str]:
         return
     services = _registered()
     # the local workers post their runs to the web UI started beside them, as a lab's boxes do
-    web = _local_web_url() if any(name == "web" for name, _s, _t in services) else None
+    web = local_web_url() if any(name == "web" for name, _s, _t in services) else None
     for name, start, _stop in services:
         if name == "buildbot":
             yield start(workers=max(workers, 1), results_url=web)
@@ -70,7 +70,9 @@ def up(db_only: bool = False, workers: int = 0) -> Iterator[str]:
             yield start()
 
 
-def _local_web_url() -> str:
+def local_web_url() -> str:
+    """Where a process on this host reaches the web UI that ``stackbench up`` serves (a
+    wildcard bind address is reached on 127.0.0.1)."""
     host = config.get("STACKBENCH_WEB_HOST")
     host = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
     return f"http://{host}:{config.get_int('STACKBENCH_WEB_PORT')}"

@@ -3,6 +3,7 @@ the background, with its pidfile and log under $STACKBENCH_HOME."""
 
 from __future__ import annotations
 
+import http.client
 import os
 import signal
 import sys
@@ -10,7 +11,8 @@ import time
 from pathlib import Path
 
 from stackbench import config, proc
-from stackbench.services import SERVICES
+from stackbench.httpclient import Client, HttpError
+from stackbench.services import SERVICES, local_web_url
 
 
 def address() -> tuple[str, int]:
@@ -93,24 +95,20 @@ def start() -> str:
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         pid = running_pid()
-        if pid and _answers(host, port):
+        if pid and _answers():
             return f"web: started on http://{host}:{port}/ (pid {pid}, log {logfile()})"
         time.sleep(0.2)
     return f"web: gunicorn did not start; see {logfile()}"
 
 
-def _answers(host: str, port: int) -> bool:
-    import urllib.error
-    import urllib.request
-
-    host = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
+def _answers() -> bool:
     try:
-        with urllib.request.urlopen(f"http://{host}:{port}/api/", timeout=10):
-            return True
-    except urllib.error.HTTPError:
+        Client(local_web_url(), timeout=10).send("GET", "/api/")
+    except HttpError:
         return True  # the app answered
-    except OSError:
+    except (OSError, http.client.HTTPException):
         return False
+    return True
 
 
 def stop() -> str:
