@@ -349,15 +349,27 @@ def test_job_lists_split_on_commas_outside_brackets_only():
     assert split_list(None) == [] and split_list("") == []
 
 
-def test_the_masters_sqlite_state_commits_without_an_fsync_each(tmp_path):
-    import sqlalchemy as sa
+def test_the_masters_sqlite_state_keeps_its_connections_and_skips_the_fsync(tmp_path):
+    """Buildbot's own engine factory, given the URL master.cfg gives it: pooled connections
+    (not one per query) that commit without an fsync each."""
+    from buildbot.db import enginestrategy
+    from sqlalchemy.pool import NullPool
 
+    from stackbench.jobs.executors.buildbot import state_db
+
+    for _reconfig in range(2):  # master.cfg runs again on a reconfig
+        db_url = state_db.url("sqlite:///state.sqlite")
+    engine = enginestrategy.create_engine(db_url, basedir=str(tmp_path))
     try:
-        for _reconfig in range(2):
-            config.relax_state_db(f"sqlite:///{tmp_path}/state.sqlite")
-            config.relax_state_db("postgresql://bb@db/bb")  # not SQLite: nothing to do
-        with sa.create_engine(f"sqlite:///{tmp_path}/state.sqlite").connect() as conn:
+        assert not isinstance(engine.pool, NullPool)
+        assert engine.url.database == str(tmp_path / "state.sqlite")
+        assert "plugin" not in engine.url.query
+        with engine.connect() as conn:
             assert conn.exec_driver_sql("pragma synchronous").scalar() == 1  # NORMAL, not FULL
+            first = conn.connection.dbapi_connection
+        with engine.connect() as conn:
+            assert conn.connection.dbapi_connection is first  # the same file handle again
     finally:
-        sa.event.remove(sa.engine.Engine, "connect", config._sync)
-    assert not sa.event.contains(sa.engine.Engine, "connect", config._sync)  # listened once
+        engine.dispose()
+    assert state_db.url("postgresql://bb@db/bb") == "postgresql://bb@db/bb"
+    assert state_db.url("sqlite://") == "sqlite://"  # in memory: Buildbot's own pool

@@ -379,25 +379,3 @@ def _check(cfg: BuildbotConfig, path: Path) -> None:
             raise InputError(path, f"admin {admin} has no password in the secrets or environment")
     if cfg.runs < 1:
         raise InputError(path, "runs must be at least 1")
-
-
-def relax_state_db(db_url: str) -> None:
-    """No fsync per commit of the master's SQLite state (WAL mode, synchronous=NORMAL).
-
-    Buildbot commits every step's start, log chunk and end on its own: at 4 ms an fsync on
-    the build host, about 0.4 s of every round's build. NORMAL in WAL mode survives the
-    master's crash; a power cut may lose its last commits, which the dispatcher's
-    reconciliation and the runs' idempotency keys already survive (a lost build runs again).
-    """
-    import sqlalchemy as sa
-
-    # a reconfig runs master.cfg again: one listener, not one per reconfig
-    if db_url.startswith("sqlite") and not sa.event.contains(sa.engine.Engine, "connect", _sync):
-        sa.event.listen(sa.engine.Engine, "connect", _sync)
-
-
-def _sync(conn: Any, _record: Any) -> None:
-    import sqlite3
-
-    if isinstance(conn, sqlite3.Connection):  # the master's process may hold others
-        conn.execute("pragma synchronous = normal")
