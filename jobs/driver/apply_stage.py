@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 
 from stackbench.errors import InputError, NotFoundError, StackbenchError
 from stackbench.jobs.driver.lifecycle import set_state
+from stackbench.jobs.executors.faults import HostFault, disk_fault_in
 from stackbench.jobs.executors.progress import ProgressFn
 from stackbench.jobs.executors.series_state import KernelTask, SeriesRun
 from stackbench.jobs.executors.settings import Settings
@@ -165,6 +166,9 @@ def _apply(
             result = apply_series(repo, base, mails, workdir, ref=f"refs/stackbench/series/{sid}")
         finally:
             remove_worktree(repo, workdir)
+        fault = None if result.ok else disk_fault_in(result.error)
+        if fault:  # git am stopped by the disk, not by the patch: nothing is recorded
+            raise HostFault(f"git am onto {base}: {fault}")
         with db.session(eng) as s:
             record_apply(s, sid, result)
         if not result.ok:

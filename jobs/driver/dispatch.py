@@ -190,7 +190,11 @@ class Dispatcher:
         if sid in self._retry_at:
             self._retry_at.pop(sid)
             self._backoff.pop(sid, None)
+            fault = lifecycle.update_meta(self.eng, sid).get("host_fault") or {}
             lifecycle.update_meta(self.eng, sid, host_fault=None)
+            if fault.get("error"):
+                lifecycle.event(self.eng, sid, f"series:{sid}", "resumed",
+                                f"{what}: the host fault is gone, going on ({fault['error']})")  # fmt: skip
 
     def _wait_on_host(self, sid: int, what: str, fault: str) -> None:
         """A fault of this machine (a read-only or full disk, a permission): the series is

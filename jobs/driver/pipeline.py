@@ -50,6 +50,7 @@ from stackbench.jobs.executors.boot_stage import (  # noqa: F401
     run_kernel,
 )
 from stackbench.jobs.executors.build_stage import build_estimate, build_one, record_build_failure  # noqa: F401
+from stackbench.jobs.executors.faults import host_fault
 from stackbench.jobs.executors.jobspecs import (  # noqa: F401
     parse_job_spec,
     plan_for,
@@ -144,6 +145,8 @@ def run_series(
     try:
         state = journey.run()
     except BaseException as exc:
+        if isinstance(exc, Exception) and host_fault(exc):
+            raise  # this machine's fault, not the series': it keeps its state and waits
         reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else str(exc) or repr(exc)
         set_state(eng, series_id, "failed", f"pipeline stopped: {reason}", error=reason)
         sr.emit("failed", 0, 0, f"series {series_id}", reason)

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from stackbench.errors import StackbenchError
 from stackbench.jobs.benchmarks.highalloc import build_module
-from stackbench.jobs.executors.faults import first_error
+from stackbench.jobs.executors.faults import HostFault, disk_fault_in, first_error, host_fault
 from stackbench.jobs.executors.series_state import KernelTask, SeriesRun, event
 from stackbench.jobs.executors.settings import Settings
 from stackbench.kernels import build as kbuild
@@ -155,10 +155,15 @@ def build_kernel(
             on_configured=lambda chash: record(chash, "building"),
         )
     except (StackbenchError, OSError) as exc:
+        if host_fault(exc):  # a full or read-only disk: the build is tried again, not failed
+            raise
         # e.g. a patch that breaks Kconfig: this kernel failed, the others go on
         t.outcome, t.error = "build-failed", str(exc).splitlines()[0][:300]
         record("", "build-failed", log=str(exc)[-8000:])
         return
+    fault = None if res.ok else disk_fault_in(res.log_tail)
+    if fault:
+        raise HostFault(f"building {t.name}: {fault}")
     t.build = res
     if not res.ok:
         t.outcome = "build-failed"

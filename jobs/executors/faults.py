@@ -7,22 +7,50 @@ from __future__ import annotations
 import errno
 import os
 
+from stackbench.errors import StackbenchError
+
 # what a broken host says (not a broken series): a read-only, full or forbidden directory
 HOST_ERRNOS = {errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EIO}
-HOST_MESSAGES = tuple(os.strerror(e) for e in sorted(HOST_ERRNOS))
+# what a full or read-only disk makes tools print: the C library's words, and git's own for
+# a failed write ("sha1 file '.../index.lock' write error. Out of diskspace")
+DISK_MESSAGES = (
+    *(os.strerror(e) for e in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)),
+    "Out of diskspace",
+)
+HOST_MESSAGES = (*(os.strerror(e) for e in sorted(HOST_ERRNOS)), "Out of diskspace")
+
+
+class HostFault(StackbenchError):
+    """A step stopped by this machine (its disk), not by the series: whoever runs the step
+    waits and tries again instead of failing the series."""
 
 
 def host_fault(exc: BaseException) -> str | None:
     """The line saying what is wrong with the host when ``exc`` comes from it (an OSError
-    of HOST_ERRNOS, or a git or tool error quoting one), else None."""
+    of HOST_ERRNOS, a HostFault, or a git or tool error quoting one), else None."""
     for e in _chain(exc):
         if isinstance(e, OSError) and e.errno in HOST_ERRNOS:
             return first_line(e)
-        text = str(e)
-        for msg in HOST_MESSAGES:
-            if msg in text:
-                line = next(ln for ln in text.splitlines() if msg in ln)
-                return line.strip()[:300]
+        if isinstance(e, HostFault):
+            return first_line(e)
+        line = _line_with(str(e), HOST_MESSAGES)
+        if line:
+            return line
+    return None
+
+
+def disk_fault_in(output: str) -> str | None:
+    """The line of a tool's output (git am's, a build log's tail) that says the disk is
+    full or read-only, else None. Narrower than :func:`host_fault`: a build that prints
+    "Permission denied" may well be the patch's doing (a script added without its mode)."""
+    return _line_with(output, DISK_MESSAGES)
+
+
+def _line_with(text: str, messages: tuple[str, ...]) -> str | None:
+    for msg in messages:
+        if msg in text:
+            line = next(ln for ln in text.splitlines() if msg in ln)
+            return line.strip()[:300]
     return None
 
 
