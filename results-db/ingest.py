@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
 
-from sqlalchemy import Engine, select, text
+from sqlalchemy import Engine, func, select, text
 from sqlalchemy.dialects.postgresql import insert
 
 from stackbench.resultsdb import kernels_store, pgbinary
@@ -57,6 +57,8 @@ def kernel_id(conn, k: KernelSpec) -> int:
 
 
 def machine_id(conn, m: MachineSpec) -> int:
+    """The machine's id, created when new. A machine that booted the runs being stored (any
+    kind but ``import``: a QEMU host, a box) is seen now: the machines page's "last seen"."""
     values = {
         "name": m.name,
         "kind": m.kind,
@@ -64,7 +66,15 @@ def machine_id(conn, m: MachineSpec) -> int:
         "memory_mb": m.memory_mb,
         "nodes": m.nodes,
     }
-    return _upsert_id(conn, Machine, values, ["name"])
+    if m.kind == "import":  # results of another time and place: nothing was seen now
+        return _upsert_id(conn, Machine, values, ["name"])
+    stmt = (
+        insert(Machine)
+        .values(**values, last_seen=func.now())
+        .on_conflict_do_update(index_elements=["name"], set_={"last_seen": func.now()})
+        .returning(Machine.id)
+    )
+    return conn.execute(stmt).scalar_one()
 
 
 def job_id(conn, j: JobSpec) -> int:
@@ -256,6 +266,11 @@ def _store_run(conn, data: RunData, resolved: Resolved, metric: dict[str, int]) 
 def _resolve_all(conn, runs: Sequence[RunData]) -> tuple[list[Resolved], dict[str, int]]:
     """Jobs, kernels, machines and metrics of the runs, created where missing."""
     ids = _Ids()
+    # machines first, in name order: their rows are updated (last seen), and two ingests
+    # taking the same rows in different orders could deadlock
+    machines = {d.machine.name: d.machine for d in runs}
+    for name in sorted(machines):
+        ids.machines[name] = machine_id(conn, machines[name])
     resolved = [ids.resolve(conn, d) for d in runs]
     return resolved, metric_ids(conn, {n for d in runs for n in d.samples})
 

@@ -189,3 +189,36 @@ def test_large_imports_use_several_connections(eng, monkeypatch):
     monkeypatch.setattr(ig, "_store_pipelined", spy)
     ig.ingest(eng, [_run(i) for i in range(6)])
     assert len(lanes) == ig.WORKERS
+
+
+def test_a_boot_that_stores_runs_sets_its_machines_last_seen(eng):
+    """Every path that stores a boot's runs (the in-process pipeline and a worker's upload
+    into the database: ingest; the API: ingest_run) says when the machine was last seen;
+    imported results do not (they come from another time)."""
+    from dataclasses import replace
+    from datetime import UTC, datetime, timedelta
+
+    from stackbench.web import create_app
+
+    def seen(name):
+        with eng.connect() as conn:
+            return conn.execute(
+                text("SELECT last_seen FROM machine WHERE name = :n"), {"n": name}
+            ).scalar_one()
+
+    qemu = ig.MachineSpec("qemu-tcg-2cpu@host", kind="qemu", cpus=2)
+    ig.ingest(eng, [replace(_run(0), machine=qemu), _run(1)])
+    first = seen(qemu.name)
+    assert first is not None and datetime.now(UTC) - first < timedelta(minutes=1)
+    assert seen("qemu-vm") is None  # kind "import"
+    with eng.begin() as conn:  # as if the machine was last heard of an hour ago
+        conn.execute(
+            text("UPDATE machine SET last_seen = now() - interval '1 hour' WHERE name = :n"),
+            {"n": qemu.name},
+        )
+    ig.ingest_run(eng, replace(_run(2), machine=qemu))
+    assert seen(qemu.name) > first
+    app = create_app({"ENGINE": eng, "SECRET_KEY": "test", "TESTING": True})
+    page = app.test_client().get("/machines").get_data(as_text=True)
+    row = next(r for r in page.split("<tr>") if qemu.name in r)
+    assert "s ago" in row, row
