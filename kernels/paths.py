@@ -84,3 +84,20 @@ def locked(name: str) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+def held(name: str) -> bool:
+    """Whether a live process (this one included) holds the lock ``name`` of
+    :func:`locked`: the lock goes with its holder, so a killed one holds nothing."""
+    path = locks_dir() / f"{name}.lock"
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing the descriptor lets go of a lock taken here
+    return False

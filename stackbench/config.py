@@ -71,6 +71,9 @@ VARIABLES: tuple[Var, ...] = (
     Var("STACKBENCH_WORKER_TOKEN", "", "a worker's API token for result uploads", secret=True),
     Var("STACKBENCH_WORKER_TOKEN_FILE", "", "the file holding the worker's token",
         shown_default="$STACKBENCH_HOME/worker.token"),
+    Var("STACKBENCH_KEEP_FAILED_BOOTS_DAYS", "7", "days the working directory of a failed boot "
+        "(`$STACKBENCH_HOME/stackbench-job-*`: console, initramfs, the guest's results) is kept "
+        "for a look; a boot that went well leaves none"),
     Var("STACKBENCH_BAREMETAL_DIR", "/var/lib/stackbench/baremetal", "a bare-metal box's job "
         "spool"),
     Var("STACKBENCH_KEXEC", "/usr/local/libexec/stackbench/stackbench-kexec", "a bare-metal "

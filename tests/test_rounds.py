@@ -103,17 +103,23 @@ def test_every_sub_job_of_a_boot_keeps_its_own_runs(monkeypatch, tmp_path):
         ]  # fmt: skip
 
     monkeypatch.setattr(boot_stage, "run_job", fake_run_job)
+    home = tmp_path / "home"
+    monkeypatch.setenv("STACKBENCH_HOME", str(home))
     args = argparse.Namespace(kind="qemu", job="vm-scalability[test=anon-w-seq|anon-w-rand]",
                               runs=2, first=3, round=2, buildbot_build="17", series="5",
                               submission="s")  # fmt: skip
     base = key_base("s", kernel.commit, "", "", args.job, "qemu")
-    runs = worker._real_runs(args, kernel, machine, {args.job: base}, tmp_path)
+    runs, workdir = worker._real_runs(args, kernel, machine, {args.job: base}, tmp_path)
+    assert workdir is not None and workdir.parent == home.resolve()
+    workdir.rmdir()
     # the whole step: every run reaches its own payload file, the upload's input
     monkeypatch.setattr(worker, "read_kernel", lambda *_a: {})
     monkeypatch.setattr(worker, "run_specs", lambda *_a: (kernel, machine))
     args.kernel, args.out, args.dry_kernel, args.upload = None, tmp_path / "out", False, False
     assert worker.cmd_bench(args) == 0
     assert len(list((tmp_path / "out").glob("run-*"))) == 4
+    # the runs are in the step's files: the boot's working directory is gone (issue 38)
+    assert list(home.glob("stackbench-job-*")) == []
     keys = [r.idempotency_key for r in runs]
     assert len(set(keys)) == 4
     assert [r.iteration for r in runs] == [3, 3, 4, 4]
@@ -147,11 +153,12 @@ def test_one_boot_runs_every_job_and_keys_each_as_its_own_boot_would(monkeypatch
         return out
 
     monkeypatch.setattr(boot_stage, "run_job", fake_run_job)
+    monkeypatch.setenv("STACKBENCH_HOME", str(tmp_path / "home"))
     args = argparse.Namespace(kind="qemu", job=["vm", "thp", "vm"], runs=1, first=2, round=3,
                               buildbot_build="9", series="5", submission="s")  # fmt: skip
     assert worker.job_specs(args) == ["vm", "thp"]
     bases = {j: key_base("s", kernel.commit, "", "", j, "qemu") for j in ("vm", "thp")}
-    runs = worker._real_runs(args, kernel, machine, bases, tmp_path)
+    runs, _workdir = worker._real_runs(args, kernel, machine, bases, tmp_path)
     assert seen["job"] == ["vm", "thp"]
     keys = {r.meta["subjob"]: r.idempotency_key for r in runs}
     assert keys["vm-anon-w-seq"] == run_key(bases["vm"], 2)

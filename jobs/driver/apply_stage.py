@@ -4,7 +4,8 @@ fetched as they are), giving the kernels to build: the base and every commit."""
 from __future__ import annotations
 
 import base64
-import tempfile
+import secrets
+import shutil
 import time
 from pathlib import Path
 
@@ -21,6 +22,9 @@ from stackbench.kernels import paths as kpaths
 from stackbench.kernels import trees
 from stackbench.patches.parser import ParsedPatch
 from stackbench.resultsdb import db, kernels_store, series_runs_store, series_store
+
+# the worktrees of applies, under the kernel cache: apply-<series>-<random>
+APPLY_PREFIX = "apply-"
 
 
 def apply_only(
@@ -160,12 +164,18 @@ def _apply(
             applied = False
     if not applied:
         set_state(eng, sid, "applying", f"git am onto {base}")
-        workdir = Path(tempfile.mkdtemp(prefix=f"apply-{sid}-", dir=kpaths.cache_root()))
-        workdir.rmdir()
-        try:
-            result = apply_series(repo, base, mails, workdir, ref=f"refs/stackbench/series/{sid}")
-        finally:
-            remove_worktree(repo, workdir)
+        name = f"{APPLY_PREFIX}{sid}-{secrets.token_hex(4)}"
+        workdir = kpaths.cache_root() / name
+        # held while the worktree lives: one left by a killed apply holds nothing, and
+        # prune_apply_worktrees removes it
+        with kpaths.locked(name):
+            try:
+                result = apply_series(
+                    repo, base, mails, workdir, ref=f"refs/stackbench/series/{sid}"
+                )
+            finally:
+                remove_worktree(repo, workdir)
+        (kpaths.locks_dir() / f"{name}.lock").unlink(missing_ok=True)
         fault = None if result.ok else disk_fault_in(result.error)
         if fault:  # git am stopped by the disk, not by the patch: nothing is recorded
             raise HostFault(f"git am onto {base}: {fault}")
@@ -189,3 +199,31 @@ def _apply(
                 )
             )
     return tasks
+
+
+def prune_apply_worktrees() -> list[Path]:
+    """Remove the worktrees that applies killed midway left (``apply-*`` under the kernel
+    cache, and their registration in the tree's git), sparing the live ones; the removed
+    ones. The dispatcher calls it when it starts."""
+    from stackbench import gitcmd
+    from stackbench.patches.apply import remove_worktree
+
+    root = kpaths.cache_root()
+    stale = {d for d in root.glob(f"{APPLY_PREFIX}*") if not kpaths.held(d.name)}
+    try:
+        repos = {trees.local_repo(t.name) for t in trees.list_trees()} - {None}
+    except StackbenchError:  # a broken tree file: the directories still go
+        repos = set()
+    for repo in sorted(repos):
+        listed = gitcmd.git(repo, "worktree", "list", "--porcelain", check=False).stdout
+        for line in listed.splitlines():
+            where = Path(line.removeprefix("worktree "))
+            if line.startswith("worktree ") and where.parent == root and where in stale:
+                remove_worktree(repo, where)
+        gitcmd.git(repo, "worktree", "prune", check=False)
+    for d in stale:
+        shutil.rmtree(d, ignore_errors=True)
+    for lock in kpaths.locks_dir().glob(f"{APPLY_PREFIX}*.lock"):
+        if not kpaths.held(lock.name.removesuffix(".lock")):
+            lock.unlink(missing_ok=True)
+    return sorted(stale)

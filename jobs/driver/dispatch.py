@@ -63,7 +63,9 @@ class Dispatcher:
     def serve(self, poll: float = POLL_S) -> None:
         """Work until stopped, through database restarts: holding the one-dispatcher lock,
         and when the connection is lost, connecting again with backoff (0.5 s doubling to
-        RECONNECT_MAX_S) and taking the lock again."""
+        RECONNECT_MAX_S) and taking the lock again. It starts by removing what killed work
+        left behind (:func:`clean_up`)."""
+        clean_up()
         delay = RECONNECT_MIN_S
         while not self.stop.is_set():
             try:
@@ -281,6 +283,20 @@ class Dispatcher:
         key = lifecycle.publish_comparison(self.eng, sid)
         log.info("series %s: %s; comparison %s; %s", sid, state, key or "none",
                  lifecycle.queue_report(self.eng, sid))  # fmt: skip
+
+
+def clean_up() -> None:
+    """What work killed midway left on this machine: the worktrees of an apply (``apply-*``,
+    registered in the tree's git) and the working directories of boots, past their age."""
+    from stackbench.jobs.driver.apply_stage import prune_apply_worktrees
+    from stackbench.jobs.executors.boot_stage import prune_workdirs
+
+    for what, prune in (("apply worktree", prune_apply_worktrees), ("boot directory", prune_workdirs)):  # fmt: skip
+        try:
+            for path in prune():
+                log.info("dispatcher: removed the %s %s, left by work that was stopped", what, path)  # fmt: skip
+        except (OSError, StackbenchError) as exc:  # the service starts all the same
+            log.warning("dispatcher: could not remove old %ss: %s", what, _first_line(exc))
 
 
 def configured_master() -> Any | None:

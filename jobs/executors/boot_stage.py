@@ -35,6 +35,52 @@ GUEST_BANNER = "stackbench: guest up"
 _RUN_DONE = re.compile(r"stackbench: (\S+) run (\d+): rc=(-?\d+)")
 MODULE_FOR_SUITE = {"stress-highalloc": "stackbench_highalloc"}
 CONSOLE_TAIL_LINES = 40
+# a boot's working directory (initramfs, console, the guest's results) under $STACKBENCH_HOME
+WORKDIR_PREFIX = "stackbench-job-"
+# written into the working directory of a failed boot: kept for a look, then removed
+FAILED_MARK = "failed-boot"
+# a working directory without the mark is older than any boot only when its boot was killed
+KILLED_AFTER_S = 86400.0
+
+
+def boot_workdir() -> Path:
+    """A new working directory for one boot."""
+    return Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX, dir=sbconfig.home()))
+
+
+def release_workdir(workdir: Path, runs: list[RunData]) -> bool:
+    """Once the boot's runs are stored: its working directory removed, or kept when the
+    boot failed (a run not done), to look at its console and initramfs, until
+    ``STACKBENCH_KEEP_FAILED_BOOTS_DAYS``; the kept ones older than that go now. True when
+    kept."""
+    failed = [r for r in runs if r.status != "done"]
+    if failed or not runs:
+        why = failed[0].error.splitlines()[0] if failed and failed[0].error else "no runs"
+        (workdir / FAILED_MARK).write_text(f"{len(failed)} of {len(runs)} runs failed: {why}\n")
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
+    prune_workdirs()
+    return workdir.exists()
+
+
+def prune_workdirs(now: float | None = None) -> list[Path]:
+    """Remove the working directories of failed boots kept longer than
+    ``STACKBENCH_KEEP_FAILED_BOOTS_DAYS``, and of boots killed before their runs were stored
+    (no mark, older than that and than a day); the removed ones."""
+    keep_s = sbconfig.get_int("STACKBENCH_KEEP_FAILED_BOOTS_DAYS") * 86400.0
+    now = time.time() if now is None else now
+    removed = []
+    for wd in sbconfig.home().glob(f"{WORKDIR_PREFIX}*"):
+        mark = wd / FAILED_MARK
+        try:
+            age = now - (mark.stat().st_mtime if mark.exists() else wd.stat().st_mtime)
+        except FileNotFoundError:  # another process removed it meanwhile
+            continue
+        if not wd.is_dir() or age < (keep_s if mark.exists() else max(keep_s, KILLED_AFTER_S)):
+            continue
+        shutil.rmtree(wd, ignore_errors=True)
+        removed.append(wd)
+    return removed
 
 
 def boot_estimate(plan: list[SubJob], fraction: float = 1.0) -> float:
@@ -211,8 +257,10 @@ def boot_one(
     plan: list[SubJob],
     boot: Boot,
     total: int,
+    workdir: Path,
 ) -> list[RunData]:
-    """Boot ``t`` once, as ``boot`` of the plan, and return its runs stamped with the boot."""
+    """Boot ``t`` once, as ``boot`` of the plan, in ``workdir``, and return its runs stamped
+    with the boot."""
     assert t.build is not None and t.build.artifact_dir is not None
     b = t.build
     kernel = KernelSpec(
@@ -249,9 +297,6 @@ def boot_one(
         t.name,
         f"round {boot.round}, {total_runs} runs in this boot",
     )
-    where = f"series-{sr.series_id}" if sr.series_id is not None else "lab"
-    workdir = sbconfig.home() / "work" / where / f"{b.commit[:12]}"
-    shutil.rmtree(workdir, ignore_errors=True)
     res, runs = run_kernel(
         b.bzimage,
         b.modules,
@@ -301,8 +346,10 @@ def boot_and_store(
     """One boot of a plan's rounds, as every comparison makes it (a series' pipeline, a
     nightly night, a bisect step): boot ``t`` as ``boot`` (:func:`boot_one`), store its runs
     (``source`` names where they come from, else the executor's) and, for a series, say how
-    it went in an event. Returns the runs."""
-    runs = boot_one(eng, sr, t, [sj for sj in plan if t.runs_subjob(sj)], boot, total)
+    it went in an event. Returns the runs. The boot's working directory goes once its runs
+    are stored (:func:`release_workdir`)."""
+    workdir = boot_workdir()
+    runs = boot_one(eng, sr, t, [sj for sj in plan if t.runs_subjob(sj)], boot, total, workdir)
     sr.boots_done += 1
     sr.emit("ingest", sr.boots_done, total, t.name, f"{len(runs)} runs")
     for r in runs if source else []:
@@ -310,6 +357,7 @@ def boot_and_store(
     t0 = time.monotonic()
     res = ingest(eng, runs)
     sr.timings["ingest_s"] += time.monotonic() - t0
+    release_workdir(workdir, runs)
     if sr.series_id is not None:
         with db.session(eng) as s:
             event(
@@ -345,7 +393,9 @@ def run_job(
 ) -> list[RunData]:
     """Run one job (or several, each) ``runs`` times on a built kernel artifact (a
     kernels.build artifact dir: bzImage and modules/) in one boot; failed boots give failed
-    runs, not exceptions. Every run's meta names the job spec it came from (``job_spec``)."""
+    runs, not exceptions. Every run's meta names the job spec it came from (``job_spec``).
+    ``workdir`` (default: a new :func:`boot_workdir`) is left for the caller to release once
+    the runs are stored."""
     settings = settings or Settings()
     if machine.cpus:
         settings.cpus = machine.cpus
@@ -360,7 +410,7 @@ def run_job(
     parts = plans_for(resolve_jobs(specs, runs), settings)
     plan = [sj for part in parts for sj in part]
     spec_of = {sj.name: spec for spec, part in zip(specs, parts, strict=True) for sj in part}
-    wd = workdir or Path(tempfile.mkdtemp(prefix="stackbench-job-", dir=sbconfig.home()))
+    wd = workdir or boot_workdir()
     boot_id = f"job-{hashlib.sha256(str(wd).encode()).hexdigest()[:12]}-{time.time_ns()}"
     _, out = run_kernel(
         bzimage, modules, plan, kernel=kernel, settings=settings, workdir=wd, boot_id=boot_id

@@ -332,10 +332,11 @@ def _bench_one(args: argparse.Namespace) -> int:
         # the lost attempt measured and uploaded this boot before its worker went away
         print(f"{', '.join(jobs)} on {kernel.commit[:12]}: already stored, not booted again")
         return 0
+    workdir = None
     if args.dry_kernel:
         runs = _dry_runs(args, kernel, machine, bases)
     else:
-        runs = _real_runs(args, kernel, machine, bases, out.parent / "kernel")
+        runs, workdir = _real_runs(args, kernel, machine, bases, out.parent / "kernel")
     payloads = [results.to_payload(run_data) for run_data in runs]
     for i, payload in enumerate(payloads):
         # one file per run: the sub-jobs of one iteration share its number
@@ -347,6 +348,11 @@ def _bench_one(args: argparse.Namespace) -> int:
         # payloads as made (the receiver checks them), not read back and checked here
         res = results.upload(payloads, url=args.url)
         print(f"uploaded {res.stored} run(s), {res.present} already present, to {res.target}")
+    if workdir is not None:  # the runs are stored (uploaded, or the step's files): it goes
+        from stackbench.jobs.executors import boot_stage
+
+        if boot_stage.release_workdir(workdir, runs):
+            print(f"the failed boot's working directory is kept: {workdir}")
     return 0
 
 
@@ -363,9 +369,10 @@ def _stored(args: argparse.Namespace, commit: str, bases: dict[str, str]) -> boo
 
 def _real_runs(
     args: argparse.Namespace, kernel: Any, machine: Any, bases: dict[str, str], kernel_dir: Path
-) -> list[Any]:
+) -> tuple[list[Any], Path | None]:
     # the boot stage (the pipeline's) boots the kernel and runs the job; this seam hands it
-    # the unpacked artifact and stamps every run with the request's idempotency keys
+    # the unpacked artifact and stamps every run with the request's idempotency keys. The
+    # QEMU boot's working directory comes back too, to go once the runs are stored.
     try:
         from stackbench.jobs.executors import boot_stage
     except ImportError:
@@ -375,6 +382,7 @@ def _real_runs(
     from stackbench.jobs.executors.buildbot.results import SOURCE, run_key
 
     jobs = list(bases)
+    workdir = None
     if args.kind == "baremetal":
         # on the box, after the kexec: the suite runs on this kernel, not under QEMU
         from stackbench.jobs.executors import native
@@ -389,12 +397,14 @@ def _real_runs(
             boot_id=f"native-{bases[jobs[0]][:16]}",
         )
     else:
+        workdir = boot_stage.boot_workdir()
         runs = boot_stage.run_job(
             artifact=kernel_dir / "artifact",
             job=jobs,
             runs=args.runs,
             kernel=kernel,
             machine=machine,
+            workdir=workdir,
         )
     first = getattr(args, "first", 0)
     # each job's sub-jobs in the order they ran: a job's first is keyed as a one-sub-job
@@ -417,7 +427,7 @@ def _real_runs(
             "job_spec": spec,  # the dispatcher's next rounds re-run jobs by spec
             **_boot(args, r.meta.get("boot_id")),
         }
-    return list(runs)
+    return list(runs), workdir
 
 
 def _boot(args: argparse.Namespace, booted: str | None) -> dict[str, Any]:
