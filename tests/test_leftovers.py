@@ -90,6 +90,9 @@ def test_a_bad_age_setting_is_one_line(tmp_path, monkeypatch):
     assert str(raised.value) == (
         "STACKBENCH_KEEP_FAILED_BOOTS_DAYS must be a whole number, not 'a week'"
     )
+    monkeypatch.setenv("STACKBENCH_KEEP_FAILED_BOOTS_DAYS", "-1")
+    with pytest.raises(SettingError, match="must be 0 or more, not -1"):
+        boot_stage.prune_workdirs()
 
 
 def test_an_in_process_boot_keeps_a_failed_boots_directory(eng, tmp_path, monkeypatch):

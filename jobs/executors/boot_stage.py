@@ -13,6 +13,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +57,9 @@ def release_workdir(workdir: Path, runs: list[RunData]) -> bool:
     failed = [r for r in runs if r.status != "done"]
     if failed or not runs:
         why = failed[0].error.splitlines()[0] if failed and failed[0].error else "no runs"
-        (workdir / FAILED_MARK).write_text(f"{len(failed)} of {len(runs)} runs failed: {why}\n")
+        # a full disk may refuse even this: unmarked, the directory goes a day later
+        with suppress(OSError):
+            (workdir / FAILED_MARK).write_text(f"{len(failed)} of {len(runs)} runs failed: {why}\n")
     else:
         shutil.rmtree(workdir, ignore_errors=True)
     prune_workdirs()
@@ -67,7 +70,10 @@ def prune_workdirs(now: float | None = None) -> list[Path]:
     """Remove the working directories of failed boots kept longer than
     ``STACKBENCH_KEEP_FAILED_BOOTS_DAYS``, and of boots killed before their runs were stored
     (no mark, older than that and than a day); the removed ones."""
-    keep_s = sbconfig.get_int("STACKBENCH_KEEP_FAILED_BOOTS_DAYS") * 86400.0
+    days = sbconfig.get_int("STACKBENCH_KEEP_FAILED_BOOTS_DAYS")
+    if days < 0:
+        raise sbconfig.SettingError(f"STACKBENCH_KEEP_FAILED_BOOTS_DAYS must be 0 or more, not {days}")  # fmt: skip
+    keep_s = days * 86400.0
     now = time.time() if now is None else now
     removed = []
     for wd in sbconfig.home().glob(f"{WORKDIR_PREFIX}*"):
