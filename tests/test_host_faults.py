@@ -190,3 +190,43 @@ def test_what_counts_as_a_host_fault():
     assert disk_fault_in(conflict) is None
     assert disk_fault_in("/bin/sh: 1: scripts/x.sh: Permission denied") is None
     assert disk_fault_in("cc1: fatal error: No space left on device") is not None
+
+
+def test_a_buildbot_workers_build_on_a_full_disk_waits_and_goes_on(eng, disk_tree, tmp_path):
+    """`stackbench worker build` (the Buildbot step) on a full disk: it says why in its log
+    and on the series' page, and tries again; once there is room it goes on to the build's
+    own end (the tiny tree is no kernel: a build failure, the commit's, not the disk's)."""
+    import sys
+
+    disk, work, base = disk_tree
+    sid = _submit(tmp_path, work, base, eng)
+    filler = fill(disk)
+    argv = [sys.executable, "-m", "stackbench", "worker", "build", "--commit", base,
+            "--tree", "tiny", "--series", str(sid), "--out", str(tmp_path / "out")]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
+    try:
+
+        def waiting():
+            with Session(eng) as s:
+                return (s.get(Series, sid).meta or {}).get("host_fault")
+
+        said = wait_for("the build to wait on the full disk", waiting, timeout=60)
+        assert "No space left on device" in said["error"], said
+        assert said["step"].startswith("build of ")
+        assert any(w.startswith("waiting on a host fault") for w in _warnings(eng, sid))
+        filler.unlink()
+        assert proc.wait(timeout=120) != 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    reader.join(10)
+    out = "".join(lines)
+    assert "waiting on a host fault (retry in 2 s)" in out, out
+    assert "kernel build of" in out and "space" not in out.splitlines()[-1].lower(), out
+    with Session(eng) as s:
+        assert not (s.get(Series, sid).meta or {}).get("host_fault")
+    assert any(st == "waiting" for st, _m in _events(eng, sid))

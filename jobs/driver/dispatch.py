@@ -32,7 +32,7 @@ from stackbench.jobs.driver import lifecycle
 from stackbench.jobs.driver.buildbot_executor import BuildbotExecutor
 from stackbench.jobs.driver.journey import Journey
 from stackbench.jobs.executors.faults import first_line as _first_line
-from stackbench.jobs.executors.faults import host_fault
+from stackbench.jobs.executors.faults import host_fault, next_wait
 from stackbench.resultsdb import db, series_runs_store, series_store, signals
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,6 @@ DISPATCH_RETRY_S = 5.0  # how long one Buildbot request of the dispatcher retrie
 # reporter (every build's start and end, jobs.executors.buildbot.reporter) NOTIFY it at once
 POLL_S = 10.0
 RECONNECT_MIN_S, RECONNECT_MAX_S = 0.5, 30.0  # backoff of a dispatcher that lost its database
-HOST_RETRY_MIN_S, HOST_RETRY_MAX_S = 2.0, 300.0  # and of a series waiting on a host fault
 
 
 class Dispatcher:
@@ -202,7 +201,7 @@ class Dispatcher:
         """A fault of this machine (a read-only or full disk, a permission): the series is
         not to blame, so it keeps its state and is tried again, less often each time, until
         the host is fixed; its page says what it waits on."""
-        delay = min(self._backoff.get(sid, HOST_RETRY_MIN_S / 2) * 2, HOST_RETRY_MAX_S)
+        delay = next_wait(self._backoff.get(sid))
         self._backoff[sid] = delay
         self._retry_at[sid] = time.monotonic() + delay
         log.warning("series %s: %s waits on a host fault (retry in %.0f s): %s",

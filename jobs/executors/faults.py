@@ -1,6 +1,6 @@
 """Whose fault is an error: the host's (a read-only or full disk, a forbidden directory),
 which is retried once fixed, or the series' own, which ends it; and which line of a log
-says why. The dispatcher asks."""
+says why. The dispatcher and a Buildbot worker's build step ask."""
 
 from __future__ import annotations
 
@@ -18,6 +18,17 @@ DISK_MESSAGES = (
     "Out of diskspace",
 )
 HOST_MESSAGES = (*(os.strerror(e) for e in sorted(HOST_ERRNOS)), "Out of diskspace")
+
+
+# a step waiting on a host fault is tried again after 2 s, then twice as late each time, up
+# to every 5 minutes, for as long as the fault lasts
+HOST_RETRY_MIN_S, HOST_RETRY_MAX_S = 2.0, 300.0
+
+
+def next_wait(previous: float | None) -> float:
+    """Seconds until the next try of a step waiting on a host fault (``previous``: the last
+    wait, None for the first)."""
+    return HOST_RETRY_MIN_S if previous is None else min(previous * 2, HOST_RETRY_MAX_S)
 
 
 class HostFault(StackbenchError):

@@ -59,6 +59,54 @@ def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
+    """Build the kernel; a full or read-only disk here is not the series' fault: the build
+    waits (its log says why, and so does the series' page when this worker reaches the
+    database) and is tried again, less often each time, until the disk is fixed."""
+    from stackbench.jobs.executors.faults import HostFault, host_fault, next_wait
+
+    wait = None
+    try:
+        while True:
+            try:
+                return _build_once(args)
+            except (HostFault, OSError) as exc:
+                # not any error quoting a host's words: a failed build's own reason may
+                fault = host_fault(exc)
+                if fault is None:
+                    raise
+            wait = next_wait(wait)
+            # printed: Buildbot's step timeout counts the silence of a step, not its length
+            print(f"waiting on a host fault (retry in {wait:.0f} s): {fault}", flush=True)
+            _say_waiting(args, fault)
+            time.sleep(wait)
+    finally:
+        if wait is not None:
+            _say_waiting(args, None)
+
+
+def _say_waiting(args: argparse.Namespace, fault: str | None) -> None:
+    """The series' page says what its build waits on (``fault``; None: nothing any more),
+    for a worker that stores into the database; one reporting through the API leaves it to
+    the Buildbot log."""
+    if not str(args.series).isdigit() or config.server_url():
+        return
+    from stackbench.jobs.driver import lifecycle
+    from stackbench.resultsdb import db
+
+    sid = int(args.series)
+    said = {"error": fault, "step": f"build of {args.name or args.commit[:12]}"}
+    try:
+        before = (lifecycle.update_meta(db.engine(), sid).get("host_fault") or {}).get("error")
+        if before != fault:
+            lifecycle.update_meta(db.engine(), sid, host_fault=said if fault else None)
+            if fault:
+                lifecycle.event(db.engine(), sid, f"series:{sid}", "waiting",
+                                f"{said['step']}: waiting on a host fault, retried until fixed: {fault}")  # fmt: skip
+    except Exception as exc:  # a database away: the build goes on (or waits) all the same
+        print(f"the series page does not say so: {str(exc).splitlines()[0] if str(exc) else exc!r}")
+
+
+def _build_once(args: argparse.Namespace) -> int:
     out: Path = args.out
     if out.exists():
         shutil.rmtree(out)
@@ -96,17 +144,23 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 def _real_build(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
     from stackbench.jobs.executors.build_stage import build_commit
-    from stackbench.jobs.executors.faults import first_error
+    from stackbench.jobs.executors.faults import HostFault, disk_fault_in, first_error, host_fault
     from stackbench.kernels import trees
 
     try:
         tree = trees.load_tree(args.tree)
         res = build_commit(trees.ensure_repo(tree), args.commit, config=args.config, tree=args.tree)
     except (StackbenchError, OSError) as exc:
+        fault = host_fault(exc)
+        if fault:  # the disk's doing, not the commit's: cmd_build waits and tries again
+            raise HostFault(f"building {args.commit[:12]}: {fault}") from exc
         # e.g. a commit the tree does not have, or a patch that breaks Kconfig
         reason = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
         _record_build_failure(args, reason, str(exc))
         raise StackbenchError(f"kernel build of {args.commit} failed: {reason}") from None
+    fault = None if res.ok else disk_fault_in(res.log_tail)
+    if fault:
+        raise HostFault(f"building {args.commit[:12]}: {fault}")
     if not res.ok:
         print(res.log_tail)
         reason = first_error(res.log_tail) or "make failed"
