@@ -179,7 +179,7 @@ def test_a_full_disk_under_the_build_leaves_the_series_building(eng, disk_tree, 
 def test_what_counts_as_a_host_fault():
     """git's own word for a full disk is one (the second try that failed a series), a
     patch's conflict is not, nor a build's "Permission denied" (a script without its mode)."""
-    from stackbench.jobs.executors.faults import disk_fault_in, host_fault
+    from stackbench.jobs.executors.faults import build_fault, disk_fault_in, host_fault
     from stackbench.proc import CommandError
 
     git_full = "fatal: sha1 file '/t/.git/worktrees/a/index.lock' write error. Out of diskspace"
@@ -190,6 +190,10 @@ def test_what_counts_as_a_host_fault():
     assert disk_fault_in(conflict) is None
     assert disk_fault_in("/bin/sh: 1: scripts/x.sh: Permission denied") is None
     assert disk_fault_in("cc1: fatal error: No space left on device") is not None
+    # what a build raises: the same narrower reading
+    script = CommandError(["make"], 2, "/bin/sh: 1: scripts/x.sh: Permission denied")
+    assert build_fault(script) is None and host_fault(script) is not None
+    assert build_fault(OSError(errno.ENOSPC, "No space left on device")) is not None
 
 
 def test_a_buildbot_workers_build_on_a_full_disk_waits_and_goes_on(eng, disk_tree, tmp_path):

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from stackbench.errors import StackbenchError
 from stackbench.jobs.benchmarks.highalloc import build_module
-from stackbench.jobs.executors.faults import HostFault, disk_fault_in, first_error, host_fault
+from stackbench.jobs.executors.faults import HostFault, build_fault, disk_fault_in, first_error
 from stackbench.jobs.executors.series_state import KernelTask, SeriesRun, event
 from stackbench.jobs.executors.settings import Settings
 from stackbench.kernels import build as kbuild
@@ -155,8 +155,9 @@ def build_kernel(
             on_configured=lambda chash: record(chash, "building"),
         )
     except (StackbenchError, OSError) as exc:
-        if host_fault(exc):  # a full or read-only disk: the build is tried again, not failed
-            raise
+        fault = build_fault(exc)
+        if fault:  # a full or read-only disk: the build is tried again, not failed
+            raise HostFault(f"building {t.name}: {fault}") from exc
         # e.g. a patch that breaks Kconfig: this kernel failed, the others go on
         t.outcome, t.error = "build-failed", str(exc).splitlines()[0][:300]
         record("", "build-failed", log=str(exc)[-8000:])

@@ -50,6 +50,18 @@ def host_fault(exc: BaseException) -> str | None:
     return None
 
 
+def build_fault(exc: BaseException) -> str | None:
+    """:func:`host_fault` for what a kernel build raised: an OSError of the host's, or a
+    tool's output naming a full or read-only disk (:func:`disk_fault_in`), else None."""
+    for e in _chain(exc):
+        if isinstance(e, OSError) and e.errno in HOST_ERRNOS:
+            return first_line(e)
+        line = disk_fault_in(str(e))
+        if line:
+            return line
+    return None
+
+
 def disk_fault_in(output: str) -> str | None:
     """The line of a tool's output (git am's, a build log's tail) that says the disk is
     full or read-only, else None. Narrower than :func:`host_fault`: a build that prints

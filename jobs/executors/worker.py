@@ -144,14 +144,14 @@ def _build_once(args: argparse.Namespace) -> int:
 
 def _real_build(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
     from stackbench.jobs.executors.build_stage import build_commit
-    from stackbench.jobs.executors.faults import HostFault, disk_fault_in, first_error, host_fault
+    from stackbench.jobs.executors.faults import HostFault, build_fault, disk_fault_in, first_error
     from stackbench.kernels import trees
 
     try:
         tree = trees.load_tree(args.tree)
         res = build_commit(trees.ensure_repo(tree), args.commit, config=args.config, tree=args.tree)
     except (StackbenchError, OSError) as exc:
-        fault = host_fault(exc)
+        fault = build_fault(exc)
         if fault:  # the disk's doing, not the commit's: cmd_build waits and tries again
             raise HostFault(f"building {args.commit[:12]}: {fault}") from exc
         # e.g. a commit the tree does not have, or a patch that breaks Kconfig
