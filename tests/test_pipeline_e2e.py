@@ -6,6 +6,7 @@ cold build happens once per machine; each commit after it rebuilds incrementally
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -155,6 +156,10 @@ def test_panic_boot_is_crashed_with_console_tail(eng, kernel_env):
         )
     assert b"Kernel panic" in console
     assert [r.status for r in runs_of(eng, b["base"].id)] == ["done"]
+    # the base's boot left nothing; the crashed one's directory is kept for a look (issue 38)
+    (kept,) = Path(os.environ["STACKBENCH_HOME"]).glob("stackbench-job-*")
+    assert b"Kernel panic" in (kept / "console.log").read_bytes()
+    assert "runs failed" in (kept / "failed-boot").read_text()
 
 
 def _qemu_running_under(path: Path) -> bool:
