@@ -98,6 +98,27 @@ def test_a_strangers_patch_never_fills_a_slot(eng, archive, tree, client, tmp_pa
     assert "not the series&#39; sender alice.dev@example.org" in html
 
 
+def test_slots_filled_only_by_mixed_senders_end_incomplete_with_why(eng, archive, tree, tmp_path):
+    from datetime import UTC, datetime, timedelta
+
+    _repo, work, base = tree
+    cover, one, two = posted(work, base, tmp_path / "mails")
+    for raw in (cover, one, forged(two)):
+        archive.deliver(raw)
+    later = datetime.now(UTC) + timedelta(hours=2)
+    rep = list_watch.fetch(
+        eng, list_def(str(archive.dir), tree="tiny"), own_sender=ROBOT, now=later
+    )
+    assert (rep.series, rep.incomplete) == ([], 1)
+    with db.session(eng) as s:
+        t = s.execute(select(ListThread)).scalar_one()
+    assert (t.state, t.reason) == (
+        "incomplete",
+        "no sender sent all 2 patches after 3600 s "
+        "(from alice.dev@example.org, mallory@example.org)",
+    )
+
+
 def test_a_message_id_used_first_by_another_sender_hides_nothing(eng, archive, tree, tmp_path):
     """A stranger's mail takes the cover letter's Message-ID before the cover arrives, and
     a stranger's 2/2 the real 2/2's: public-inbox keeps both mails of each id, and so does

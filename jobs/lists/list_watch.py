@@ -355,7 +355,7 @@ def assemble(eng: Engine, lst: ListDef, *, now: datetime, rep: FetchReport | Non
                 if m not in chosen:
                     why = f"from {m.sender or 'no address'}, not the series' sender {sender}"
                     lists_q.set_skipped(s, [m.id], why)
-            t.title = chosen[0].subject and parser.clean_subject(chosen[0].subject)[0]
+            t.title = parser.clean_subject(chosen[0].subject)[0][:500]
             mbox = parser.join_mboxrd([bytes(m.raw or b"") for m in chosen])
             try:
                 parsed = parser.parse_mbox(mbox, source=f"{lst.name} thread {t.root[:80]}")
