@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session, undefer
 
@@ -45,20 +45,9 @@ def set_cursor(row: MailList, epoch: int, commit: str) -> None:
     row.cursors = {**row.cursors, str(epoch): commit}
 
 
-def seen(s: Session, list_id: int, message_id: str, sender: str, digest: str) -> bool:
-    """True when the list holds this mail already: its Message-ID from the same sender, or
-    with the same body. Another sender's other mail under that Message-ID is not it."""
-    q = select(ListMessage.id).where(
-        ListMessage.list_id == list_id,
-        ListMessage.message_id == message_id,
-        or_(ListMessage.sender == sender, ListMessage.digest == digest),
-    )
-    return s.execute(q.limit(1)).first() is not None
-
-
 def add_message(s: Session, **values: Any) -> bool:
-    """Store a message once per list, Message-ID and sender; False when it was read
-    before."""
+    """Store a message once per list, Message-ID and sender (another sender's mail under
+    a Message-ID already read is a mail of its own); False when it was read before."""
     res = s.execute(
         insert(ListMessage)
         .values(**values)

@@ -510,8 +510,6 @@ class ListMessage(Base):
     )
     idx: Mapped[int | None] = mapped_column(Integer)
     raw: Mapped[bytes | None] = mapped_column(LargeBinary, deferred=True)
-    # sha256 of the body: a copy of a mail (same body) is not another mail
-    digest: Mapped[str] = mapped_column(Text, default="", server_default="")
     created_at: Mapped[datetime] = _now()
     # sender: the From address, lower case; a Message-ID is one sender's claim
     __table_args__ = (UniqueConstraint("list_id", "message_id", "sender"),)

@@ -13,7 +13,6 @@ message, and a message seen twice (cross-posted, fetched again) is stored once.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
 import subprocess
@@ -188,14 +187,6 @@ def _sort(raw: bytes, key: str, lst: ListDef, own_sender: str) -> Sorted:
 # ---- fetching -----------------------------------------------------------------------------
 
 
-def _digest(raw: bytes) -> str:
-    """The body's digest: what tells a copy of a mail (relayed, fetched again, its headers
-    rewritten) from another mail under the same Message-ID."""
-    text = raw.replace(b"\r\n", b"\n")
-    body = text.split(b"\n\n", 1)[1] if b"\n\n" in text else b""
-    return hashlib.sha256(body).hexdigest()
-
-
 def _store_batch(
     eng: Engine, lst: ListDef, batch: list[inbox.Message], own: str, rep: FetchReport
 ) -> None:
@@ -203,10 +194,6 @@ def _store_batch(
         row = lists_q.ensure(s, lst.name, lst.archive, lock=True)
         for m in batch:
             got = sort_message(m.raw, m.commit, lst, own)
-            digest = _digest(m.raw)
-            if lists_q.seen(s, row.id, got.message_id, got.sender, digest):
-                rep.duplicates += 1
-                continue
             thread_id = None
             if got.kind != "skipped":
                 t = lists_q.thread(s, row.id, got.root, got.version, got.total, got.title)
@@ -234,7 +221,6 @@ def _store_batch(
                 thread_id=thread_id,
                 idx=got.idx if thread_id else None,
                 raw=m.raw if thread_id else None,
-                digest=digest,
             )
             if not stored:
                 rep.duplicates += 1
