@@ -274,4 +274,8 @@ def test_an_in_body_from_is_the_commits_author_on_the_page_and_in_the_api(
         'Carol Kernel &lt;carol@example.org&gt; <span class="muted">(sent by Alice Dev '
         "&lt;alice.dev@example.org&gt;)</span>"
     ) in page
-    assert "mm/compaction: step one, as Carol wrote it" in page
+    carols = "mm/compaction: step one, as Carol wrote it"
+    assert (
+        f'class="patch-subject">{carols} <span class="muted">(mail: mm/compaction: step 1)' in page
+    )
+    assert f'<br><span class="muted">{carols}</span>' in page  # the commits x jobs matrix
