@@ -32,13 +32,3 @@ def clean_address(value: str) -> str:
     ):
         raise InputError("mail address", f"not a single mail address: {value[:120]!r}")
     return value
-
-
-def clean_msgid(value: str | None) -> str | None:
-    if not value:
-        return None
-    value = clean_header(value)
-    m = re.search(r"<[^<>\s]+>", value)
-    if m:
-        return m.group(0)
-    return f"<{value}>" if value and " " not in value else None

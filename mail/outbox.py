@@ -19,13 +19,14 @@ from sqlalchemy import Engine
 
 from stackbench.mail import headers as h
 from stackbench.mail.config import MailConfig, from_env
+from stackbench.patches.mailheaders import clean_msgid
 from stackbench.resultsdb import db, outbox_q
 
 Transport = Callable[[EmailMessage], None]
 # Message-IDs are single tokens: at the default 78 columns the email package writes one
 # longer than ~66 characters as RFC 2047 encoded words, which no mailer threads on (git
-# format-patch makes 81-character IDs). RFC 5322's hard limit is 998; longer headers still
-# fold, at the spaces between IDs.
+# format-patch makes 81-character IDs). RFC 5322's hard limit is 998; longer headers fold
+# at the spaces before IDs, so an id of up to mailheaders.MAX_MSGID stays whole.
 _POLICY = policy.default.clone(max_line_length=998)
 
 
@@ -55,8 +56,8 @@ def enqueue(
 ) -> int:
     """Queue a mail; queuing the same key again returns the existing row's id.
     ``attachments``: (file name, text) pairs sent as text/plain parts of their own."""
-    refs = [r for r in (h.clean_msgid(x) for x in references) if r]
-    irt = h.clean_msgid(in_reply_to)
+    refs = [r for r in (clean_msgid(x) for x in references) if r]
+    irt = clean_msgid(in_reply_to)
     if irt and irt not in refs:
         refs.append(irt)
     headers = {"in_reply_to": irt, "references": refs, "cc": [h.clean_address(a) for a in cc]}

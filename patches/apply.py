@@ -51,6 +51,8 @@ class ApplyResult:
     # the patch applied, but not as the diff shown: the series is refused, not broken
     not_as_shown: bool = False
     log: str = field(default="", repr=False)
+    # per applied commit, what git made of the mail: author, author_email, date, subject
+    committed: list[dict[str, str]] = field(default_factory=list)
 
 
 def apply_series(
@@ -84,6 +86,7 @@ def apply_series(
     _sparse_worktree(repo, workdir, base_sha, patches)
 
     commits: list[str] = []
+    committed: list[dict[str, str]] = []
     log: list[str] = []
     with tempfile.TemporaryDirectory(prefix="stackbench-am-") as tmp:
         for pos, patch in enumerate(patches):
@@ -120,14 +123,25 @@ def apply_series(
                     error=error,
                     not_as_shown=not_as_shown,
                     log="".join(log),
+                    committed=committed,
                 )
             head = gitcmd.rev_parse(workdir, "HEAD")
             if head is None:  # cannot happen after a successful am; keep the error readable
                 raise StackbenchError(f"{workdir}: no HEAD after applying patch {pos + 1}")
             commits.append(head)
+            committed.append(commit_facts(workdir, head))
     if ref and commits:
         gitcmd.update_ref(repo, ref, commits[-1])
-    return ApplyResult(base_sha=base_sha, commits=commits, ok=True, log="".join(log))
+    return ApplyResult(
+        base_sha=base_sha, commits=commits, ok=True, log="".join(log), committed=committed
+    )
+
+
+def commit_facts(repo: Path, commit: str) -> dict[str, str]:
+    """Author, author_email, date (ISO 8601) and subject of a commit, as git has them."""
+    out = gitcmd.git(repo, "log", "-1", "--no-mailmap", "--format=%an%x00%ae%x00%aI%x00%s", commit)
+    author, email, date, subject = (out.stdout.rstrip("\n").split("\0") + ["", "", "", ""])[:4]
+    return {"author": author, "author_email": email, "date": date, "subject": subject}
 
 
 _DIFF_PATHS = re.compile(r"^(?:diff --git a/(\S+) b/(\S+)|(?:---|\+\+\+) [ab]/(\S+))$", re.M)

@@ -59,17 +59,34 @@ def clean_subject(subject: str) -> tuple[str, list[str]]:
     return text.strip(), words
 
 
+# RFC 5322 lines are at most 998 octets: a ``<id>`` alone on a folded line (after one
+# space) fits when it has at most 997. A longer one is refused, never cut: a cut id names
+# another mail (or none), and a thread or a reply made from it lands elsewhere.
+MAX_MSGID = 997
+
+
+def msgid_too_long(msgid: str) -> str:
+    """Why ``msgid`` cannot be kept whole; empty when it can."""
+    size = len(msgid.encode("utf-8", errors="replace"))
+    if size <= MAX_MSGID:
+        return ""
+    return f"an id of {size} characters; at most {MAX_MSGID} fit on a mail header line"
+
+
 def clean_msgid(value: object) -> str | None:
-    """The first ``<id@host>`` of a Message-ID / In-Reply-To header, or None."""
+    """The first ``<id@host>`` of a Message-ID / In-Reply-To header, whole, or None (also
+    for one longer than :data:`MAX_MSGID`)."""
     text = clean_header(value)
     m = MSGID.search(text)
     if m:
-        return m.group(0)[:995]
-    text = text.strip()
-    # some mailers drop the angle brackets; keep such ids if they look like one
-    if text and " " not in text and "@" in text:
-        return f"<{text[:993]}>"
-    return None
+        found = m.group(0)
+    else:
+        text = text.strip()
+        # some mailers drop the angle brackets; keep such ids if they look like one
+        if not text or " " in text or "@" not in text or "<" in text or ">" in text:
+            return None
+        found = f"<{text}>"
+    return None if msgid_too_long(found) else found
 
 
 def clean_address(value: object) -> tuple[str, str]:

@@ -29,6 +29,7 @@ from stackbench.patches.mailheaders import (  # noqa: F401 - re-exported, parser
     clean_msgid,
     clean_subject,
     is_mail_address,
+    msgid_too_long,
 )
 
 # uploads are size-limited at the web layer too; this keeps the CLI and the hook honest
@@ -340,6 +341,7 @@ def parse_mail(raw: bytes, position: int, source: str = "<mbox>") -> _Mail:
         subject, words = clean_subject(subject_raw)
         counter, version, rfc, tagged = parse_prefix(words, source)
         raw_text, codec = find_text(msg, where)
+        _check_msgids(msg, where)
     except RecursionError:
         # parts nested in a way the count above does not see (folded headers...)
         raise InputError(where, "MIME parts nested too deep") from None
@@ -357,6 +359,18 @@ def parse_mail(raw: bytes, position: int, source: str = "<mbox>") -> _Mail:
         raw_text=raw_text,
         codec=codec,
     )
+
+
+def _check_msgids(msg: email.message.Message, where: str) -> None:
+    """Refuse a mail whose Message-ID, In-Reply-To or References holds an id too long to
+    keep whole (see :data:`.mailheaders.MAX_MSGID`)."""
+    for name in ("Message-ID", "In-Reply-To", "References"):
+        text = clean_header(msg.get(name))
+        ids = MSGID.findall(text) or ([text] if name == "Message-ID" and " " not in text else [])
+        for msgid in ids:
+            why = msgid_too_long(msgid)
+            if why:
+                raise InputError(where, f"{name} holds {why} (RFC 5322)")
 
 
 def _label(mail: _Mail) -> str:

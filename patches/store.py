@@ -141,8 +141,9 @@ def record_apply(session: Session, series_id: int, result: ApplyResult) -> serie
         series_store.save(series, base_commit=result.base_sha)
     for pos, patch in enumerate(patches):
         if pos < len(result.commits):
+            facts = result.committed[pos] if pos < len(result.committed) else None
             series_store.save_patch(
-                patch, commit_sha=result.commits[pos], state="applied", error=""
+                patch, commit_sha=result.commits[pos], state="applied", error="", committed=facts
             )
         elif not result.ok and result.failed_index == pos:
             series_store.save_patch(

@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy import func, select, update
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, undefer
 
 from stackbench.resultsdb.models import ListMessage, ListThread, MailList, Series
 
@@ -46,11 +46,12 @@ def set_cursor(row: MailList, epoch: int, commit: str) -> None:
 
 
 def add_message(s: Session, **values: Any) -> bool:
-    """Store a message once per list and Message-ID; False when it was read before."""
+    """Store a message once per list, Message-ID and sender (another sender's mail under
+    a Message-ID already read is a mail of its own); False when it was read before."""
     res = s.execute(
         insert(ListMessage)
         .values(**values)
-        .on_conflict_do_nothing(index_elements=["list_id", "message_id"])
+        .on_conflict_do_nothing(index_elements=["list_id", "message_id", "sender"])
         .returning(ListMessage.id)
     )
     return res.scalar_one_or_none() is not None
@@ -61,17 +62,26 @@ def thread(s: Session, list_id: int, root: str, version: int, total: int, title:
     s.execute(
         insert(ListThread)
         .values(list_id=list_id, root=root, version=version, total=total, title=title)
-        .on_conflict_do_nothing(index_elements=["list_id", "root", "version"])
+        .on_conflict_do_nothing(index_elements=["list_id", "root", "version", "total"])
     )
     return s.execute(
         select(ListThread).where(
-            ListThread.list_id == list_id, ListThread.root == root, ListThread.version == version
+            ListThread.list_id == list_id,
+            ListThread.root == root,
+            ListThread.version == version,
+            ListThread.total == total,
         )
     ).scalar_one()
 
 
-def has_patch(s: Session, thread_id: int, idx: int) -> bool:
-    q = select(ListMessage.id).where(ListMessage.thread_id == thread_id, ListMessage.idx == idx)
+def has_patch(s: Session, thread_id: int, idx: int, sender: str) -> bool:
+    """True when the thread holds a mail for slot ``idx`` from ``sender``."""
+    q = select(ListMessage.id).where(
+        ListMessage.thread_id == thread_id,
+        ListMessage.idx == idx,
+        ListMessage.sender == sender,
+        ListMessage.kind.in_(("cover", "patch")),
+    )
     return s.execute(q.limit(1)).first() is not None
 
 
@@ -80,15 +90,23 @@ def collecting(s: Session, list_id: int) -> list[ListThread]:
     return list(s.execute(q.order_by(ListThread.id).with_for_update(skip_locked=True)).scalars())
 
 
-def parts(s: Session, thread_id: int) -> list[tuple[int, str, bytes]]:
-    """(index, subject, raw mail) of the cover letter (index 0) and the patches read for a
-    thread, in order."""
+def parts(s: Session, thread_id: int) -> list[ListMessage]:
+    """The cover letters (index 0) and patches read for a thread, every sender's, in the
+    order they arrived."""
     q = (
-        select(ListMessage.idx, ListMessage.subject, ListMessage.raw)
+        select(ListMessage)
+        .options(undefer(ListMessage.raw))
         .where(ListMessage.thread_id == thread_id, ListMessage.kind.in_(("cover", "patch")))
-        .order_by(ListMessage.idx, ListMessage.id)
+        .order_by(ListMessage.id)
     )
-    return [(int(i), subj, bytes(r or b"")) for i, subj, r in s.execute(q)]
+    return list(s.execute(q).scalars())
+
+
+def set_skipped(s: Session, ids: list[int], reason: str) -> None:
+    """Mark thread mails that did not make its series skipped, with why."""
+    if ids:
+        q = update(ListMessage).where(ListMessage.id.in_(ids))
+        s.execute(q.values(kind="skipped", reason=reason[:2000]))
 
 
 def earlier_version(s: Session, t: ListThread, submitter_email: str) -> int | None:

@@ -39,6 +39,16 @@ def _meta() -> Any:
     return mapped_column(JSONB, nullable=False, server_default="{}", default=dict)
 
 
+def _same_date(a: str, b: str) -> bool:
+    """Two ISO 8601 dates (git's and the mail's) name the same instant."""
+    if a == b:
+        return True
+    try:
+        return datetime.fromisoformat(a) == datetime.fromisoformat(b)
+    except (TypeError, ValueError):
+        return False
+
+
 class Tree(Base):
     __tablename__ = "tree"
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -104,8 +114,34 @@ class Patch(Base):
     state: Mapped[str] = mapped_column(String(32), default="pending")
     error: Mapped[str] = mapped_column(Text, default="")
     meta: Mapped[dict[str, Any]] = _meta()
+    # what the applied commit carries (git am reads in-body From:/Subject:/Date: lines)
+    commit_author: Mapped[str | None] = mapped_column(Text)
+    commit_author_email: Mapped[str | None] = mapped_column(Text)
+    commit_date: Mapped[str | None] = mapped_column(Text)
+    commit_subject: Mapped[str | None] = mapped_column(Text)
     series: Mapped[Series] = relationship(back_populates="patches")
     __table_args__ = (UniqueConstraint("series_id", "idx"),)
+
+    def shown(self) -> dict[str, Any]:
+        """Author, subject and date as the commit has them (the mail's until it is
+        applied), and under ``mail`` the mail's header values where they differ."""
+        author = self.commit_author if self.commit_author is not None else self.author
+        email = (
+            self.commit_author_email if self.commit_author_email is not None else self.author_email
+        )
+        subject = self.commit_subject if self.commit_subject is not None else self.subject
+        date = self.commit_date if self.commit_date is not None else self.date
+        mail: dict[str, str] = {}
+        if email.lower() != self.author_email.lower() or author != self.author:
+            mail["author"], mail["author_email"] = self.author, self.author_email
+        if subject != self.subject:
+            mail["subject"] = self.subject
+        if not _same_date(date, self.date):
+            mail["date"] = self.date
+        return {
+            "author": author, "author_email": email, "subject": subject, "date": date,
+            "mail": mail,
+        }  # fmt: skip
 
 
 class KernelBuild(Base):
@@ -453,7 +489,7 @@ class ListThread(Base):
     series_id: Mapped[int | None] = mapped_column(ForeignKey("series.id", ondelete="SET NULL"))
     first_seen: Mapped[datetime] = _now()
     updated_at: Mapped[datetime] = _now()
-    __table_args__ = (UniqueConstraint("list_id", "root", "version"),)
+    __table_args__ = (UniqueConstraint("list_id", "root", "version", "total"),)
 
 
 class ListMessage(Base):
@@ -475,7 +511,8 @@ class ListMessage(Base):
     idx: Mapped[int | None] = mapped_column(Integer)
     raw: Mapped[bytes | None] = mapped_column(LargeBinary, deferred=True)
     created_at: Mapped[datetime] = _now()
-    __table_args__ = (UniqueConstraint("list_id", "message_id"),)
+    # sender: the From address, lower case; a Message-ID is one sender's claim
+    __table_args__ = (UniqueConstraint("list_id", "message_id", "sender"),)
 
 
 class SeriesAttempt(Base):

@@ -100,11 +100,24 @@ def save(
         row.meta = meta
 
 
-def save_patch(p: Patch, *, commit_sha: str | None, state: str, error: str) -> None:
-    """A patch's apply outcome: its commit (None when not applied), state and git's error."""
+def save_patch(
+    p: Patch,
+    *,
+    commit_sha: str | None,
+    state: str,
+    error: str,
+    committed: dict[str, str] | None = None,
+) -> None:
+    """A patch's apply outcome: its commit (None when not applied), state and git's error;
+    ``committed``: the commit's author, author_email, date and subject."""
     p.commit_sha = commit_sha
     p.state = state
     p.error = error
+    facts = committed or {}
+    p.commit_author = facts.get("author")
+    p.commit_author_email = facts.get("author_email")
+    p.commit_date = facts.get("date")
+    p.commit_subject = facts.get("subject")
 
 
 def merge_meta(row: Series, **values: Any) -> dict[str, Any]:

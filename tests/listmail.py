@@ -207,9 +207,11 @@ class IntoInbox:
     def __init__(self, box: Inbox) -> None:
         self.box = box
         self.rcpts: list[list[str]] = []
+        self.mails: list[bytes] = []
 
     async def handle_DATA(self, server, session, envelope):  # noqa: N802 (aiosmtpd API)
         self.rcpts.append(list(envelope.rcpt_tos))
+        self.mails.append(envelope.content)
         self.box.deliver(envelope.content)
         return "250 OK"
 

@@ -142,7 +142,8 @@ def _sort(raw: bytes, key: str, lst: ListDef, own_sender: str) -> Sorted:
     msg = mail.msg
     msgid = parser.clean_msgid(msg.get("Message-ID"))
     subject = parser.clean_header(msg.get("Subject"))[:500]
-    _, sender = parser.clean_address(msg.get("From"))
+    # the header's From: the sender (an in-body From: names the commit's author only)
+    sender = parser.clean_address(msg.get("From"))[1].lower()
     if not msgid:
         return Sorted(key, subject, sender, "skipped", "no Message-ID header")
 
@@ -150,7 +151,7 @@ def _sort(raw: bytes, key: str, lst: ListDef, own_sender: str) -> Sorted:
         return Sorted(msgid, subject, sender, "skipped", reason)
 
     own = parser.clean_address(own_sender)[1].lower() if own_sender else ""
-    if str(msg.get("X-Mailer") or "").strip() == "stackbench" or (own and sender.lower() == own):
+    if str(msg.get("X-Mailer") or "").strip() == "stackbench" or (own and sender == own):
         return skip("stackbench's own mail")
     if mail.is_reply:
         return skip("a reply in a thread")
@@ -196,20 +197,17 @@ def _store_batch(
             thread_id = None
             if got.kind != "skipped":
                 t = lists_q.thread(s, row.id, got.root, got.version, got.total, got.title)
-                if got.idx == 0 or (got.idx == 1 and not t.title):
-                    t.title = got.title
                 if t.state != "collecting":
                     got.kind, got.reason = "skipped", f"thread already {t.state}"
-                elif t.total != got.total:
-                    got.kind, got.reason = (
-                        "skipped",
-                        f"{got.idx}/{got.total} in a {t.total}-patch thread",
-                    )
-                elif lists_q.has_patch(s, t.id, got.idx):
+                elif lists_q.has_patch(s, t.id, got.idx, got.sender):
                     got.kind = "skipped"
                     got.reason = f"another copy of {got.idx}/{got.total} already read"
                 else:
+                    # any sender's mail waits in the thread: which sender's make the
+                    # series is decided once one has every slot (see _pick)
                     thread_id = t.id
+                    if not t.title and got.idx in (0, 1):
+                        t.title = got.title
             stored = lists_q.add_message(
                 s,
                 list_id=row.id,
@@ -289,6 +287,31 @@ def touched(parsed: parser.ParsedSeries) -> list[str]:
     return list(dict.fromkeys(files))
 
 
+def _pick(t: lists_q.ListThread, got: list[lists_q.ListMessage]) -> list[lists_q.ListMessage]:
+    """The mails of the thread's series: the series' sender's cover (when there is one)
+    and patches 1..n; empty while no sender has every slot.
+
+    The series' sender is the From of the cover letter, else of the first patch: a mail
+    whose Message-ID is the thread's root, in the order they arrived (another sender may
+    have used that Message-ID first). Other senders' mails never fill a slot. A thread
+    whose root mail never came (it answered an earlier version, say) takes the sender of
+    a first patch."""
+    heads = [m for m in got if m.idx == 0 and m.message_id == t.root]
+    if not heads:
+        heads = [m for m in got if m.idx == 1 and m.message_id == t.root]
+    if not heads and not any(m.idx == 0 for m in got):
+        heads = [m for m in got if m.idx == 1]
+    for head in heads:
+        slots: dict[int, lists_q.ListMessage] = {}
+        for m in got:
+            if m.sender == head.sender and m.idx > 0:
+                slots.setdefault(m.idx, m)
+        if len(slots) == t.total:
+            cover = [head] if head.idx == 0 else []
+            return cover + [slots[i] for i in range(1, t.total + 1)]
+    return []
+
+
 def assemble(eng: Engine, lst: ListDef, *, now: datetime, rep: FetchReport | None = None) -> None:
     """Make a series of every complete thread, and mark those past the time box
     ``incomplete``; each thread in its own transaction with the series it makes."""
@@ -304,19 +327,22 @@ def assemble(eng: Engine, lst: ListDef, *, now: datetime, rep: FetchReport | Non
             if t is None or t.state != "collecting":
                 continue
             got = lists_q.parts(s, t.id)
-            have = {i for i, _, _ in got if i > 0}
-            if len(have) < t.total:
+            chosen = _pick(t, got)
+            if not chosen:
                 first = t.first_seen if t.first_seen.tzinfo else t.first_seen.replace(tzinfo=UTC)
                 if now - first >= timedelta(seconds=lst.complete_within):
+                    have = {m.idx for m in got if m.idx > 0}
                     missing = [f"{i}/{t.total}" for i in range(1, t.total + 1) if i not in have]
-                    lists_q.finish_thread(
-                        s, t, "incomplete",
-                        f"{len(have)} of {t.total} patches after {lst.complete_within} s; "
-                        f"missing {', '.join(missing[:10])}",
-                    )  # fmt: skip
+                    lists_q.finish_thread(s, t, "incomplete", _incomplete(t, got, missing, lst))
                     rep.incomplete += 1
                 continue
-            mbox = parser.join_mboxrd([raw for _, _, raw in got])
+            sender = chosen[0].sender
+            for m in got:
+                if m not in chosen:
+                    why = f"from {m.sender or 'no address'}, not the series' sender {sender}"
+                    lists_q.set_skipped(s, [m.id], why)
+            t.title = parser.clean_subject(chosen[0].subject)[0][:500]
+            mbox = parser.join_mboxrd([bytes(m.raw or b"") for m in chosen])
             try:
                 parsed = parser.parse_mbox(mbox, source=f"{lst.name} thread {t.root[:80]}")
             except InputError as exc:
@@ -342,7 +368,7 @@ def assemble(eng: Engine, lst: ListDef, *, now: datetime, rep: FetchReport | Non
                         "name": lst.name,
                         "tree": lst.tree,
                         "thread": t.root,
-                        "subject": got[0][1],
+                        "subject": chosen[0].subject,
                         "report_to": list(lst.report_to),
                         "cc_author": lst.cc_author,
                         "apply_failed_reply": lst.apply_failed_reply,
@@ -355,6 +381,23 @@ def assemble(eng: Engine, lst: ListDef, *, now: datetime, rep: FetchReport | Non
                 continue
             lists_q.finish_thread(s, t, "series", series_id=series.id)
             rep.series.append(series.id)
+
+
+def _incomplete(
+    t: lists_q.ListThread, got: list[lists_q.ListMessage], missing: list[str], lst: ListDef
+) -> str:
+    have = len({m.idx for m in got if m.idx > 0})
+    why = (
+        f"{have} of {t.total} patches after {lst.complete_within} s; "
+        f"missing {', '.join(missing[:10])}"
+    )
+    if not missing:
+        senders = sorted({m.sender for m in got})
+        why = (
+            f"no sender sent all {t.total} patches after {lst.complete_within} s "
+            f"(from {', '.join(senders[:5])})"
+        )
+    return why
 
 
 # ---- the service loop ---------------------------------------------------------------------

@@ -192,15 +192,17 @@ def series_get(series_id: int):
 
 
 def patch_json(p: Patch, full: bool = False) -> dict[str, Any]:
+    shown = p.shown()  # the commit's author, subject and date; "mail": the mail's, if other
     d = {
         "id": p.id,
         "series": p.series_id,
         "idx": p.idx,
         "total": p.total,
-        "subject": p.subject,
-        "author": p.author,
-        "author_email": p.author_email,
-        "date": p.date,
+        "subject": shown["subject"],
+        "author": shown["author"],
+        "author_email": shown["author_email"],
+        "date": shown["date"],
+        "mail": shown["mail"],
         "message_id": p.message_id,
         "commit": p.commit_sha,
         "state": p.state,
