@@ -105,7 +105,9 @@ def recipients(s: Session, series: Series | None, list_addr: str) -> list[str]:
         return list(dict.fromkeys(out))
     owner = accounts_q.user(s, series.owner_id) if series and series.owner_id else None
     mine = owner.email if owner is not None and owner.email_verified else ""
-    out = [a for a in (mine if is_mail_address(mine) else "", list_addr) if a]
+    out = [mine] if is_mail_address(mine) else []
+    if list_addr:
+        out.append(list_addr)
     return list(dict.fromkeys(out))
 
 
