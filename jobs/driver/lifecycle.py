@@ -24,7 +24,7 @@ import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
@@ -40,6 +40,9 @@ from stackbench.resultsdb import (
     signals,
     trees_q,
 )
+
+if TYPE_CHECKING:
+    from stackbench.patches.apply import ApplyResult
 
 log = logging.getLogger(__name__)
 
@@ -447,8 +450,8 @@ def restart(eng: Engine, series_id: int, message: str) -> str:
         return row.state
 
 
-def record_apply(s: Session, series_id: int, result: Any) -> series_store.Series:
-    """An apply's outcome (an ApplyResult): the patches' commits and errors as
+def record_apply(s: Session, series_id: int, result: ApplyResult) -> series_store.Series:
+    """An apply's outcome: the patches' commits and errors as
     :func:`stackbench.patches.store.apply_outcome` stores them, and the series moved to
     ``applied`` or ``apply-failed`` with the event that says why."""
     from stackbench.patches.store import apply_outcome
