@@ -89,6 +89,28 @@ def _commit_refs(s: Session, series: Series) -> list[str]:
     return refs
 
 
+def recipients(s: Session, series: Series | None, list_addr: str) -> list[str]:
+    """Who a report on SERIES goes to, the one rule of every report mail (``[]``: nobody).
+
+    A series posted to a mailing list: the report addresses of the list's configuration,
+    and its author only where that configuration says ``cc_author``. Any other: the
+    submitting account's address once verified, and LIST_ADDR (``STACKBENCH_MAIL_LIST``).
+    Never an unverified address and never the From: of the mbox otherwise, since anyone can
+    write any address there. No series (a tracked branch's commit): LIST_ADDR alone."""
+    posted = (series.meta or {}).get("list") if series is not None else None
+    if isinstance(posted, dict):
+        out = list(posted.get("report_to") or [])
+        if posted.get("cc_author") and is_mail_address(series.submitter_email or ""):
+            out.append(series.submitter_email)
+        return list(dict.fromkeys(out))
+    owner = accounts_q.user(s, series.owner_id) if series and series.owner_id else None
+    mine = owner.email if owner is not None and owner.email_verified else ""
+    out = [mine] if is_mail_address(mine) else []
+    if list_addr:
+        out.append(list_addr)
+    return list(dict.fromkeys(out))
+
+
 def series_report(eng: Engine, series_id: int, cfg: MailConfig | None = None) -> Mail:
     cfg = cfg or from_env()
     with db.session(eng) as s:
@@ -96,10 +118,7 @@ def series_report(eng: Engine, series_id: int, cfg: MailConfig | None = None) ->
         if series is None:
             raise NotFoundError(f"no series {series_id}")
         patches = list(series.patches)
-        owner = accounts_q.user(s, series.owner_id) if series.owner_id else None
-        owner_email = owner.email if owner is not None and owner.email_verified else ""
-        if owner_email and not is_mail_address(owner_email):
-            owner_email = ""
+        to = recipients(s, series, cfg.list_addr)
         refs = _commit_refs(s, series)
     total = len(patches)
     version = f"v{series.version} " if series.version and series.version > 1 else ""
@@ -150,15 +169,6 @@ def series_report(eng: Engine, series_id: int, cfg: MailConfig | None = None) ->
         lines += _against_previous(eng, previous, refs)
     if posted:
         lines += _tags(cfg, url, worst is not None)
-    # never the From of the mbox (anyone can write any address there): the list and the
-    # submitting account's own verified address only
-    to = [owner_email] if owner_email else []
-    if cfg.list_addr:
-        to.append(cfg.list_addr)
-    if posted:
-        to = list(posted.get("report_to") or [])
-        if posted.get("cc_author") and is_mail_address(series.submitter_email or ""):
-            to.append(series.submitter_email)
     refs_hdr = [r for r in (series.in_reply_to, series.message_id) if r]
     return Mail(
         kind="series",
@@ -343,6 +353,8 @@ def regression_report(
         culprit_sha = reg.culprit or (bis.culprit if bis else None) or bad.commit
         culprit = kernels_q.by_commit(s, culprit_sha) or bad
         patch = series_q.patch_of_commit(s, culprit_sha)
+        # a commit of a submitted series: that series' recipients; a tracked branch's: the list
+        to = recipients(s, patch.series if patch else None, cfg.list_addr)
         machine = machines_q.first_of_build(s, bad.id)
         # the machine's own noise on this metric, from its nightly A/A
         noise = aa.of_machines(s, [machine.name] if machine else []).get(
@@ -443,9 +455,6 @@ The tables compare the good and bad kernels.
     if began and began[1] is not None:
         body += f"History: {cfg.public_url}/branches/{began[1]}/history\n"
     body += SIGNATURE
-    to = [cfg.list_addr] if cfg.list_addr else []
-    if patch and patch.author_email:
-        to.insert(0, patch.author_email)
     return Mail(
         kind="regression",
         key=f"regression-report:{reg.id}",

@@ -1,9 +1,11 @@
-"""Series and patches in the results database: creation (idempotent) and apply outcomes."""
+"""Series and patches in the results database: creation (idempotent) and the patches'
+apply outcomes (the series' state is the lifecycle's: stackbench.jobs.driver.lifecycle)."""
 
 from __future__ import annotations
 
 import hashlib
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -47,7 +49,7 @@ def create_series(
     meta: dict[str, Any] | None = None,
     mbox: bytes | None = None,
 ) -> series_store.Series:
-    """Store a parsed series and its patches (state ``new`` / ``pending``).
+    """Store a parsed series and its patches (``new``, the model's first state / ``pending``).
 
     Submitting the same series again (same Message-ID, patches, tree and base) returns the
     stored one unchanged, also when two submissions race. ``jobs`` and ``runs`` go to
@@ -105,7 +107,6 @@ def create_series(
         in_reply_to=parsed.in_reply_to,
         base_ref=base_ref,
         base_commit=parsed.base_commit,
-        state="new",
         source=source,
         owner_id=owner_id,
         idempotency_key=key,
@@ -124,10 +125,21 @@ def create_series(
     return series
 
 
-def record_apply(session: Session, series_id: int, result: ApplyResult) -> series_store.Series:
-    """Record an :func:`apply_series` outcome: commits of the applied patches, the failing
-    patch with git's message, the rest ``skipped``; the series ``applied`` or
-    ``apply-failed``."""
+@dataclass(frozen=True)
+class ApplyOutcome:
+    """What an apply means for its series: the state it moves to (``applied`` or
+    ``apply-failed``), the error to show, and the event's line. The lifecycle
+    (stackbench.jobs.driver.lifecycle.record_apply) moves the series."""
+
+    state: str
+    error: str
+    message: str
+
+
+def apply_outcome(session: Session, series_id: int, result: ApplyResult) -> ApplyOutcome:
+    """Record an :func:`apply_series` outcome on the patches: commits of the applied ones,
+    the failing patch with git's message, the rest ``skipped``, the base's commit; what it
+    means for the series, which is not moved here."""
     series = series_store.get(session, series_id)
     if series is None:
         raise NotFoundError(f"no series {series_id}")
@@ -152,20 +164,16 @@ def record_apply(session: Session, series_id: int, result: ApplyResult) -> serie
         else:
             series_store.save_patch(patch, commit_sha=None, state="skipped", error="")
     if result.ok:
-        series_store.save(series, state="applied", error="")
-        message = f"applied {len(patches)} patches on {result.base_sha[:12]}"
+        return ApplyOutcome(
+            "applied", "", f"applied {len(patches)} patches on {result.base_sha[:12]}"
+        )
+    if result.failed_index is not None and result.failed_index < len(patches):
+        bad = patches[result.failed_index]
+        what = "is refused" if result.not_as_shown else "does not apply"
+        error = f"patch {bad.idx}/{bad.total} '{bad.subject}' {what}: {result.error}"
     else:
-        if result.failed_index is not None and result.failed_index < len(patches):
-            bad = patches[result.failed_index]
-            what = "is refused" if result.not_as_shown else "does not apply"
-            error = f"patch {bad.idx}/{bad.total} '{bad.subject}' {what}: {result.error}"
-        else:
-            error = result.error or "the series could not be applied"
-        series_store.save(series, state="apply-failed", error=error)
-        message = error
-    series_store.add_event(session, series.id, f"series:{series.id}", series.state, message)
-    session.flush()
-    return series
+        error = result.error or "the series could not be applied"
+    return ApplyOutcome("apply-failed", error, error)
 
 
 def _tree(session: Session, name: str) -> trees_q.Tree:

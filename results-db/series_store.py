@@ -84,16 +84,15 @@ def state_of(s: Session, series_id: int) -> str:
 def save(
     row: Series,
     *,
-    state: str | None = None,
     error: str | None = None,
     meta: dict[str, Any] | None = None,
     base_commit: str | None = None,
 ) -> None:
-    """Set the fields given; ``meta`` replaces the series' meta as a whole."""
+    """Set the fields given; ``meta`` replaces the series' meta as a whole. The state is
+    not one of them: stackbench.jobs.driver.lifecycle is its one writer, through its table
+    of moves."""
     if base_commit is not None:
         row.base_commit = base_commit
-    if state is not None:
-        row.state = state
     if error is not None:
         row.error = error
     if meta is not None:

@@ -55,9 +55,8 @@ def add_account(name: str, email: str, worker: bool = False) -> str:
     from stackbench.mail import accounts
     from stackbench.resultsdb import db
 
-    with db.session() as s:
-        user = accounts.create_user(s, name, password=f"pw-{name}-1", worker=worker)
-        user.email = email
+    with db.session() as s:  # as `stackbench user add NAME --email`: a verified address
+        user = accounts.create_user(s, name, password=f"pw-{name}-1", email=email, worker=worker)
         return accounts.create_token(s, user, f"token of {name}")
 
 

@@ -257,28 +257,116 @@ def test_refuses_injected_recipient(eng):
         )
 
 
-def test_report_goes_to_the_owner_not_to_the_mbox_from(eng, smtp):
-    """Any account can write any From: in an mbox; the report goes to the list and to the
-    submitting account's own verified address, never to the From of the mails."""
-    handler, port = smtp
-    sid = _series(eng, submitter_email="victim@example.org")
-    reports.queue(eng, reports.series_report(eng, sid, _cfg(port)))
-    assert len(outbox.deliver(eng, _cfg(port)).sent) == 1
-    assert sorted(handler.envelopes[0]) == ["dev@example.com", "linux-mm@kvack.example"]
+# the From: of the mbox: anyone can write any address there
+VICTIM = "victim@example.org"
+LIST_ADDR = "linux-mm@kvack.example"
+REPORT_TO = "reports@lists.example.org"
+BASE, C1 = "b" * 40, "c" * 40
+MBOX = (
+    b"From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
+    b"From: Victim <victim@example.org>\nSubject: [PATCH] mm: x\nMessage-ID: <r@x>\n\n"
+    b"x\n---\ndiff --git a/a.c b/a.c\n--- a/a.c\n+++ b/a.c\n@@ -1 +1 @@\n-a\n+b\n"
+)
 
 
-def test_unverified_or_missing_owner_address_mails_only_the_list(eng, smtp):
+def _ended_by_the_service(eng, owner: str, posted: dict | None = None) -> int:
+    """A series from a front door (lifecycle.create, the git push door: applied on BASE),
+    the mbox's From: VICTIM, owned by no account, an account whose address is ``verified``
+    or ``unverified``; taken through the moves the journey makes to ``done``, then looked
+    at by the dispatcher, which queues the report of every finished series."""
     from sqlalchemy.orm import Session
 
+    from stackbench.jobs.driver import lifecycle
+    from stackbench.jobs.driver.dispatch import Dispatcher
     from stackbench.mail import accounts
+    from stackbench.patches.apply import ApplyResult
+    from stackbench.patches.parser import parse_mbox
 
-    handler, port = smtp
-    sid = _series(eng, submitter_email="victim@example.org")
     with Session(eng) as s, s.begin():
-        accounts.find_user(s, "dev").email_verified = False
-    reports.queue(eng, reports.series_report(eng, sid, _cfg(port)))
-    outbox.deliver(eng, _cfg(port))
-    assert handler.envelopes == [["linux-mm@kvack.example"]]
+        owner_id = None
+        if owner != "none":
+            user = accounts.create_user(s, "dev", email="dev@example.com")
+            user.email_verified = owner == "verified"
+            owner_id = user.id
+        checked = lifecycle.check(s, tree="linux-6.1", jobs=["stress-highalloc"], runs=1)
+        checked.base = BASE
+        sid = lifecycle.create(
+            s, parse_mbox(MBOX), checked, source="push", owner_id=owner_id,
+            meta={"list": posted} if posted else None,
+            applied=ApplyResult(base_sha=BASE, commits=[C1], ok=True),
+        ).id  # fmt: skip
+    lifecycle.set_state(eng, sid, "building", "handed over", progress="0/2")
+    lifecycle.set_state(eng, sid, "running", "1 round", progress="0/2")
+    lifecycle.set_state(eng, sid, "done", "2 kernels built, 2 benchmarks measured", error="")
+    Dispatcher(eng, master=lambda: None).tick()
+    return sid
+
+
+def _outbox(eng) -> list[list[str]]:
+    with eng.connect() as c:
+        return [list(r) for r in c.scalars(text("SELECT to_addrs FROM mail_outbox ORDER BY id"))]
+
+
+@pytest.mark.parametrize(
+    "owner, posted, to",
+    [
+        ("none", None, [LIST_ADDR]),
+        ("unverified", None, [LIST_ADDR]),
+        ("verified", None, ["dev@example.com", LIST_ADDR]),
+        ("verified", {"report_to": [REPORT_TO]}, [REPORT_TO]),
+        ("none", {"report_to": [REPORT_TO], "cc_author": True}, [REPORT_TO, VICTIM]),
+    ],
+)
+def test_the_dispatchers_report_goes_by_the_one_rule(eng, monkeypatch, owner, posted, to):
+    """The list's report addresses for a list's series (the author only where it says
+    cc_author), else the owner's verified address and the list; never the mbox's From:."""
+    monkeypatch.setenv("STACKBENCH_MAIL_LIST", LIST_ADDR)
+    sid = _ended_by_the_service(eng, owner, posted)
+    assert _outbox(eng) == [to]
+    from sqlalchemy.orm import Session
+
+    with Session(eng) as s:
+        assert s.get(Series, sid).meta["report_mail"]["to"] == to
+
+
+def test_no_recipient_is_said_on_the_series_and_nothing_is_queued(eng, monkeypatch):
+    from sqlalchemy.orm import Session
+
+    monkeypatch.delenv("STACKBENCH_MAIL_LIST", raising=False)
+    sid = _ended_by_the_service(eng, "unverified")
+    assert _outbox(eng) == []
+    with Session(eng) as s:
+        note = s.get(Series, sid).meta["report_mail"]
+    assert note["to"] == [] and "no verified address" in note["why"]
+
+
+def test_requeued_reports_go_by_the_same_rule(eng, monkeypatch, capsys):
+    """`stackbench mail series ID` and `mail regression ID`: a regression in a series' patch
+    goes to that series' recipients, not to the patch's From:."""
+    from sqlalchemy.orm import Session
+
+    monkeypatch.setenv("STACKBENCH_MAIL_LIST", LIST_ADDR)
+    sid = _ended_by_the_service(eng, "unverified")
+    ig.ingest(eng, runs(BASE, "base", [100, 101, 99, 100, 100]))
+    ig.ingest(eng, runs(C1, "1/1", [70, 71, 69, 70, 70]))
+    with Session(eng) as s, s.begin():
+        assert s.get(Series, sid).patches[0].author_email == VICTIM
+        ids = dict(s.execute(text("SELECT commit, id FROM kernel_build")).all())
+        reg = Regression(
+            job_id=s.execute(text("SELECT id FROM job")).scalar_one(),
+            metric_id=s.execute(
+                text("SELECT id FROM metric WHERE name = 'vm-scalability.throughput'")
+            ).scalar_one(),
+            good_build_id=ids[BASE], bad_build_id=ids[C1], change_pct=-30.0, culprit=C1,
+        )  # fmt: skip
+        s.add(reg)
+        s.flush()
+        rid = reg.id
+    with eng.begin() as c:  # the dispatcher's report is sent: the CLI queues another
+        c.execute(text("DELETE FROM mail_outbox"))
+    assert cli.main(["mail", "series", str(sid)]) == 0
+    assert cli.main(["mail", "regression", str(rid)]) == 0
+    assert _outbox(eng) == [[LIST_ADDR], [LIST_ADDR]]
 
 
 def test_comma_in_an_mbox_from_neither_crashes_nor_reaches_a_header(eng, monkeypatch, capsys):

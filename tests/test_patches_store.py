@@ -1,4 +1,5 @@
-"""create_series and record_apply on a real PostgreSQL database."""
+"""create_series and the apply outcomes (stored by patches.store, the series moved by the
+lifecycle) on a real PostgreSQL database."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from stackbench.errors import InputError
+from stackbench.jobs.driver import lifecycle
 from stackbench.patches import store
 from stackbench.patches.apply import ApplyResult
 from stackbench.patches.parser import parse_mbox
@@ -96,7 +98,7 @@ def _series(eng, name="no-cover.mbox") -> int:
 def test_record_apply_success(eng):
     sid = _series(eng)
     with Session(eng) as s, s.begin():
-        store.record_apply(s, sid, ApplyResult(base_sha=SHA[0], commits=SHA[1:4], ok=True))
+        lifecycle.record_apply(s, sid, ApplyResult(base_sha=SHA[0], commits=SHA[1:4], ok=True))
     with Session(eng) as s:
         series = s.get(Series, sid)
         assert series.state == "applied" and series.error == ""
@@ -118,7 +120,7 @@ def test_record_apply_failure_marks_the_patch_and_skips_the_rest(eng):
         error="patch failed: lib.c:10; lib.c: patch does not apply",
     )
     with Session(eng) as s, s.begin():
-        store.record_apply(s, sid, result)
+        lifecycle.record_apply(s, sid, result)
     with Session(eng) as s:
         series = s.get(Series, sid)
         assert series.state == "apply-failed"
@@ -147,7 +149,7 @@ def test_record_apply_says_a_patch_not_built_as_shown_is_refused(eng):
         not_as_shown=True,
     )
     with Session(eng) as s, s.begin():
-        store.record_apply(s, sid, result)
+        lifecycle.record_apply(s, sid, result)
     with Session(eng) as s:
         series = s.get(Series, sid)
         assert series.state == "apply-failed"
@@ -157,10 +159,22 @@ def test_record_apply_says_a_patch_not_built_as_shown_is_refused(eng):
         )
 
 
+def test_the_store_records_the_patches_and_leaves_the_series_state_to_the_lifecycle(eng):
+    sid = _series(eng)
+    with Session(eng) as s, s.begin():
+        got = store.apply_outcome(s, sid, ApplyResult(base_sha=SHA[0], commits=SHA[1:4], ok=True))
+    assert (got.state, got.error) == ("applied", "")
+    assert got.message == f"applied 3 patches on {SHA[0][:12]}"
+    with Session(eng) as s:
+        series = s.get(Series, sid)
+        assert series.state == "new" and [p.state for p in series.patches] == ["applied"] * 3
+        assert s.scalars(select(Event.state)).all() == ["new"]
+
+
 def test_record_apply_rejects_a_result_for_another_series(eng):
     sid = _series(eng, "single-base.mbox")
     result = ApplyResult(base_sha=SHA[0], commits=SHA[1:3], ok=True)
     with pytest.raises(InputError, match="2 commits for 1 patches"), Session(eng) as s, s.begin():
-        store.record_apply(s, sid, result)
+        lifecycle.record_apply(s, sid, result)
     with Session(eng) as s:
         assert s.get(Series, sid).state == "new"

@@ -207,6 +207,7 @@ def test_pushed_series_builds_the_commits_as_pushed(eng, tmp_path):
     """A series that came by git push is not re-applied: its commits are fetched from the
     intake repository into the tree, with the pushed shas."""
     from stackbench import proc
+    from stackbench.jobs.driver import lifecycle
     from stackbench.patches import intake, store
     from stackbench.patches.apply import ApplyResult
 
@@ -233,7 +234,7 @@ def test_pushed_series_builds_the_commits_as_pushed(eng, tmp_path):
         )
         sid = series.id
     with Session(eng) as s, s.begin():
-        store.record_apply(s, sid, ApplyResult(base_sha=base, commits=shas, ok=True))
+        lifecycle.record_apply(s, sid, ApplyResult(base_sha=base, commits=shas, ok=True))
     assert proc.run(["git", "-C", tree, "cat-file", "-e", head], check=False).returncode != 0
     tasks = pipeline._apply(
         eng, pipeline.SeriesRun(sid, pipeline.Settings(), None), tree, base, None

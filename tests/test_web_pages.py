@@ -245,7 +245,7 @@ def test_events_keep_state_changes_and_fold_progress(eng, client):
     from stackbench.resultsdb import db, series_runs_store
 
     add_tree(eng)
-    sid = make_series(eng)
+    sid = make_series(eng, state="applied")
     with db.session(eng) as s:  # handed over: the k/N is the running attempt's
         series_runs_store.begin(s, sid, source="web", executor="buildbot")
     lifecycle.set_state(eng, sid, "building", "building 3 kernels", progress="0/3")

@@ -13,7 +13,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from stackbench.errors import InputError, NotFoundError, StackbenchError
-from stackbench.jobs.driver.lifecycle import set_state
+from stackbench.jobs.driver.lifecycle import record_apply, set_state
 from stackbench.jobs.executors.faults import HostFault, disk_fault_in
 from stackbench.jobs.executors.progress import ProgressFn
 from stackbench.jobs.executors.series_state import KernelTask, SeriesRun
@@ -21,7 +21,7 @@ from stackbench.jobs.executors.settings import Settings
 from stackbench.kernels import paths as kpaths
 from stackbench.kernels import trees
 from stackbench.patches.parser import ParsedPatch
-from stackbench.resultsdb import db, kernels_store, series_runs_store, series_store
+from stackbench.resultsdb import db, kernels_store, series_store
 
 # the worktrees of applies, under the kernel cache: apply-<series>-<random>
 APPLY_PREFIX = "apply-"
@@ -55,9 +55,7 @@ def apply_stage(
     t0 = time.monotonic()
     tasks = _apply(eng, sr, repo, base, tree)
     sr.timings["apply_s"] = time.monotonic() - t0
-    if tasks is None:
-        with db.session(eng) as s:  # record_apply stored the state: the attempt ends with it
-            series_runs_store.end(s, sr.series_id, "apply-failed")
+    if tasks is None:  # record_apply moved the series, and its attempt ended with it
         sr.emit("failed", 0, 0, f"series {sr.series_id}", "apply failed: nothing built")
     return tasks
 
@@ -147,7 +145,6 @@ def _apply(
     eng: Engine, sr: SeriesRun, repo: Path, base: str, tree: trees.TreeDef
 ) -> list[KernelTask] | None:
     from stackbench.patches.apply import apply_series, remove_worktree
-    from stackbench.patches.store import record_apply
 
     sid = sr.series_id
     fetch_pushed(eng, sid, repo)

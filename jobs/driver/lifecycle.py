@@ -7,8 +7,10 @@ states it goes through until the dispatcher (stackbench.jobs.driver.dispatch) fi
 ``series.state`` holds the word (``building``), what filters and badges use; the ``k/N``
 part is the running attempt's. Who runs the series and how far it got (each hand-over's
 attempt, its progress, its batches of rounds, each round's try) is typed, in
-``stackbench.resultsdb.series_runs_store``; :func:`set_state` is the one writer of the
-state, and ends the attempt when the series ends.
+``stackbench.resultsdb.series_runs_store``. This module is the one writer of the state
+(:func:`set_state`, :func:`record_apply`, :func:`hand_over`, :func:`restart`, all through
+``_move``): every move is checked against :data:`MOVES`, one that it does not allow raises
+StateError and writes nothing, and a final state ends the attempt.
 
 CLI ``submit``, the web form, ``POST /api/series`` and ``git push`` (HTTP and SSH) all go
 through :func:`check` (one validation: tree, base, jobs with overrides, runs) and
@@ -22,7 +24,7 @@ import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
@@ -38,6 +40,9 @@ from stackbench.resultsdb import (
     signals,
     trees_q,
 )
+
+if TYPE_CHECKING:
+    from stackbench.patches.apply import ApplyResult
 
 log = logging.getLogger(__name__)
 
@@ -218,7 +223,7 @@ def create(
     ApplyResult for series whose commits already exist (git push); ``foreground``: the
     caller runs it or hands it over itself (``demo``, ``submit``), the dispatcher does not
     take it."""
-    from stackbench.patches.store import create_series, record_apply, resolve_base
+    from stackbench.patches.store import create_series, resolve_base
 
     row = trees_q.named(s, checked.tree)
     base = resolve_base(parsed, checked.base or None, row.default_base if row else None)
@@ -299,12 +304,13 @@ def hand_over(
             return "finished"
         if row.state in PENDING and ours:
             return "attached"  # a rerun of a series still running waits for it
-        applied = bool(row.base_commit) and all(p.commit_sha for p in row.patches)
         meta.pop("report_mail", None)
         meta["submitted"] = meta.get("submitted") or source
-        attempt = series_runs_store.begin(s, series_id, source=source)
         meta.update(settings)
-        series_store.save(row, state="applied" if applied else "new", error="", meta=meta)
+        start = _start_state(row)
+        check_move(series_id, row.state, start)
+        attempt = series_runs_store.begin(s, series_id, source=source)
+        _move(s, row, start, error="", meta=meta)
         series_store.add_event(
             s,
             series_id,
@@ -341,6 +347,67 @@ def notify(s: Session) -> None:
 # ---- state ----------------------------------------------------------------------------------
 
 
+# Every move a series may make (KernelCI-style): its state -> the states it may go to, read
+# from the writers: the apply (dispatcher, in-process run), the journey's hand-over, batches
+# and end, a hand-over by a front door, and a step failing. A pending state may be stated
+# again (progress, a step restarted after its dispatcher stopped); a series another runner
+# left mid-way may be started again (building or running -> applying or new / applied). A
+# finished series is left only by a hand-over or a rerun, which start it again from ``new``
+# or ``applied``; ``failed`` may be stated again with a later reason; a series that did not
+# apply stays so (its next version is a series of its own).
+MOVES: dict[str, frozenset[str]] = {
+    "new": frozenset({"new", "applying", "applied", "apply-failed", "failed"}),
+    "applying": frozenset({"applying", "applied", "apply-failed", "failed", "new"}),
+    "applied": frozenset({"applied", "applying", "building", "failed", "new"}),
+    "building": frozenset({"building", "running", "done", "failed", "applying", "applied", "new"}),
+    "running": frozenset({"running", "building", "done", "failed", "applying", "applied", "new"}),
+    "done": frozenset({"new", "applied"}),
+    "failed": frozenset({"failed", "new", "applied"}),
+    "apply-failed": frozenset(),
+}
+
+
+class StateError(StackbenchError):
+    """A move :data:`MOVES` does not allow; nothing was written."""
+
+
+def check_move(series_id: int, old: str, new: str) -> None:
+    """Raise StateError unless a series in ``old`` may move to ``new``."""
+    if new not in MOVES:
+        raise StateError(f"series {series_id}: no state {new!r} (states: {', '.join(MOVES)})")
+    if new not in MOVES.get(old, frozenset()):
+        allowed = ", ".join(sorted(MOVES.get(old, ()))) or "none: it stays so"
+        raise StateError(f"series {series_id}: {old} cannot move to {new} (from {old}: {allowed})")
+
+
+def _move(
+    s: Session,
+    row: series_store.Series,
+    state: str,
+    *,
+    error: str | None = None,
+    progress: str | None = None,
+    meta: dict[str, Any] | None = None,
+) -> bool:
+    """THE writer of ``series.state`` (the row locked by the caller): the move checked
+    against MOVES, the attempt's ``k/N``, and a final state ending the open attempt with it
+    as its outcome. Whether the state or its progress changed (an event is due)."""
+    check_move(row.id, row.state, state)
+    moved = progress is not None and series_runs_store.set_progress(s, row.id, progress)
+    changed = row.state != state or moved
+    row.state = state
+    series_store.save(row, error=None if error is None else error[:4000], meta=meta)
+    if state in FINAL:
+        series_runs_store.end(s, row.id, state)
+    return changed
+
+
+def _start_state(row: series_store.Series) -> str:
+    """Where a series handed over again starts: applied when every patch has its commit."""
+    applied = bool(row.base_commit) and all(p.commit_sha for p in row.patches)
+    return "applied" if applied else "new"
+
+
 def set_state(
     eng: Engine,
     series_id: int,
@@ -355,23 +422,49 @@ def set_state(
     """Move a series to ``state`` with an event; ``progress`` is the ``k/N`` part.
     ``record`` writes the attempt's bookkeeping (series_runs_store) in the same transaction,
     so a state and the hand-over or batch that explains it are never stored one without
-    the other. A final state ends the open attempt with it as its outcome."""
+    the other. A final state ends the open attempt with it as its outcome. A move MOVES
+    does not allow raises StateError and writes nothing."""
     with db.session(eng) as s:
         row = series_store.get(s, series_id, lock=True)
         if row is None:
             raise NotFoundError(f"no series {series_id}")
+        check_move(series_id, row.state, state)
         if record is not None:
             record(s)
-        moved = progress is not None and series_runs_store.set_progress(s, series_id, progress)
-        changed = row.state != state or moved
         new_meta = {**row.meta, **meta} if meta else None
-        series_store.save(
-            row, state=state, error=None if error is None else error[:4000], meta=new_meta
-        )
-        if state in FINAL:
-            series_runs_store.end(s, series_id, state)
-        if changed:
+        if _move(s, row, state, error=error, progress=progress, meta=new_meta):
             series_store.add_event(s, series_id, f"series:{series_id}", state, message[:4000])
+
+
+def restart(eng: Engine, series_id: int, message: str) -> str:
+    """A finished series run again here (a rerun, or a failed one retried): back to where
+    a hand-over starts it (``new`` or ``applied``); its state after."""
+    with db.session(eng) as s:
+        row = series_store.get(s, series_id, lock=True)
+        if row is None:
+            raise NotFoundError(f"no series {series_id}")
+        if row.state in FINAL:
+            state = _start_state(row)
+            _move(s, row, state, error="")
+            series_store.add_event(s, series_id, f"series:{series_id}", state, message[:4000])
+        return row.state
+
+
+def record_apply(s: Session, series_id: int, result: ApplyResult) -> series_store.Series:
+    """An apply's outcome: the patches' commits and errors as
+    :func:`stackbench.patches.store.apply_outcome` stores them, and the series moved to
+    ``applied`` or ``apply-failed`` with the event that says why."""
+    from stackbench.patches.store import apply_outcome
+
+    row = series_store.get(s, series_id, lock=True)
+    if row is None:
+        raise NotFoundError(f"no series {series_id}")
+    outcome = apply_outcome(s, series_id, result)
+    # a move MOVES refuses raises here, and the caller's transaction drops the patches' rows
+    _move(s, row, outcome.state, error=outcome.error)
+    series_store.add_event(s, series_id, f"series:{series_id}", row.state, outcome.message)
+    s.flush()
+    return row
 
 
 def update_meta(eng: Engine, series_id: int, **values: Any) -> dict[str, Any]:
@@ -415,26 +508,6 @@ def publish_comparison(eng: Engine, series_id: int) -> str | None:
 # ---- the report mail ------------------------------------------------------------------------
 
 
-def recipients(eng: Engine, series_id: int, list_addr: str) -> list[str]:
-    """The submitter's account address (else the address on the mails), and the list."""
-    with db.session(eng) as s:
-        series = series_store.get(s, series_id)
-        if series is None:
-            raise NotFoundError(f"no series {series_id}")
-        posted = (series.meta or {}).get("list")
-        if isinstance(posted, dict):
-            # posted to a mailing list: the list's report addresses, the author only when
-            # the list's configuration says so
-            out = list(posted.get("report_to") or [])
-            if posted.get("cc_author") and series.submitter_email:
-                out.append(series.submitter_email)
-            return list(dict.fromkeys(out))
-        owner = accounts_q.user(s, series.owner_id) if series.owner_id else None
-        first = (owner.email if owner is not None else "") or series.submitter_email
-    out = [a for a in (first, list_addr) if a]
-    return list(dict.fromkeys(out))
-
-
 def queue_report(eng: Engine, series_id: int) -> str:
     """Queue the series' report mail (robot layout, threaded under the cover letter) and
     note it on the series; the line to show."""
@@ -442,8 +515,7 @@ def queue_report(eng: Engine, series_id: int) -> str:
     from stackbench.mail import config, reports
 
     cfg = config.from_env()
-    mail = reports.series_report(eng, series_id, cfg)
-    mail.to = recipients(eng, series_id, cfg.list_addr)
+    mail = reports.series_report(eng, series_id, cfg)  # to whom: reports.recipients
     try:
         found = reproducer.for_series(eng, series_id, mail.commit)
     except Exception as exc:  # noqa: BLE001 - the report goes without it, never not at all
@@ -458,8 +530,13 @@ def queue_report(eng: Engine, series_id: int) -> str:
             1,
         )
     if not mail.to:
-        note = {"to": [], "why": "no recipient: the submitter has no address and "
-                "STACKBENCH_MAIL_LIST is not set"}  # fmt: skip
+        with db.session(eng) as s:
+            row = series_store.get(s, series_id)
+            posted = isinstance((row.meta or {}).get("list"), dict)
+        why = ("no recipient: the list's configuration names no report address" if posted
+               else "no recipient: the submitting account has no verified address and "
+               "STACKBENCH_MAIL_LIST is not set")  # fmt: skip
+        note = {"to": [], "why": why}
         update_meta(eng, series_id, report_mail=note)
         return f"report mail not queued: {note['why']}"
     mail_id = reports.queue(eng, mail)

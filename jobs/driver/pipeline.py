@@ -27,6 +27,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from stackbench.errors import NotFoundError
+from stackbench.jobs.driver import lifecycle
 from stackbench.jobs.driver.apply_stage import (  # noqa: F401  (public names of the pipeline)
     _apply,
     apply_only,
@@ -139,6 +140,8 @@ def run_series(
         return state
     if state == "apply-failed":
         return state
+    if state in lifecycle.FINAL:
+        lifecycle.restart(eng, series_id, "run again" if state == "done" else "tried again")
     sr = SeriesRun(series_id, settings, progress)
     local = LocalExecutor(sr, executor)
     journey = Journey(eng, series_id, local, settings=settings, boots=boots, seed=seed)
@@ -148,7 +151,10 @@ def run_series(
         if isinstance(exc, Exception) and host_fault(exc):
             raise  # this machine's fault, not the series': it keeps its state and waits
         reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else str(exc) or repr(exc)
-        set_state(eng, series_id, "failed", f"pipeline stopped: {reason}", error=reason)
+        with db.session(eng) as s:
+            ended = series_store.state_of(s, series_id) in ("done", "apply-failed")
+        if not ended:  # a series that ended stays as it ended
+            set_state(eng, series_id, "failed", f"pipeline stopped: {reason}", error=reason)
         sr.emit("failed", 0, 0, f"series {series_id}", reason)
         raise
     if state == "apply-failed":
