@@ -131,7 +131,7 @@ def series_report(eng: Engine, series_id: int, cfg: MailConfig | None = None) ->
         lines.append(f"  {sha} {p.idx}/{p.total} {p.subject}  [{p.state}]")
     lines.append("")
     if len(refs) >= 2:
-        lines += ["Verdicts (stackbench: change, 95% interval, FDR-controlled):", ""]
+        lines += ["Verdicts (stackbench: change, the decision's interval, FDR-controlled):", ""]
         lines.append(_table(eng, refs, style="stackbench"))
         lines += ["", "LKP comparison (lkp ncompare):", ""]
         lines.append(_table(eng, refs, style="lkp"))

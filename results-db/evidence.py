@@ -3,10 +3,12 @@ noise for each headline metric, with the smallest change a comparison of that ma
 could detect, and the compaction and THP counters that show the patched code ran.
 
 Noise is the base kernel's boot-to-boot coefficient of variation (one value per boot, the
-verdict's unit) on each machine. The detectable change is the usual two-sample bound,
-``(t(1 - alpha/2) + t(power)) * sqrt(2 / n) * CoV`` with Student's t for 2n - 2 degrees of
-freedom, never below the policy's minimum effect for the metric's kind (a smaller change is
-not called a change whatever the noise)."""
+verdict's unit) on each machine. The detectable change (:func:`detectable`) is the verdict's
+own two-sample bound at n boots per side: ``(t(1 - a/2) + t(POWER)) * SE`` with ``a`` the
+alpha of the look at n boots (the sequential rule's, not the total), Student's t for the
+trimmed test's degrees of freedom and its standard error, never below the policy's minimum
+effect for the metric's kind (a smaller change is not called a change whatever the noise).
+``tests/test_report_evidence.py`` checks it by simulating the rule at that change."""
 
 from __future__ import annotations
 
@@ -18,7 +20,6 @@ from scipy import stats
 
 from stackbench.resultsdb import boots, query, verdict
 
-POWER = 0.8
 # /proc/vmstat counters that move when compaction or THP code runs
 COUNTERS = (
     "compact_stall",
@@ -53,6 +54,32 @@ def _job_label(job: query.JobRow) -> str:
     return f"{job.suite}/{job.test}" if job.test else job.suite
 
 
+def _trim_inflation(n: int) -> float:
+    """How much wider the trimmed test's standard error is than the plain one for normal
+    boots: the winsorized spread of the expected order statistics (Blom's), over the
+    untrimmed share."""
+    g = int(verdict.TRIM * n)
+    if g == 0:
+        return 1.0
+    z = stats.norm.ppf((np.arange(1, n + 1) - 0.375) / (n + 0.25))
+    wins = np.clip(z, z[g], z[n - g - 1])
+    return float(math.sqrt(wins.var(ddof=1) / z.var(ddof=1)) / (1 - 2 * g / n))
+
+
+def detectable_change(
+    cov: float, n: int, kind: str, policy: verdict.Policy = verdict.DEFAULT
+) -> float:
+    """The smallest change (relative, or points for absolute kinds) that ``n`` boots per
+    side, unpaired, call changed with ``verdict.POWER`` at the look of ``n`` boots, for a
+    boot-to-boot spread ``cov``: never below the kind's minimum effect."""
+    h = n - 2 * int(verdict.TRIM * n)
+    df = 2 * (h - 1)
+    a = policy.look_alpha(n)
+    factor = stats.t.isf(a / 2, df) + stats.t.ppf(verdict.POWER, df)
+    se = math.sqrt(2 / n) * cov * _trim_inflation(n)
+    return max(float(factor * se), policy.effect_floor(kind))
+
+
 def noise(ds: query.Dataset, policy: verdict.Policy = verdict.DEFAULT) -> list[Noise]:
     """Per headline metric and machine, the base kernel's noise and detectable change."""
     if not ds.kernels:
@@ -78,11 +105,7 @@ def noise(ds: query.Dataset, policy: verdict.Policy = verdict.DEFAULT) -> list[N
             if n >= 2 and (absolute or mean):
                 sd = float(np.std(means, ddof=1))
                 cov = sd if absolute else sd / abs(mean)
-                df = 2 * n - 2
-                factor = stats.t.ppf(1 - policy.alpha / 2, df) + stats.t.ppf(POWER, df)
-                detectable = max(
-                    float(factor * math.sqrt(2 / n) * cov), policy.effect_floor(m.kind)
-                )
+                detectable = detectable_change(cov, n, m.kind, policy)
             out.append(
                 Noise(
                     _job_label(ds.jobs[job_id]), m.name, machine, n, mean, cov, detectable, absolute

@@ -1,6 +1,6 @@
 """The nightly A/A: a branch's baseline booted again in two interleaved sets through the
 ordinary driver, judged against itself; the figures (false-alarm rate, spread, smallest
-change found with 90% power) land on the machines of the kind and on the machines page. The
+change found with 80% power) land on the machines of the kind and on the machines page. The
 boots are dry with numbers drawn from stored real boots (tests/test_nightly_history.py)."""
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def test_a_comparison_and_its_report_show_the_machines_aa_beside_the_headline(en
         (row,) = aa.summary(s.scalars(select(Machine)).one().meta)
     said = aa.describe(row)
     assert said.startswith("A/A: false alarms 0% of 1 night, spread ")
-    assert "smallest change seen with 90% power" in said and "at 5 boots" in said
+    assert "smallest change seen with 80% power" in said and "at 5 boots" in said
 
     app = create_app({"ENGINE": eng, "SECRET_KEY": "test-secret", "TESTING": True})
     page = app.test_client().get(f"/compare/{key}").get_data(as_text=True)

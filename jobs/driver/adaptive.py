@@ -44,10 +44,12 @@ class Undecided:
     ci: tuple[float | None, float | None]
 
     def describe(self) -> str:
+        # two sub-jobs of one suite share metric names: the row says which one it is
+        where = f"{self.subjob}: {self.metric} on {self.kernel}"
         if self.change_pct is None:
-            return f"{self.metric} on {self.kernel}"
+            return where
         lo, hi = (f"{x:+.1f}" if x is not None else "?" for x in self.ci)
-        return f"{self.metric} on {self.kernel} {self.change_pct:+.1f}% [{lo}, {hi}]"
+        return f"{where} {self.change_pct:+.1f}% [{lo}, {hi}]"
 
 
 @dataclass
