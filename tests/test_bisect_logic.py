@@ -8,6 +8,7 @@ import math
 import numpy as np
 
 from stackbench.jobs.tracking.bisect import bisect
+from stackbench.resultsdb.verdict import DEFAULT
 
 
 class Simulated:
@@ -152,7 +153,10 @@ class RefusesAgain(Simulated):
 def test_a_culprit_that_cannot_be_measured_again_is_not_confirmed():
     commits = [f"c{i}" for i in range(5)]
     sim = RefusesAgain(commits, bad_from=2, dead="c2")
-    res = bisect(sim, commits[1:], "c0", higher_is_better=True, kind="throughput")
+    # from 5 boots the steps decide at their first look (3 boots spend almost no alpha), so
+    # only the confirmation asks c2 for more
+    pol = DEFAULT.starting_at(5)
+    res = bisect(sim, commits[1:], "c0", higher_is_better=True, kind="throughput", policy=pol)
     assert res.state == "inconclusive" and res.culprit is None and res.confidence is None
     assert res.candidates == ["c2"]  # the steps found it; only the confirmation is missing
     assert res.message == "the culprit or its parent cannot be measured again"
