@@ -377,7 +377,7 @@ def decide_batch(
         rank = kind in policy.rank_kinds
     if rank:
         res = _rank(base, new, floor, alpha)
-        bound = math.expm1(math.log1p(policy.equivalence_margin(kind))) * 100
+        bound = 100 * policy.equivalence_margin(kind)  # the interval is a ratio, in %
         inside = (res.ci_low_pct > -bound) & (res.ci_high_pct < bound)
     else:
         absolute = kind in policy.absolute_kinds

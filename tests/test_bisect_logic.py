@@ -109,7 +109,7 @@ def _confirm_values(sim: Recording, res, commit: str) -> list[float]:
     return mine[-1][before:]
 
 
-def test_confirmation_uses_fresh_runs_and_reports_bonferroni_confidence():
+def test_confirmation_uses_fresh_runs_and_reports_the_verdicts_confidence():
     from stackbench.resultsdb.verdict import DEFAULT, judge
 
     commits = [f"c{i}" for i in range(7)]
@@ -121,7 +121,8 @@ def test_confirmation_uses_fresh_runs_and_reports_bonferroni_confidence():
     assert len(parent) == len(culprit) >= DEFAULT.start_runs
     v = judge(parent, culprit, higher_is_better=True, kind="throughput")
     assert v.label == "worse"
-    assert res.confidence == 1 - min(1.0, v.p_value * DEFAULT.n_looks)
+    pol = DEFAULT
+    assert res.confidence == 1 - min(1.0, v.p_value * pol.alpha / pol.look_alpha(len(culprit)))
 
 
 def test_a_fluke_step_is_refuted_by_fresh_runs_and_the_range_stays_open():
