@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 import textwrap
 from collections.abc import Callable
@@ -150,7 +151,7 @@ def series_report(eng: Engine, series_id: int, cfg: MailConfig | None = None) ->
         lines.append(f"  {sha} {p.idx}/{p.total} {p.subject}  [{p.state}]")
     lines.append("")
     if len(refs) >= 2:
-        lines += ["Verdicts (stackbench: change, 95% interval, FDR-controlled):", ""]
+        lines += ["Verdicts (stackbench: change, the decision's interval, FDR-controlled):", ""]
         lines.append(_table(eng, refs, style="stackbench"))
         lines += ["", "LKP comparison (lkp ncompare):", ""]
         lines.append(_table(eng, refs, style="lkp"))
@@ -197,15 +198,17 @@ def evidence_lines(ds: Any, aa_rows: dict[tuple[str, str], dict[str, Any]]) -> l
     """The machine's noise beside each headline metric, with its nightly A/A figures
     (``aa_rows``: :func:`aa.of_machines`), and the counters that show the patched code ran
     (:mod:`stackbench.resultsdb.evidence`)."""
-    from stackbench.resultsdb import evidence
+    from stackbench.resultsdb import evidence, verdict
 
     out = ["", "Noise of each machine (the base kernel, boot to boot) and the smallest change"]
-    out += ["a comparison of that many boots can detect:", ""]
+    out += [f"the verdict calls with {100 * verdict.POWER:.0f}% power at that many boots:", ""]
     for n in evidence.noise(ds):
         unit = " points" if n.absolute else "%"
         scale = 1 if n.absolute else 100
         shown = "n/a (one boot)" if n.cov is None else f"{n.cov * scale:.1f}{unit}"
         det = "n/a" if n.detectable is None else f"{n.detectable * scale:.1f}{unit}"
+        if n.detectable == math.inf:
+            det = f"none at {n.boots} boots (the look's alpha needs more)"
         out.append(
             f"  {n.metric} ({n.job}) on {n.machine}: {n.boots} boots, noise {shown}, "
             f"smallest detectable change {det}"

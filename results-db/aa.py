@@ -3,9 +3,11 @@ sets, judged against itself by the verdict rule.
 
 Per headline metric: whether the rule called the two sets changed (a false alarm: nothing
 changed), the boot-to-boot spread (CoV of the boot means), and the smallest change the usual
-number of boots per side detects with 90% power. The power is the verdict rule's own
-(:func:`verdict.decide_batch` on resampled boots): the A/A's boot offsets, resampled, are the
-noise, so its shape and tails are the machine's and not a normal curve's.
+number of boots per side detects with ``verdict.POWER`` (the one power figure
+:func:`stackbench.resultsdb.evidence.detectable_change` quotes too). The power is the verdict
+rule's own (:func:`verdict.decide_batch` on resampled boots, at the alpha of the look of that
+many boots): the A/A's boot offsets, resampled, are the noise, so its shape and tails are the
+machine's and not a normal curve's.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ from sqlalchemy.orm import Session
 from stackbench.resultsdb import verdict
 from stackbench.resultsdb.models import Machine
 
-POWER = 0.9
 # the changes tried, in %; a machine that cannot see 50% is reported as such (None)
 GRID = (1, 2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 30, 40, 50)
 TRIALS = 2000
@@ -34,7 +35,7 @@ class Figures:
     false_alarm: bool  # the rule called the two sets of one kernel changed
     change_pct: float | None  # what it estimated between them
     spread_pct: float  # boot-to-boot CoV
-    smallest_pct: float | None  # smallest change found with 90% power at ``usual`` boots
+    smallest_pct: float | None  # smallest change found with verdict.POWER at ``usual`` boots
     usual: int
 
     def as_dict(self) -> dict[str, object]:
@@ -55,21 +56,21 @@ def smallest_change(
     seed: int = 0,
 ) -> float | None:
     """The smallest change of GRID (in %) that ``usual`` boots per side call changed in the
-    right direction in at least 90% of resampled comparisons; None when none does."""
+    right direction in at least ``verdict.POWER`` of resampled comparisons; None when none
+    does."""
     v = np.asarray(boots, dtype=float)
     v = v[np.isfinite(v)]
     if v.size < 4 or v.mean() == 0:
         return None
     offsets = v / v.mean()
-    pol = policy.starting_at(usual)
     rng = np.random.default_rng(seed)
     worse = -1.0 if higher_is_better is not False else 1.0
     for pct in GRID:
         base = rng.choice(offsets, (TRIALS, usual))
         new = rng.choice(offsets, (TRIALS, usual)) * (1 + worse * pct / 100)
-        res = verdict.decide_batch(base, new, kind=kind, policy=pol)
+        res = verdict.decide_batch(base, new, kind=kind, policy=policy)
         hit = (res.outcome == verdict.CHANGED) & (res.sign == np.sign(worse))
-        if hit.mean() >= POWER:
+        if hit.mean() >= verdict.POWER:
             return float(pct)
     return None
 
@@ -101,7 +102,7 @@ def figures(
 def summary(meta: dict[str, Any] | None) -> list[dict[str, Any]]:
     """Per metric, what a machine's A/A nights say: the share of nights the rule called one
     kernel changed (the measured false-alarm rate), and the last night's spread and smallest
-    change found with 90% power."""
+    change found with ``verdict.POWER``."""
     nights = (meta or {}).get("aa") or []
     per: dict[str, dict[str, Any]] = {}
     for n in nights:
@@ -139,5 +140,6 @@ def describe(row: dict[str, Any]) -> str:
     return (
         f"A/A: false alarms {100 * row['false_rate']:.0f}% of {row['nights']} "
         f"night{'s' if row['nights'] != 1 else ''}, "
-        f"spread {row['spread_pct']:.2f}%, smallest change seen with 90% power {smallest}"
+        f"spread {row['spread_pct']:.2f}%, smallest change seen with "
+        f"{100 * verdict.POWER:.0f}% power {smallest}"
     )

@@ -7,36 +7,37 @@ the tests run on those means; a first run measurably unlike its boot's later run
 (:func:`warmup_detected`) is dropped from every boot of both sides. Looks, ``n_base``/``n_new``
 and ``runs_wanted`` count boots per side.
 
-The rule is a small group-sequential design:
+The verdict of a kernel against its base is a function of those two kernels' boots alone
+(their rounds and boxes included: :mod:`stackbench.resultsdb.blocks` pairs them), so every
+view of a pair shows the same verdict. The rule is a group-sequential design:
 
-* Start with ``Policy.start_runs`` runs per side; the planned looks are ``Policy.looks``
-  (default 5, 10 and 20 runs per side; :meth:`Policy.starting_at` moves the first look).
-  Each look may spend ``alpha / len(looks)`` of the false-positive budget (Bonferroni over
-  the planned looks), so a metric judged at every look of the schedule is still wrongly
-  called "changed" at most ``alpha`` (0.5%) of the time. Data judged once (an import with
-  any number of runs) is held to the same per-look level, which is conservative.
-* **changed**: the difference is significant at that stringent level (and survives the
-  Benjamini-Hochberg false-discovery control within its family: one later kernel against the
-  base, one job, headline metrics apart from the others, see :func:`judge_many` and
-  :func:`family`) AND the estimated effect is at least the minimum effect that matters for
-  the metric's kind (a 0.3% throughput change is real on a quiet machine and still irrelevant).
-* **unchanged**: two one-sided tests (TOST) show the effect lies inside +-minimum effect, at
-  ``equivalence_alpha / len(looks)`` per look.
-* **undecided** otherwise: ``runs_wanted`` names the next look (runs per side); at the cap the
-  rule stays undecided rather than guess, with ``runs_wanted == 0``.
+* The looks are ``Policy.schedule()`` (default 3, 5 and 10 boots per side, the plan's first
+  rounds and the adaptive looks). The false-positive budget ``alpha`` (1% per metric over all
+  looks) is spent O'Brien-Fleming-type (Lan-DeMets): :meth:`Policy.look_alpha` is the share
+  of one look, almost nothing at 3 boots, nearly all of it at the cap, where the power is.
+* The interval shown is the decision's: at confidence ``1 - look_alpha`` (``Verdict.level``).
+  **changed** when it excludes 0, the estimate is at least the kind's minimum effect, and the
+  change survives Benjamini-Hochberg within its family (the pair's own metrics of one job,
+  headline metrics apart: :func:`family`); **unchanged** ("~") when it lies inside +-minimum
+  effect (the equivalence margin IS the minimum effect); **undecided** otherwise:
+  ``runs_wanted`` names the next look, 0 at the cap.
 
-Tests, chosen by the metric's kind: Welch's t on the boot means for throughputs,
-percentages and counts (change: difference of means relative to the base); for latencies the
-exact Mann-Whitney test with the Hodges-Lehmann ratio and its distribution-free interval,
-deciding from the 10-boot look on (an exact rank test of 5 or 6 per side cannot reach the
-per-look level: best p = 2/252 and 2/924), and Welch with ties or non-positive values.
-``bench/verdict_sim.py`` measures false positives and power against LKP's and mmtests' rules.
+Tests, chosen by the metric's kind and the design: Yuen's trimmed Welch test
+(``scipy.stats.ttest_ind(trim=TRIM, equal_var=False)``, each kernel's variance its own) on the
+boot means for throughputs, percentages and counts, or, when the pair's rounds ran on several
+boxes (:func:`stackbench.resultsdb.blocks.pair`), the trimmed paired test on its per-round
+differences (the box offset cancels); trimming 10% per end leaves 3 and 5 boots whole and
+drops one boot per end of ten, so one bad boot neither decides nor hides a change. For
+latencies the exact Mann-Whitney test with the Hodges-Lehmann ratio and its distribution-free
+interval at the same level (it cannot decide before 10 boots: the best exact p of 5 per side
+is 2/252). ``bench/verdict_sim.py`` measures false positives, power and the agreement of views.
 """
 
 from __future__ import annotations
 
 import math
 import re
+import warnings
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -70,52 +71,35 @@ def _default_min_effect() -> dict[str, float]:
     }
 
 
-def _default_margin() -> dict[str, float]:
-    # The equivalence margin is the largest change that "~" may hide. TOST can only show
-    # |d| + t * SE < margin, and at the first look (5 boots per side) t * SE is about
-    # 1.6 * CoV * 2 for a boot-level CoV: with the 2% of a quiet QEMU guest, 3.1%. A margin
-    # equal to the 2% minimum effect could therefore never say "~" before the cap (A/A cost
-    # 18.9 runs per side, a third still undecided); 4% decides most A/A comparisons at the
-    # first or second look and stays below the 5% a patch stack's author is asked about.
-    # Latencies and durations are skewed and swing with the host (CoV 5-10% per boot):
-    # 10%. Counters (vmstat) are event counts that follow the workload's length and the
-    # page cache state, 10-30% boot to boot, and are read as context, never as a verdict
-    # of their own: 20%. Percentages (huge-page success) are absolute points: 2 points.
-    return {
-        "throughput": 0.04,
-        "latency": 0.10,
-        "duration": 0.10,
-        "count": 0.20,
-        "percent": 2.0,
-        "variability": 2.0,
-        "": 0.04,
-    }
+# Boots trimmed per end by the two-sample and paired tests: int(TRIM * n), so 3 and 5 boots
+# stay whole and one of ten is set aside at each end (Yuen's trimmed means).
+TRIM = 0.1
+# The one power figure the smallest detectable change is quoted at (evidence.py, aa.py).
+POWER = 0.8
 
 
 @dataclass(frozen=True)
 class Policy:
     """What stackbench calls a change. Effects are relative (0.02 = 2%) except for the
-    ``absolute_kinds`` (percentages of something, where 1.0 = one percentage point)."""
+    ``absolute_kinds`` (percentages of something, where 1.0 = one percentage point). The
+    minimum effect is also the equivalence margin: "~" never hides a change that "changed"
+    would report."""
 
-    alpha: float = 0.005  # per-metric false "changed" rate over all planned looks
-    fdr_q: float = 0.05  # Benjamini-Hochberg level across the metrics of one comparison
-    equivalence_alpha: float = 0.05  # per-metric false "unchanged" rate at the effect bound
+    alpha: float = 0.006  # per-metric false "changed" rate over all looks together
+    fdr_q: float = 0.05  # Benjamini-Hochberg level across the metrics of one family
     min_effect: dict[str, float] = field(default_factory=_default_min_effect)
-    margin: dict[str, float] = field(default_factory=_default_margin)
     absolute_kinds: tuple[str, ...] = ("percent", "variability")
     rank_kinds: tuple[str, ...] = ("latency",)
-    start_runs: int = 5
-    max_runs: int = 20
-    looks: tuple[int, ...] = (5, 10, 20)
-    confidence: float = 0.95  # the interval shown to people
+    start_runs: int = 3
+    max_runs: int = 10
+    looks: tuple[int, ...] = (3, 5, 10)
 
     def effect_floor(self, kind: str) -> float:
         return self.min_effect.get(kind, self.min_effect.get("", 0.02))
 
     def equivalence_margin(self, kind: str) -> float:
-        """The "~" bound of the kind: never below the minimum effect that "changed" needs."""
-        m = self.margin.get(kind, self.margin.get("", 0.04))
-        return max(m, self.effect_floor(kind))
+        """The "~" bound of the kind: the minimum effect itself."""
+        return self.effect_floor(kind)
 
     def schedule(self) -> tuple[int, ...]:
         """Every look the sequential rule takes from ``start_runs`` to the cap, as
@@ -128,13 +112,29 @@ class Policy:
 
     @property
     def n_looks(self) -> int:
-        """The looks the error budget is split over: those the rule really takes, never
-        fewer than the planned ones (a caller may judge at any of them)."""
-        return max(1, len(self.schedule()), len(self.looks))
+        return len(self.schedule())
+
+    def spending(self) -> tuple[float, ...]:
+        """Per look of :meth:`schedule`, the alpha it may spend: the increments of the
+        Lan-DeMets O'Brien-Fleming-type function ``2 - 2 Phi(z(1 - alpha/2) / sqrt(t))`` at
+        the information fractions ``t = look / cap``. They add up to ``alpha``, so a metric
+        judged at every look is wrongly called changed at most ``alpha`` of the time."""
+        looks = self.schedule()
+        z = stats.norm.isf(self.alpha / 2)
+        spent = [2 * stats.norm.sf(z / math.sqrt(n / looks[-1])) for n in looks]
+        return tuple(float(s - prev) for s, prev in zip(spent, [0.0, *spent[:-1]], strict=True))
+
+    def look_alpha(self, n: int) -> float:
+        """The alpha of a judgement at ``n`` boots per side: that of the last look of the
+        schedule at or below ``n`` (the first look's below it), so data judged between
+        looks never spends more than the look it has reached."""
+        looks = self.schedule()
+        i = max([k for k, size in enumerate(looks) if size <= n], default=0)
+        return self.spending()[i]
 
     def starting_at(self, runs: int) -> Policy:
         """The same rule for a pipeline that starts with ``runs`` per side: the first look
-        moves there, so the error budget is split over the looks that really happen."""
+        moves there, so the error budget is spent over the looks that really happen."""
         later = tuple(sorted({x for x in self.looks if runs < x < self.max_runs}))
         return replace(self, start_runs=runs, looks=(runs, *later, self.max_runs))
 
@@ -177,11 +177,13 @@ def is_headline(name: str, kind: str, higher_is_better: bool | None) -> bool:
 
 @dataclass
 class Verdict:
-    """One metric of one comparison. ``change_pct`` and its 95% interval are relative to the
-    base (None when the base mean is 0 or a side has under 2 runs); ``p_value`` is the test's
-    raw two-sided p; ``q_value`` is p times the planned looks, Benjamini-Hochberg-adjusted
-    within the metric's family by :func:`judge_many`; ``runs_wanted`` is the runs per
-    side the rule wants before judging again (0: decided, or nothing more to gain)."""
+    """One metric of one comparison. ``change_pct`` and its interval are relative to the
+    base (None when the base mean is 0 or a side has under 2 runs); the interval is the
+    decision's, at confidence ``level`` (1 - the look's alpha); ``p_value`` is the test's
+    raw two-sided p; ``q_value`` is p on the scale of the total alpha (p * alpha /
+    look alpha), Benjamini-Hochberg-adjusted within the metric's family by
+    :func:`judge_many`; ``runs_wanted`` is the runs per side the rule wants before judging
+    again (0: decided, or nothing more to gain)."""
 
     metric: str
     outcome: Outcome
@@ -198,6 +200,14 @@ class Verdict:
     runs_base: int = 0
     runs_new: int = 0
     warmup_dropped: bool = False
+    level: float | None = None
+
+    @property
+    def level_text(self) -> str:
+        """The interval's confidence as tables print it ("99.03%"), "" without one."""
+        if self.level is None:
+            return ""
+        return f"{100 * self.level:.{max(2, -math.floor(math.log10(1 - self.level)) - 1)}f}%"
 
     @property
     def label(self) -> str:
@@ -221,9 +231,9 @@ class Batch:
     ci_low_pct: np.ndarray
     ci_high_pct: np.ndarray
     p_value: np.ndarray  # raw two-sided p of "no change"
-    p_equiv: np.ndarray  # raw TOST p of "change at least the minimum effect"
     big: np.ndarray  # estimated effect reaches the minimum effect
     test: str
+    level: float  # the interval's confidence: 1 - the look's alpha
 
 
 # ---------------------------------------------------------------------------------------------
@@ -273,81 +283,77 @@ def _mw_order_index(n: int, m: int, tail: float) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
-# the two test paths, vectorised over T comparisons
+# the test paths, vectorised over T comparisons
 
 
-def _welch(
-    base: np.ndarray, new: np.ndarray, floor: float, margin: float, absolute: bool, policy: Policy
-) -> Batch:
-    nb, nn = base.shape[1], new.shape[1]
-    mb, mn = base.mean(axis=1), new.mean(axis=1)
-    vb, vn = base.var(axis=1, ddof=1), new.var(axis=1, ddof=1)
-    d = mn - mb
-    se2 = vb / nb + vn / nn
-    se = np.sqrt(se2)
-    denom = (vb / nb) ** 2 / (nb - 1) + (vn / nn) ** 2 / (nn - 1)
+def _batch(
+    d: np.ndarray, lo: np.ndarray, hi: np.ndarray, p: np.ndarray, scale: np.ndarray,
+    floor: float, absolute: bool, level: float, test: str,
+) -> Batch:  # fmt: skip
+    """A difference ``d`` with its interval [lo, hi] at ``level`` (absolute units) and p."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        df = np.where(denom > 0, se2**2 / np.where(denom > 0, denom, 1.0), nb + nn - 2)
-        scale = np.abs(mb)
-        delta = np.full_like(d, margin) if absolute else margin * scale
-        least = np.full_like(d, floor) if absolute else floor * scale
-        exact = se <= 1e-12 * np.maximum(np.abs(mb) + np.abs(mn), 1e-300)
-        safe_se = np.where(exact, 1.0, se)
-        t = d / safe_se
-        p = np.where(exact, np.where(d == 0, 1.0, 0.0), 2 * stats.t.sf(np.abs(t), df))
-        p_lo = stats.t.sf((d + delta) / safe_se, df)  # H0: d <= -delta
-        p_hi = stats.t.cdf((d - delta) / safe_se, df)  # H0: d >= +delta
-        p_eq = np.where(exact, np.where(np.abs(d) < delta, 0.0, 1.0), np.maximum(p_lo, p_hi))
-        p_eq = np.where((d == 0) & exact, 0.0, p_eq)
-        half = stats.t.ppf(0.5 + policy.confidence / 2, df) * np.where(exact, 0.0, se)
         pct = np.where(scale > 0, 100.0 / np.where(scale > 0, scale, 1.0), np.nan)
-    big = np.abs(d) >= least
+        least = np.full_like(d, floor) if absolute else floor * scale
     return Batch(
-        outcome=np.full(d.shape, UNDECIDED),
-        sign=np.sign(d),
-        change_pct=d * pct,
-        ci_low_pct=(d - half) * pct,
-        ci_high_pct=(d + half) * pct,
-        p_value=p,
-        p_equiv=p_eq,
-        big=big & (d != 0),
-        test="welch",
-    )
+        outcome=np.full(d.shape, UNDECIDED), sign=np.sign(d), change_pct=d * pct,
+        ci_low_pct=lo * pct, ci_high_pct=hi * pct, p_value=p,
+        big=(np.abs(d) >= least) & (d != 0), test=test, level=level,
+    )  # fmt: skip
 
 
-def _rank(base: np.ndarray, new: np.ndarray, floor: float, margin: float, policy: Policy) -> Batch:
+def _exact(d: np.ndarray, half: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    # no spread at all (identical runs): the difference is what it is
+    none = ~np.isfinite(half) | ~np.isfinite(p)
+    return np.where(none, 0.0, half), np.where(none, np.where(d == 0, 1.0, 0.0), p)
+
+
+def _yuen(base: np.ndarray, new: np.ndarray, alpha: float) -> tuple[np.ndarray, ...]:
+    """Yuen's trimmed Welch test, each side's (winsorized) variance its own."""
+    d = stats.trim_mean(new, TRIM, axis=1) - stats.trim_mean(base, TRIM, axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
+        # identical boots (a constant metric) have no spread: _exact decides them
+        warnings.simplefilter("ignore", RuntimeWarning)
+        res = stats.ttest_ind(new, base, axis=1, equal_var=False, trim=TRIM)
+        ci = res.confidence_interval(1 - alpha)
+    half, p = _exact(d, np.asarray((ci.high - ci.low) / 2), np.asarray(res.pvalue))
+    return d, half, p
+
+
+def _paired(base: np.ndarray, new: np.ndarray, alpha: float) -> tuple[np.ndarray, ...]:
+    """The trimmed paired test on per-round differences (Tukey-McLaughlin: trimmed mean,
+    winsorized variance, n - 2g - 1 degrees of freedom): scipy has no trimmed one-sample t."""
+    diff = np.sort(new - base, axis=1)
+    n = diff.shape[1]
+    g = int(TRIM * n)
+    d = stats.trim_mean(diff, TRIM, axis=1)
+    wins = np.clip(diff, diff[:, g : g + 1], diff[:, n - g - 1 : n - g])
+    df = n - 2 * g - 1
+    se = np.sqrt(wins.var(axis=1, ddof=1) / n) / (1 - 2 * g / n)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        se = np.where(se > 1e-12 * np.maximum(np.abs(base).mean(axis=1), 1e-300), se, np.nan)
+        p = 2 * stats.t.sf(np.abs(d / se), df)
+    half, p = _exact(d, stats.t.isf(alpha / 2, df) * se, p)
+    return d, half, p
+
+
+def _rank(base: np.ndarray, new: np.ndarray, floor: float, alpha: float) -> Batch:
     nb, nn = base.shape[1], new.shape[1]
     diffs = np.log(new)[:, :, None] - np.log(base)[:, None, :]
     diffs = np.sort(diffs.reshape(diffs.shape[0], -1), axis=1)
     nm = nb * nn
     hl = np.median(diffs, axis=1)
-    bound = math.log1p(margin)
-
-    def u_above(shift: float) -> np.ndarray:  # U of (new - shift) against base
-        return (diffs > shift).sum(axis=1) + 0.5 * (diffs == shift).sum(axis=1)
-
-    u0 = u_above(0.0)
+    u0 = (diffs > 0).sum(axis=1) + 0.5 * (diffs == 0).sum(axis=1)
     p = np.minimum(1.0, 2 * np.minimum(_mw_lower_tail(u0, nn, nb), _mw_lower_tail(nm - u0, nn, nb)))
-    p_hi = _mw_lower_tail(u_above(bound), nn, nb)  # H0: shift >= +bound
-    p_lo = _mw_lower_tail(nm - u_above(-bound), nn, nb)  # H0: shift <= -bound
-    k = _mw_order_index(nn, nb, (1 - policy.confidence) / 2)
+    k = _mw_order_index(nn, nb, alpha / 2)
     if k >= 1:
-        lo = np.expm1(diffs[:, k - 1]) * 100
-        hi = np.expm1(diffs[:, nm - k]) * 100
+        lo, hi = np.expm1(diffs[:, k - 1]) * 100, np.expm1(diffs[:, nm - k]) * 100
     else:
-        lo = np.full(hl.shape, -100.0)
-        hi = np.full(hl.shape, np.inf)
+        lo, hi = np.full(hl.shape, -100.0), np.full(hl.shape, np.inf)
     return Batch(
-        outcome=np.full(hl.shape, UNDECIDED),
-        sign=np.sign(hl),
-        change_pct=np.expm1(hl) * 100,
-        ci_low_pct=lo,
-        ci_high_pct=hi,
-        p_value=p,
-        p_equiv=np.maximum(p_lo, p_hi),
-        big=np.abs(hl) >= math.log1p(floor),
-        test="mann-whitney",
-    )
+        outcome=np.full(hl.shape, UNDECIDED), sign=np.sign(hl), change_pct=np.expm1(hl) * 100,
+        ci_low_pct=lo, ci_high_pct=hi, p_value=p, big=np.abs(hl) >= math.log1p(floor),
+        test="mann-whitney", level=1 - alpha,
+    )  # fmt: skip
 
 
 def decide_batch(
@@ -357,24 +363,34 @@ def decide_batch(
     kind: str = "",
     policy: Policy = DEFAULT,
     rank: bool | None = None,
+    paired: bool = False,
 ) -> Batch:
     """The rule for T comparisons at once: ``base`` is (T, n_base), ``new`` is (T, n_new),
-    one value per run, at least 2 per side. ``rank`` forces or forbids the rank path (None:
-    by kind, as :func:`judge` does for tie-free positive data)."""
+    one value per boot, at least 2 per side; ``paired``: column i of both is round i on one
+    box (equal sizes). ``rank`` forces or forbids the rank path (None: by kind, as
+    :func:`judge` does for tie-free positive data)."""
     base = np.asarray(base, dtype=float)
     new = np.asarray(new, dtype=float)
     floor = policy.effect_floor(kind)
-    margin = policy.equivalence_margin(kind)
+    alpha = policy.look_alpha(min(base.shape[1], new.shape[1]))
     if rank is None:
         rank = kind in policy.rank_kinds
     if rank:
-        res = _rank(base, new, floor, margin, policy)
+        res = _rank(base, new, floor, alpha)
+        bound = 100 * policy.equivalence_margin(kind)  # the interval is a ratio, in %
+        inside = (res.ci_low_pct > -bound) & (res.ci_high_pct < bound)
     else:
-        res = _welch(base, new, floor, margin, kind in policy.absolute_kinds, policy)
-    looks = policy.n_looks
-    sig = res.p_value * looks <= min(policy.alpha, policy.fdr_q)
-    equiv = res.p_equiv * looks <= policy.equivalence_alpha
-    res.outcome = np.where(sig & res.big, CHANGED, np.where(equiv, UNCHANGED, UNDECIDED))
+        absolute = kind in policy.absolute_kinds
+        d, half, p = (_paired if paired else _yuen)(base, new, alpha)
+        scale = np.abs(stats.trim_mean(base, TRIM, axis=1))
+        test = "paired by round" if paired else "yuen-welch"
+        res = _batch(d, d - half, d + half, p, scale, floor, absolute, 1 - alpha, test)
+        margin = policy.equivalence_margin(kind) * (1.0 if absolute else scale)
+        # identical sides (all zeros included, where no relative margin exists) are equal
+        inside = ((d - half > -margin) & (d + half < margin)) | ((d == 0) & (half == 0))
+    excludes = (res.ci_low_pct > 0) | (res.ci_high_pct < 0)
+    sig = (res.p_value <= alpha) & excludes
+    res.outcome = np.where(sig & res.big, CHANGED, np.where(inside, UNCHANGED, UNDECIDED))
     return res
 
 
@@ -416,20 +432,15 @@ def judge(
     kind: str = "",
     policy: Policy = DEFAULT,
     metric: str = "",
+    paired: bool = False,
 ) -> Verdict:
-    """The verdict on one metric. Each side is one value per run (every run its own boot)
-    or {boot: per-run values}; the test's unit is the boot mean, so noise shared by the runs
-    of a boot is in the variance and cannot look like an effect. ``n_base``/``n_new`` and
-    ``runs_wanted`` count boots; ``runs_base``/``runs_new`` count runs."""
-    b, n, runs_b, runs_n, drop = units(base, new)
-    if min(b.size, n.size) < 2:
-        return _too_few(metric, b, n, runs_b, runs_n, drop, policy)
-    rank = _use_rank(b, n, kind, policy)
-    res = decide_batch(b[None, :], n[None, :], kind=kind, policy=policy, rank=rank)
-    p = float(res.p_value[0])
-    v = _verdict(metric, res, 0, higher_is_better, min(1.0, p * policy.n_looks), b, n, policy)
-    v.runs_base, v.runs_new, v.warmup_dropped = runs_b, runs_n, drop
-    return v
+    """The verdict on one metric (:func:`judge_many` of a family of one). Each side is one
+    value per run (every run its own boot) or {boot: per-run values}; the test's unit is the
+    boot mean, so noise shared by the runs of a boot is in the variance and cannot look like
+    an effect. ``n_base``/``n_new`` and ``runs_wanted`` count boots; ``runs_base``/
+    ``runs_new`` count runs."""
+    pair = (base, new, higher_is_better, kind, paired)
+    return replace(judge_many({metric: pair}, policy)[metric], metric=metric)
 
 
 def _too_few(
@@ -457,22 +468,13 @@ def coarse_clock(metric: str, n_base: int, n_new: int) -> Verdict:
 
 
 def _verdict(
-    metric: str,
-    res: Batch,
-    i: int,
-    higher_is_better: bool | None,
-    q: float,
-    b: np.ndarray,
-    n: np.ndarray,
-    policy: Policy,
-    outcome: int | None = None,
-) -> Verdict:
-    code = int(res.outcome[i]) if outcome is None else outcome
-    out = _OUTCOMES[code]
-    wanted = policy.next_look(min(b.size, n.size)) if code == UNDECIDED else 0
+    metric: str, res: Batch, i: int, higher_is_better: bool | None, q: float, b: np.ndarray,
+    n: np.ndarray, policy: Policy,
+) -> Verdict:  # fmt: skip
+    code = int(res.outcome[i])
     return Verdict(
         metric=metric,
-        outcome=out,
+        outcome=_OUTCOMES[code],
         direction=_direction(float(res.sign[i]), higher_is_better) if code == CHANGED else "none",
         change_pct=_num(res.change_pct[i]),
         ci_low_pct=_num(res.ci_low_pct[i]),
@@ -482,14 +484,15 @@ def _verdict(
         test=res.test,
         n_base=int(b.size),
         n_new=int(n.size),
-        runs_wanted=wanted,
+        runs_wanted=policy.next_look(min(b.size, n.size)) if code == UNDECIDED else 0,
+        level=res.level,
     )
 
 
 def bh_adjust(p: Sequence[float]) -> np.ndarray:
     """Benjamini-Hochberg adjusted p-values (q-values), in the input order.
 
-    The p-values come already multiplied by the planned looks, so they can exceed 1; clipping
+    The p-values come already scaled to the total alpha, so they can exceed 1; clipping
     them to 1 first leaves every q-value as it was (a q-value is capped at 1 anyway). A NaN
     p-value counts as 1 (no evidence) instead of turning every q-value of the table into NaN.
     """
@@ -501,42 +504,41 @@ def bh_adjust(p: Sequence[float]) -> np.ndarray:
 
 
 def judge_many(
-    pairs: Mapping[str, tuple[Side, Side, bool | None, str]],
+    pairs: Mapping[str, tuple],
     policy: Policy = DEFAULT,
     families: Mapping[str, Hashable] | None = None,
 ) -> dict[str, Verdict]:
     """Verdicts for all metrics of one comparison: ``pairs[name] = (base, new,
-    higher_is_better, kind)``. A change must survive Benjamini-Hochberg at ``policy.fdr_q``
-    within its false-discovery family (on p-values already multiplied by the number of
-    planned looks) as well as ``policy.alpha`` on its own; a metric that loses its
-    significance to the correction is undecided and asks for more runs. ``families[name]``
-    is each metric's family (:func:`family`; default: all of ``pairs`` is one).
+    higher_is_better, kind[, paired])``; paired sides are flat, one boot mean per round in
+    round order (:func:`stackbench.resultsdb.blocks.pair`). A change must survive
+    Benjamini-Hochberg at ``policy.fdr_q`` within its false-discovery family (on p-values
+    on the scale of the total alpha) as well as its look's alpha on its own; a metric that
+    loses its significance to the correction is undecided and asks for more boots.
+    ``families[name]`` is each metric's family (:func:`family`; default: all of ``pairs``).
 
-    Each metric's verdict is the one :func:`judge` gives it; metrics of the same kind, test
-    and boots per side are judged as one batch, since a comparison page holds thousands of
-    metrics and the tests' per-call overhead, not their arithmetic, was its cost."""
+    Metrics of the same kind, test and boots per side are judged as one batch, since a
+    comparison page holds thousands of metrics and the tests' per-call overhead, not their
+    arithmetic, was its cost."""
     out: dict[str, Verdict | None] = dict.fromkeys(pairs)
-    batches: dict[tuple[str, bool, int, int], list[tuple]] = {}
-    for name, (base, new, hib, kind) in pairs.items():
+    batches: dict[tuple[str, bool, bool, int, int], list[tuple]] = {}
+    for name, (base, new, hib, kind, *how) in pairs.items():
         b, n, runs_b, runs_n, drop = units(base, new)
         if min(b.size, n.size) < 2:
             out[name] = _too_few(name, b, n, runs_b, runs_n, drop, policy)
             continue
-        key = (kind, _use_rank(b, n, kind, policy), b.size, n.size)
+        paired = bool(how and how[0]) and b.size == n.size
+        key = (kind, _use_rank(b, n, kind, policy), paired, b.size, n.size)
         batches.setdefault(key, []).append((name, b, n, hib, runs_b, runs_n, drop))
-    looks = policy.n_looks
-    for (kind, rank, _nb, _nn), items in batches.items():
+    for (kind, rank, paired, nb, nn), items in batches.items():
         res = decide_batch(
-            np.stack([it[1] for it in items]),
-            np.stack([it[2] for it in items]),
-            kind=kind,
-            policy=policy,
-            rank=rank,
-        )
-        # min() of Python floats, as judge() does: a NaN p stays 1.0 there, not NaN
-        qs = [min(1.0, p * looks) for p in res.p_value.tolist()]
+            np.stack([it[1] for it in items]), np.stack([it[2] for it in items]),
+            kind=kind, policy=policy, rank=rank, paired=paired,
+        )  # fmt: skip
+        # on the scale of the total alpha: p <= look alpha reads q <= alpha
+        scale = policy.alpha / policy.look_alpha(min(nb, nn))
         for i, (name, b, n, hib, runs_b, runs_n, drop) in enumerate(items):
-            v = _verdict(name, res, i, hib, qs[i], b, n, policy)
+            q = min(1.0, float(res.p_value[i]) * scale)
+            v = _verdict(name, res, i, hib, 1.0 if math.isnan(q) else q, b, n, policy)
             v.runs_base, v.runs_new, v.warmup_dropped = runs_b, runs_n, drop
             out[name] = v
     done: dict[str, Verdict] = {k: v for k, v in out.items() if v is not None}

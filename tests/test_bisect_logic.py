@@ -8,6 +8,7 @@ import math
 import numpy as np
 
 from stackbench.jobs.tracking.bisect import bisect
+from stackbench.resultsdb.verdict import DEFAULT
 
 
 class Simulated:
@@ -108,7 +109,7 @@ def _confirm_values(sim: Recording, res, commit: str) -> list[float]:
     return mine[-1][before:]
 
 
-def test_confirmation_uses_fresh_runs_and_reports_bonferroni_confidence():
+def test_confirmation_uses_fresh_runs_and_reports_the_verdicts_confidence():
     from stackbench.resultsdb.verdict import DEFAULT, judge
 
     commits = [f"c{i}" for i in range(7)]
@@ -120,7 +121,8 @@ def test_confirmation_uses_fresh_runs_and_reports_bonferroni_confidence():
     assert len(parent) == len(culprit) >= DEFAULT.start_runs
     v = judge(parent, culprit, higher_is_better=True, kind="throughput")
     assert v.label == "worse"
-    assert res.confidence == 1 - min(1.0, v.p_value * DEFAULT.n_looks)
+    pol = DEFAULT
+    assert res.confidence == 1 - min(1.0, v.p_value * pol.alpha / pol.look_alpha(len(culprit)))
 
 
 def test_a_fluke_step_is_refuted_by_fresh_runs_and_the_range_stays_open():
@@ -152,7 +154,10 @@ class RefusesAgain(Simulated):
 def test_a_culprit_that_cannot_be_measured_again_is_not_confirmed():
     commits = [f"c{i}" for i in range(5)]
     sim = RefusesAgain(commits, bad_from=2, dead="c2")
-    res = bisect(sim, commits[1:], "c0", higher_is_better=True, kind="throughput")
+    # from 5 boots the steps decide at their first look (3 boots spend almost no alpha), so
+    # only the confirmation asks c2 for more
+    pol = DEFAULT.starting_at(5)
+    res = bisect(sim, commits[1:], "c0", higher_is_better=True, kind="throughput", policy=pol)
     assert res.state == "inconclusive" and res.culprit is None and res.confidence is None
     assert res.candidates == ["c2"]  # the steps found it; only the confirmation is missing
     assert res.message == "the culprit or its parent cannot be measured again"

@@ -1,6 +1,6 @@
 """The nightly A/A: a branch's baseline booted again in two interleaved sets through the
 ordinary driver, judged against itself; the figures (false-alarm rate, spread, smallest
-change found with 90% power) land on the machines of the kind and on the machines page. The
+change found with 80% power) land on the machines of the kind and on the machines page. The
 boots are dry with numbers drawn from stored real boots (tests/test_nightly_history.py)."""
 
 from __future__ import annotations
@@ -24,18 +24,18 @@ def test_the_figures_of_one_kernel_against_itself():
     rng = np.random.default_rng(1)
     quiet = list(1000 * (1 + 0.005 * rng.standard_normal(20)))
     noisy = list(1000 * (1 + 0.08 * rng.standard_normal(20)))
-    q = aa.figures("m", quiet, True, "throughput", 5)
-    n = aa.figures("m", noisy, True, "throughput", 5)
+    q = aa.figures("m", quiet, True, "throughput", 10)
+    n = aa.figures("m", noisy, True, "throughput", 10)
     assert q.boots == n.boots == 10
     assert not q.false_alarm
     assert 0.2 < q.spread_pct < 1.0 and 4 < n.spread_pct < 12
-    # a quiet machine sees a few % with 5 boots a side, a noisy one only far more
+    # a quiet machine sees a few % with 10 boots a side, a noisy one only far more
     assert q.smallest_pct is not None and q.smallest_pct <= 4
     assert n.smallest_pct is None or n.smallest_pct >= 15
     # the sets interleave: a slow second half of the night falls on both
     assert aa.split([1, 2, 3, 4, 5]) == ([1, 3, 5], [2, 4])
     drift = [1000.0 + 10 * i for i in range(20)]
-    assert not aa.figures("m", drift, True, "throughput", 5).false_alarm
+    assert not aa.figures("m", drift, True, "throughput", 10).false_alarm
 
 
 def runs_of_baseline(eng) -> int:
@@ -65,7 +65,7 @@ def test_a_nightly_aa_puts_its_figures_on_the_machines_page(eng):
     page = app.test_client().get("/machines").get_data(as_text=True)
     assert 'id="aa-table"' in page and METRIC in page
     row = page[page.index(METRIC, page.index('id="aa-table"')) :].split("</tr>")[0]
-    assert "<td>2</td>" in row and "0% (0)" in row and "at 5 boots" in row
+    assert "<td>2</td>" in row and "0% (0)" in row and "at 10 boots" in row
 
 
 def test_a_comparison_and_its_report_show_the_machines_aa_beside_the_headline(eng):
@@ -85,7 +85,7 @@ def test_a_comparison_and_its_report_show_the_machines_aa_beside_the_headline(en
         (row,) = aa.summary(s.scalars(select(Machine)).one().meta)
     said = aa.describe(row)
     assert said.startswith("A/A: false alarms 0% of 1 night, spread ")
-    assert "smallest change seen with 90% power" in said and "at 5 boots" in said
+    assert "smallest change seen with 80% power" in said and "at 10 boots" in said
 
     app = create_app({"ENGINE": eng, "SECRET_KEY": "test-secret", "TESTING": True})
     page = app.test_client().get(f"/compare/{key}").get_data(as_text=True)

@@ -47,7 +47,7 @@ def test_clear_changes_have_the_right_direction(higher_is_better, kind, factor, 
     assert v.metric == "m" and v.n_base == v.n_new == 10
     assert v.change_pct == pytest.approx(100 * (factor - 1), abs=2.5)
     assert v.ci_low_pct < v.change_pct < v.ci_high_pct
-    assert v.test == ("mann-whitney" if kind == "latency" else "welch")
+    assert v.test == ("mann-whitney" if kind == "latency" else "yuen-welch")
 
 
 def test_change_of_a_metric_without_preferred_direction():
@@ -56,16 +56,37 @@ def test_change_of_a_metric_without_preferred_direction():
     assert (v.outcome, v.direction, v.label) == ("changed", "none", "changed")
 
 
-def test_welch_interval_matches_a_textbook_welch():
+def test_the_interval_is_yuens_at_the_looks_level():
+    """What is shown is what is decided: the interval is scipy's Yuen-Welch interval at
+    1 - the look's alpha, and the verdict says that level."""
     rng = np.random.default_rng(5)
-    base, new = noisy(rng, 200, 0.03, 6), noisy(rng, 190, 0.05, 8)
+    base, new = noisy(rng, 200, 0.03, 10), noisy(rng, 190, 0.05, 10)
     v = judge(base, new, higher_is_better=True, kind="throughput")
-    ref = stats.ttest_ind(new, base, equal_var=False)
+    alpha = DEFAULT.look_alpha(10)
+    ref = stats.ttest_ind(new, base, equal_var=False, trim=vd.TRIM)
     assert v.p_value == pytest.approx(ref.pvalue, rel=1e-9)
-    ci = ref.confidence_interval(0.95)
-    mb = np.mean(base)
+    ci = ref.confidence_interval(1 - alpha)
+    mb = stats.trim_mean(base, vd.TRIM)
+    assert v.level == pytest.approx(1 - alpha)
     assert v.ci_low_pct == pytest.approx(100 * ci.low / mb, rel=1e-9)
     assert v.ci_high_pct == pytest.approx(100 * ci.high / mb, rel=1e-9)
+    assert v.level_text == f"{100 * (1 - alpha):.2f}%"
+
+
+def test_changed_and_unchanged_read_off_the_shown_interval():
+    rng = np.random.default_rng(12)
+    for _ in range(200):
+        shift = rng.choice([0.0, 0.02, 0.05])
+        base, new = noisy(rng, 1e5, 0.02, 10), noisy(rng, 1e5 * (1 - shift), 0.02, 10)
+        v = judge(base, new, higher_is_better=True, kind="throughput")
+        excludes = v.ci_low_pct > 0 or v.ci_high_pct < 0
+        inside = v.ci_low_pct > -2 and v.ci_high_pct < 2
+        if v.outcome == "changed":
+            assert excludes and abs(v.change_pct) >= 2
+        elif v.outcome == "unchanged":
+            assert inside
+        else:
+            assert not inside and not (excludes and abs(v.change_pct) >= 2)
 
 
 # ------------------------------------------------------------------ A/A and undecided
@@ -90,27 +111,27 @@ def test_quiet_a_a_is_unchanged():
 
 def test_undecided_asks_for_the_next_look_until_the_cap():
     rng = np.random.default_rng(17)
-    # 5% regression at 5% CoV: five runs per side cannot tell
-    base, new = noisy(rng, 1e5, 0.05, 20), noisy(rng, 0.95e5, 0.05, 20)
-    v5 = judge(base[:5], new[:5], higher_is_better=True, kind="throughput")
-    assert v5.outcome == "undecided" and v5.runs_wanted == 10
+    # 5% regression at 5% CoV: three or five boots per side cannot tell
+    base, new = noisy(rng, 1e5, 0.05, 10), noisy(rng, 0.95e5, 0.05, 10)
+    v3 = judge(base[:3], new[:3], higher_is_better=True, kind="throughput")
+    assert v3.outcome == "undecided" and v3.runs_wanted == 5
+    v5 = judge(base[:5], new[:7], higher_is_better=True, kind="throughput")
+    assert v5.outcome == "undecided" and v5.runs_wanted == 10  # the smaller side counts
     assert runs_needed(v5) == 10
-    v12 = judge(base[:12], new[:10], higher_is_better=True, kind="throughput")
-    assert v12.outcome == "undecided" and v12.runs_wanted == 20  # the smaller side counts
     # at the cap the rule stays undecided rather than guess, and asks for nothing
-    at_cap = judge(noisy(rng, 1e5, 0.10, 20), noisy(rng, 0.98e5, 0.10, 20), higher_is_better=True)
+    at_cap = judge(noisy(rng, 1e5, 0.10, 10), noisy(rng, 0.98e5, 0.10, 10), higher_is_better=True)
     assert at_cap.outcome == "undecided" and at_cap.runs_wanted == 0
 
 
 def test_sequential_rule_keeps_false_positives_rare_and_finds_real_changes():
     """The bench's floor, on a fixed seed: A/A at most 1% changed over all looks, a 5% shift
-    at 2% CoV found at least 90% of the time from 5 runs (cap 20)."""
+    at 2% CoV found at least 90% of the time over the looks 3/5/10."""
     rng = np.random.default_rng(99)
     trials = 1000
 
     def run(shift: float) -> tuple[np.ndarray, np.ndarray]:
-        base = 1 + 0.02 * rng.normal(size=(trials, 20))
-        new = (1 + 0.02 * rng.normal(size=(trials, 20))) * (1 - shift)
+        base = 1 + 0.02 * rng.normal(size=(trials, 10))
+        new = (1 + 0.02 * rng.normal(size=(trials, 10))) * (1 - shift)
         outcome = np.full(trials, vd.UNDECIDED)
         sign = np.zeros(trials)
         active = np.ones(trials, dtype=bool)
@@ -129,11 +150,26 @@ def test_sequential_rule_keeps_false_positives_rare_and_finds_real_changes():
 
 
 def test_policy_schedule():
-    assert [DEFAULT.next_look(n) for n in (2, 5, 7, 10, 19, 20, 30)] == [5, 10, 10, 20, 20, 0, 0]
-    p3 = DEFAULT.starting_at(3)
-    assert p3.looks == (3, 5, 10, 20) and p3.n_looks == 4 and p3.next_look(3) == 5
-    assert DEFAULT.starting_at(10).looks == (10, 20)
+    assert DEFAULT.schedule() == (3, 5, 10)
+    assert [DEFAULT.next_look(n) for n in (2, 3, 5, 7, 10, 19)] == [3, 5, 10, 10, 0, 0]
+    p20 = Policy(max_runs=20, looks=(5, 10, 20), start_runs=5).starting_at(3)
+    assert p20.looks == (3, 5, 10, 20) and p20.n_looks == 4 and p20.next_look(3) == 5
     assert Policy(max_runs=8).next_look(5) == 8
+
+
+def test_error_is_spent_obrien_fleming_type_over_the_looks():
+    spent = DEFAULT.spending()
+    assert sum(spent) == pytest.approx(DEFAULT.alpha)
+    assert spent[0] < spent[1] < spent[2]  # little early, most where the power is
+    # the Lan-DeMets function at the information fractions 3/10, 5/10, 1
+    z = stats.norm.isf(DEFAULT.alpha / 2)
+    assert spent[0] == pytest.approx(2 * stats.norm.sf(z / math.sqrt(0.3)))
+    assert spent[0] + spent[1] == pytest.approx(2 * stats.norm.sf(z / math.sqrt(0.5)))
+    # data between looks never spends more than the look it reached
+    assert [DEFAULT.look_alpha(n) for n in (2, 3, 4, 5, 9, 10, 40)] == [
+        spent[0], spent[0], spent[0], spent[1], spent[1], spent[2], spent[2]
+    ]  # fmt: skip
+    assert DEFAULT.equivalence_margin("throughput") == DEFAULT.effect_floor("throughput")
 
 
 # ------------------------------------------------------------------ minimum effect
@@ -149,9 +185,9 @@ def test_significant_but_below_the_minimum_effect_is_not_a_change():
 
 def test_percent_metrics_use_percentage_points():
     rng = np.random.default_rng(6)
-    base = noisy(rng, 95.0, 0.001, 6)
-    half_point = [x + 0.5 for x in noisy(rng, 95.0, 0.001, 6)]
-    two_points = [x + 2.0 for x in noisy(rng, 95.0, 0.001, 6)]
+    base = noisy(rng, 95.0, 0.001, 10)
+    half_point = [x + 0.5 for x in noisy(rng, 95.0, 0.001, 10)]
+    two_points = [x + 2.0 for x in noisy(rng, 95.0, 0.001, 10)]
     assert judge(base, half_point, higher_is_better=True, kind="percent").outcome == "unchanged"
     v = judge(base, two_points, higher_is_better=True, kind="percent")
     assert (v.outcome, v.direction) == ("changed", "better")
@@ -176,10 +212,10 @@ def test_fdr_keeps_false_calls_rare_across_many_null_metrics():
 
 def test_fdr_demotes_a_lone_call_among_many_metrics():
     rng = np.random.default_rng(7)
-    base, new = noisy(rng, 1e4, 0.02, 5), noisy(rng, 0.95e4, 0.02, 5)
-    alone = judge(base, new, higher_is_better=True, kind="throughput")
-    p = alone.p_value
-    assert alone.outcome == "changed" and p * 3 > DEFAULT.fdr_q / 1000
+    p20 = Policy(max_runs=20, looks=(3, 5, 10, 20))
+    base, new = noisy(rng, 1e4, 0.02, 10), noisy(rng, 0.95e4, 0.02, 10)
+    alone = judge(base, new, higher_is_better=True, kind="throughput", policy=p20)
+    assert alone.outcome == "changed" and alone.q_value > DEFAULT.fdr_q / 1000
     crowd = {"it": (base, new, True, "throughput")}
     # many metrics that did not move at all: BH must now ask for more evidence
     for i in range(1000):
@@ -187,10 +223,10 @@ def test_fdr_demotes_a_lone_call_among_many_metrics():
     crowd.update(
         {f"noisy.{i}": (noisy(rng, 1, 0.5, 5), noisy(rng, 1, 0.5, 5), True, "") for i in range(5)}
     )
-    v = judge_many(crowd)["it"]
+    v = judge_many(crowd, p20)["it"]
     assert v.q_value > DEFAULT.fdr_q
-    assert (v.outcome, v.direction, v.runs_wanted) == ("undecided", "none", 10)
-    assert runs_needed(judge_many(crowd)) == 10
+    assert (v.outcome, v.direction, v.runs_wanted) == ("undecided", "none", 20)
+    assert runs_needed(judge_many(crowd, p20), p20) == 20
 
 
 def test_bh_adjust():
@@ -225,7 +261,7 @@ def test_zero_variance():
     tiny = judge([100.0] * 4, [100.5] * 4, higher_is_better=True)
     assert tiny.outcome == "unchanged"  # certain, and below the 2% that matters
     # one side constant, the other not: an ordinary Welch test
-    mixed = judge([10.0] * 5, [10.0, 10.1, 9.9, 10.05, 9.95], higher_is_better=True)
+    mixed = judge([10.0] * 10, [10.0, 10.1, 9.9, 10.05, 9.95] * 2, higher_is_better=True)
     assert mixed.outcome == "unchanged" and 0 < mixed.p_value <= 1
     zero_base = judge([0.0, 0.0, 0.0], [0.0, 0.0, 0.0], higher_is_better=False, kind="latency")
     assert zero_base.outcome == "unchanged" and zero_base.change_pct is None
@@ -249,23 +285,24 @@ def test_skewed_latency_uses_the_rank_path():
     assert stats.ttest_ind(new, base, equal_var=False).pvalue * 3 > DEFAULT.alpha
     # ties or non-positive values leave the exact rank test: Welch instead
     tied = judge([1.0, 2.0, 2.0, 3.0], [2.0, 3.0, 4.0, 5.0], higher_is_better=False, kind="latency")
-    assert tied.test == "welch"
-    assert judge([0.0, 1, 2], [1.0, 2, 3], higher_is_better=False, kind="latency").test == "welch"
+    assert tied.test == "yuen-welch"
+    zero = judge([0.0, 1, 2], [1.0, 2, 3], higher_is_better=False, kind="latency")
+    assert zero.test == "yuen-welch"
 
 
-def test_rank_path_needs_seven_runs_to_reach_the_stringent_level():
-    # complete separation: exact two-sided p = 2/C(2n, n); over 3 looks each may spend
-    # 0.005/3, which 5 (2/252) and 6 (2/924) runs per side cannot reach
-    base = [10.0, 10.1, 10.2, 10.3, 10.4]
-    new = [20.0, 20.1, 20.2, 20.3, 20.4]
-    v = judge(base, new, higher_is_better=False, kind="latency")
+def test_rank_path_decides_from_ten_boots():
+    # complete separation: exact two-sided p = 2/C(2n, n); the looks of 5 (and 7, judged at
+    # the 5-boot look's alpha) cannot reach their share, 10 boots can
+    base = [10.0 + 0.1 * i for i in range(10)]
+    new = [20.0 + 0.1 * i for i in range(10)]
+    v = judge(base[:5], new[:5], higher_is_better=False, kind="latency")
     assert v.p_value == pytest.approx(2 / 252)
     assert (v.outcome, v.runs_wanted) == ("undecided", 10)
-    v6 = judge([*base, 10.5], [*new, 20.5], higher_is_better=False, kind="latency")
-    assert v6.outcome == "undecided"
-    v7 = judge([*base, 10.5, 10.6], [*new, 20.5, 20.6], higher_is_better=False, kind="latency")
-    assert v7.p_value == pytest.approx(2 / 3432)
-    assert (v7.outcome, v7.direction) == ("changed", "worse")
+    v7 = judge(base[:7], new[:7], higher_is_better=False, kind="latency")
+    assert v7.p_value == pytest.approx(2 / 3432) and v7.outcome == "undecided"
+    v10 = judge(base, new, higher_is_better=False, kind="latency")
+    assert v10.p_value == pytest.approx(2 / 184756)
+    assert (v10.outcome, v10.direction) == ("changed", "worse")
 
 
 def test_exact_mann_whitney_distribution():
@@ -312,7 +349,7 @@ def _bh_reference(p):
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.floats(min_value=0.0, max_value=5.0), min_size=1, max_size=40))
 def test_bh_adjust_matches_the_hand_written_version(p):
-    # p-values times planned looks may exceed 1; scipy rejects those, bh_adjust clips them
+    # p-values scaled to the total alpha may exceed 1; scipy rejects those, bh_adjust clips
     assert vd.bh_adjust(p) == pytest.approx(_bh_reference(p), rel=1e-12, abs=0)
 
 

@@ -1,6 +1,7 @@
-"""Rounds as blocks: the verdict's Welch test on :func:`blocks.block_sides` is the block
-design's test (the paired t-test for two kernels), and a box offset shared by a round's
-kernels changes nothing."""
+"""One pair by round: :func:`blocks.pair` keeps the rounds holding one boot of each kernel and
+pairs them where they ran on several boxes; the verdict's paired test is scipy's paired t
+below 10 rounds and the trimmed one from 10 on, so one bad round neither decides nor hides a
+change."""
 
 from __future__ import annotations
 
@@ -11,73 +12,79 @@ from scipy import stats
 from stackbench.resultsdb import blocks, verdict
 
 
-def test_two_kernels_are_the_paired_t_test():
+def test_the_paired_test_is_scipys_paired_t_below_ten_rounds():
     rng = np.random.default_rng(3)
-    x = 1000.0 * (1.0 + 0.02 * rng.normal(size=(50, 2, 8)))
-    b, n = blocks.block_sides(x, 1)
-    res = verdict.decide_batch(b, n, kind="throughput")
-    want = stats.ttest_rel(x[:, 1], x[:, 0], axis=1)
-    np.testing.assert_allclose(res.p_value, want.pvalue, rtol=1e-9)
-    diff = (x[:, 1] - x[:, 0]).mean(axis=1) / x[:, 0].mean(axis=1) * 100
-    np.testing.assert_allclose(res.change_pct, diff, rtol=1e-9)
+    box = rng.normal(0, 3000, (1, 6))  # each round's box offset, shared by both kernels
+    base = 1e5 + box + rng.normal(0, 200, (1, 6))
+    new = 0.97e5 + box + rng.normal(0, 200, (1, 6))
+    res = verdict.decide_batch(base, new, kind="throughput", paired=True)
+    want = stats.ttest_rel(new[0], base[0])
+    assert res.p_value[0] == pytest.approx(want.pvalue, rel=1e-9)
+    ci = want.confidence_interval(res.level)
+    mb = base[0].mean()
+    assert res.ci_low_pct[0] == pytest.approx(100 * ci.low / mb, rel=1e-9)
+    assert res.ci_high_pct[0] == pytest.approx(100 * ci.high / mb, rel=1e-9)
+    assert res.outcome[0] == verdict.CHANGED and res.test == blocks.PAIRED
+    # unpaired, the same boots cannot see the change through the box spread
+    plain = verdict.decide_batch(base, new, kind="throughput")
+    assert plain.outcome[0] == verdict.UNDECIDED
 
 
-def test_a_rounds_box_offset_cancels_and_residuals_pool_over_kernels():
+def test_one_bad_round_of_ten_neither_decides_nor_hides_a_change():
     rng = np.random.default_rng(4)
-    x = 1000.0 * (1.0 + 0.01 * rng.normal(size=(20, 4, 10)))
-    boxed = x + 1000.0 * 0.05 * rng.normal(size=(20, 1, 10))  # one offset per round
-    plain = verdict.decide_batch(*blocks.block_sides(x, 2), kind="throughput")
-    shifted = verdict.decide_batch(*blocks.block_sides(boxed, 2), kind="throughput")
-    np.testing.assert_allclose(shifted.p_value, plain.p_value, rtol=1e-9)
-    # unblocked, the same offsets swamp the comparison
-    loose = verdict.decide_batch(boxed[:, 0], boxed[:, 2], kind="throughput")
-    assert np.median(loose.ci_high_pct - loose.ci_low_pct) > 3 * np.median(
-        shifted.ci_high_pct - shifted.ci_low_pct
-    )
+    base = 1e5 * (1 + 0.01 * rng.normal(size=(1, 10)))
+    same = 1e5 * (1 + 0.01 * rng.normal(size=(1, 10)))
+    slow = 0.95e5 * (1 + 0.01 * rng.normal(size=(1, 10)))
+    for x in (same, slow):
+        x[0, 3] *= 0.75  # one boot of the patch 25% slow
+    aa = verdict.decide_batch(base, same, kind="throughput", paired=True)
+    assert aa.outcome[0] != verdict.CHANGED
+    found = verdict.decide_batch(base, slow, kind="throughput", paired=True)
+    assert found.outcome[0] == verdict.CHANGED and found.sign[0] < 0
+    # the untrimmed paired t on the same rounds: the bad boot hides the change
+    alpha = verdict.DEFAULT.look_alpha(10)
+    assert stats.ttest_rel(slow[0], base[0]).pvalue > alpha
 
 
-def test_a_block_design_needs_two_rounds_and_a_later_kernel():
-    with pytest.raises(ValueError):
-        blocks.block_sides(np.ones((1, 2, 1)), 1)
-    with pytest.raises(ValueError):
-        blocks.block_sides(np.ones((1, 2, 3)), 0)
+def _box(r: int) -> tuple:
+    return ("s", r, "qemu-vm", f"w{r % 3}")
 
 
-def test_by_round_keeps_the_rounds_with_one_boot_of_each_kernel():
-    block_of = {f"{k}{r}": ("s", r, "qemu-vm", "") for k in "bn" for r in range(1, 6)}
-    block_of |= {"b9": ("s", 1, "qemu-vm", "")}  # a second base boot in round 1: ambiguous
+def test_pair_keeps_the_rounds_with_one_boot_of_each_kernel():
+    block_of = {f"{k}{r}": _box(r) for k in "bn" for r in range(1, 6)}
+    block_of |= {"b9": _box(1)}  # a second base boot in round 1: ambiguous
     # the first run of a boot now higher, now lower: no warm-up to drop
     base = {f"b{r}": [100.0 + r, 100.5 + r][:: (-1) ** r] for r in range(1, 6)} | {"b9": [90.0]}
     new = {f"n{r}": [98.0 + r * 1.1] for r in (1, 2, 3, 5)} | {"n7": [1.0]}  # n7: no round
-    rounds = blocks.by_round([base, new], block_of)
-    p = rounds.block(1)
+    p = blocks.pair(base, new, block_of)
     # rounds 2, 3, 5: round 1 has two base boots, round 4 no patch boot
-    both = np.isfinite(rounds.means).all(axis=0)
-    np.testing.assert_allclose(rounds.means[0, both], [102.25, 103.25, 105.25])
-    np.testing.assert_allclose(rounds.means[1, both], [100.2, 101.3, 103.5])
-    assert (p.kernels, p.rounds, p.runs_base, p.runs_new, p.warmup_dropped) == (2, 3, 6, 3, False)
-    ((b, n),) = blocks.block_sides_of([p])
-    res = verdict.decide_batch(np.array([b]), np.array([n]), kind="throughput")
-    want = stats.ttest_rel(rounds.means[1, both], rounds.means[0, both])
-    np.testing.assert_allclose(res.p_value[0], want.pvalue, rtol=1e-9)
+    assert p.paired and (p.rounds, p.boxes, p.runs_base, p.runs_new) == (3, 2, 6, 3)
+    np.testing.assert_allclose(p.base, [102.25, 103.25, 105.25])
+    np.testing.assert_allclose(p.new, [100.2, 101.3, 103.5])
+    assert p.test("yuen-welch") == f"{blocks.PAIRED} (2 boxes)" and not p.warmup_dropped
 
 
-def test_kernels_join_the_design_only_with_a_boot_in_each_of_its_rounds():
-    present = np.ones((5, 6), dtype=bool)
-    present[1, 5] = False  # the judged kernel missed round 5: the design has rounds 0-4
-    present[2, 5] = False  # ... so kernel 2, missing only round 5, joins
-    present[3, 2] = False  # kernel 3 missed a round of the design: left out
-    present[0, 0] = False  # the base missed round 0
-    kernels, cols = blocks.design(present, 1)
-    assert kernels == [0, 1, 2, 4] and cols.tolist() == [1, 2, 3, 4]
-    # on values the same rule drops those rounds and kernels and is block_sides on the rest
-    rng = np.random.default_rng(5)
-    x = 1000.0 * (1.0 + 0.02 * rng.normal(size=(30, 5, 6)))
-    x[:, ~present] = np.nan
-    got = blocks.live_sides(x, 1)
-    want = blocks.block_sides(x[:, [0, 1, 2, 4]][:, :, [1, 2, 3, 4]], 1)
-    for g, w in zip(got, want, strict=True):
-        np.testing.assert_allclose(g, w, rtol=1e-12)
-    # no other kernel complete: the paired test of the pair's rounds
-    present[2:] = False
-    assert blocks.design(present, 1)[0] == [0, 1]
+def test_pair_is_unpaired_on_one_box_or_with_too_few_rounds():
+    one_box = {f"{k}{r}": ("s", r, "qemu-vm", "w1") for k in "bn" for r in range(1, 7)}
+    base = {f"b{r}": [100.0 + r] for r in range(1, 7)}
+    new = {f"n{r}": [99.0 + r] for r in range(1, 7)}
+    p = blocks.pair(base, new, one_box)
+    assert (
+        not p.paired
+        and p.base is base
+        and p.test("yuen-welch") == ("yuen-welch, unpaired (one box)")
+    )
+    few = {f"{k}{r}": _box(r) for k in "bn" for r in range(1, 7)}
+    p = blocks.pair(base, {k: new[k] for k in ("n1", "n2")}, few)
+    assert not p.paired and p.test("yuen-welch") == (
+        "yuen-welch, unpaired (2 rounds hold both kernels)"
+    )
+
+
+def test_the_warm_up_is_decided_on_the_pairs_own_boots():
+    block_of = {f"{k}{r}": _box(r) for k in "bn" for r in range(1, 7)}
+    # every boot's first run 5% low, on both kernels: dropped
+    base = {f"b{r}": [95.0 + r, 100.0 + r, 100.1 + r] for r in range(1, 7)}
+    new = {f"n{r}": [95.0 + r, 100.0 + r, 100.2 + r] for r in range(1, 7)}
+    p = blocks.pair(base, new, block_of)
+    assert p.warmup_dropped and p.base[0] == pytest.approx(101.05)

@@ -87,8 +87,11 @@ def test_table_rows_and_outcomes(three):
     tput = rows[("slow", "vm-scalability.throughput")]
     assert tput[5] == "worse"
     change = float(tput[3].rstrip("%"))
-    lo, hi = (float(x) for x in tput[4].strip("[]").split(","))
+    interval, level = tput[4].split("] ")
+    lo, hi = (float(x) for x in interval.strip("[").split(","))
     assert -11 < lo < change < hi < -9
+    # the decision's interval, with its confidence: 1 - the 5-boot look's alpha
+    assert level == f"{100 * (1 - verdict.verdict.DEFAULT.look_alpha(5)):.3f}%"
     assert tput[7] == "5/5"
 
     # a latency: rank path; five runs cannot reach the stringent level, so it asks for 10
@@ -119,10 +122,11 @@ def test_compare_shares_the_verdicts_and_fdr_spans_the_family(three):
     rows = {(k.name, name): (mb, mn, v) for _, k, rs in blocks for name, mb, mn, v in rs}
     mb, mn, v = rows[("slow", "vm-scalability.throughput")]
     assert mb == pytest.approx(100000, rel=0.01) and mn == pytest.approx(90000, rel=0.01)
-    assert v.outcome == "changed" and v.direction == "worse" and v.test == "welch"
+    assert v.outcome == "changed" and v.direction == "worse" and v.test == "yuen-welch"
     # the q-value is BH-adjusted within its family (this kernel and job, headline metrics
-    # apart), so never below the row's own p-value times the planned looks
-    assert v.q_value >= min(1.0, v.p_value * 3)
+    # apart), so never below the row's own p-value on the scale of the total alpha
+    pol = verdict.verdict.DEFAULT
+    assert v.q_value >= min(1.0, v.p_value * pol.alpha / pol.look_alpha(5))
     assert rows[("slow", "vm-scalability.free_time")][2].test == "mann-whitney"
 
 
@@ -172,7 +176,8 @@ def test_default_view_lists_changed_and_undecided_headline_metrics(three):
         "  3 more rows not shown (other metrics: 1 n/a, 1 undecided, 1 ~); --all lists them"
     )
     assert same_rest == (
-        "  4 more rows not shown (headline: 1 ~; other metrics: 1 n/a, 2 ~); --all lists them"
+        "  4 more rows not shown (headline: 1 ~; other metrics: 1 n/a, 1 undecided, 1 ~); "
+        "--all lists them"
     )
     assert "  no headline metric changed or undecided" in lines
     # the FDR families hold every row, shown or not
@@ -230,7 +235,7 @@ def test_runs_of_one_boot_are_one_unit(eng):
     ig.ingest(eng, data)
     rows = _rows(render.render(eng, ["base", "slow"], style="stackbench", all_rows=True))
     tput = rows[("slow", "vm-scalability.throughput")]
-    assert tput[5] == "undecided" and tput[7] == "1/1>5"
+    assert tput[5] == "undecided" and tput[7] == "1/1>3"
 
 
 def test_single_kernel_is_a_clear_error(three):

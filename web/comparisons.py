@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 from stackbench.errors import NotFoundError, StackbenchError
 from stackbench.resultsdb import comparisons_q, db, kernels_q, query, storable
 from stackbench.resultsdb.tables import render
+from stackbench.resultsdb.tables.verdict import job_title as judged_title
 from stackbench.resultsdb.verdict import is_headline
 
 if TYPE_CHECKING:
@@ -281,6 +282,8 @@ def compute(eng: Engine, build_ids: list[int], opts: Options) -> dict[str, Any]:
         rows.append(
             {
                 "job": f"{job.suite}/{job.test}" if job.test else job.suite,
+                # the job with its parameters: two sub-jobs of a suite share metric names
+                "subjob": judged_title(job),
                 "job_id": job_id,
                 "metric": met.name,
                 "metric_id": metric_id,

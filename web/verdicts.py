@@ -19,6 +19,7 @@ def _as_dict(v: verdict.Verdict) -> dict[str, Any]:
         "direction": v.direction,
         "change_pct": v.change_pct,
         "ci": [v.ci_low_pct, v.ci_high_pct],
+        "level": v.level,
         "p": v.p_value,
         "q": v.q_value,
         "test": v.test,
@@ -64,7 +65,8 @@ def by_commit(result: dict[str, Any]) -> list[dict[str, Any]]:
             if not row.get("headline") or i >= len(row["verdicts"]):
                 continue
             v = row["verdicts"][i]
-            item = {"job": row["job"], "metric": row["metric"], **v}
+            item = {"job": row["job"], "subjob": row.get("subjob") or row["job"], **v}
+            item["metric"] = row["metric"]
             if v.get("outcome") == "changed":
                 changed.append(item)
             elif v.get("outcome") == "undecided":

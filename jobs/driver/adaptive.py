@@ -43,11 +43,16 @@ class Undecided:
     change_pct: float | None
     ci: tuple[float | None, float | None]
 
-    def describe(self) -> str:
+    def describe(self, with_job: bool = True) -> str:
+        """The row in words; two sub-jobs of one suite share metric names, so a row names
+        its sub-job (the short line, which counts the others, may leave it out)."""
+        where = f"{self.metric} on {self.kernel}"
+        if with_job:
+            where = f"{self.subjob}: {where}"
         if self.change_pct is None:
-            return f"{self.metric} on {self.kernel}"
+            return where
         lo, hi = (f"{x:+.1f}" if x is not None else "?" for x in self.ci)
-        return f"{self.metric} on {self.kernel} {self.change_pct:+.1f}% [{lo}, {hi}]"
+        return f"{where} {self.change_pct:+.1f}% [{lo}, {hi}]"
 
 
 @dataclass
@@ -69,7 +74,7 @@ class MoreRounds:
     def reason(self) -> str:
         """One short line for a terminal and the events list: the rounds, and the largest
         undecided change; every metric and job is in :meth:`details` (the series page)."""
-        shown = self.undecided[0].describe() if self.undecided else "-"
+        shown = self.undecided[0].describe(with_job=False) if self.undecided else "-"
         more = len(self.undecided) - 1
         if more > 0:
             shown += f" and {more} more (series page)"

@@ -274,8 +274,9 @@ def bisect(
     else:
         v = confirmed
         if v.outcome == "changed" and v.direction == "worse":
-            # the rule spent alpha / looks at this look: Bonferroni over the looks
-            confidence = 1.0 - min(1.0, (v.p_value or 0.0) * policy.n_looks)
+            # q is p on the scale of the total alpha (the look spent its share of it): the
+            # confidence every view of the pair implies
+            confidence = 1.0 - (v.q_value if v.q_value is not None else 1.0)
         else:
             state = "inconclusive"
             message = (

@@ -63,8 +63,10 @@ def run_aa(
             tonight = values[stored.get((mid, kind), 0) :]  # the boots in boot order
             if len(tonight) < 4:
                 continue
+            # the smallest change at the cap, where a comparison decides: the first look
+            # spends almost none of the error budget and finds only huge changes
             out.setdefault(kind, []).append(
-                aa.figures(m.name, tonight, m.higher_is_better, m.kind, policy.start_runs, policy)
+                aa.figures(m.name, tonight, m.higher_is_better, m.kind, policy.max_runs, policy)
             )
     record(eng, out, booted or None)
     return out

@@ -5,31 +5,27 @@ order as the LKP table; inside it one sub-block per later kernel. By default a b
 its changed and undecided headline metrics (:func:`verdict.is_headline`), largest change
 first, and one line counting the rows it hides; ``all_rows`` lists every metric by name:
 
-    metric   base mean   new mean   change   [95% CI]   verdict   q   boots
+    metric   base mean   new mean   change   interval (its confidence)   verdict   q   boots
 
 * The unit is the BOOT: each run is the mean of its samples, each boot the mean of its runs
   (runs of one boot share its memory layout and the host's load, so they are not
   independent; see :mod:`stackbench.resultsdb.boots`). Base and new mean are the means of
   the runs.
-* change is the relative difference of means with Welch's 95% interval on boot means; for
-  latency metrics (the rank path of :mod:`stackbench.resultsdb.verdict`) it is the
-  Hodges-Lehmann ratio, the median of all pairwise new/base ratios, with its
-  distribution-free interval.
-* Runs stored with their round (the plan's executors) are judged by round, the round a
-  block: a kernel against the base on the rounds holding one boot of each, with every other
-  kernel of the comparison that has one boot in each of those rounds
-  (:func:`blocks.designs`), so an offset a round's boots share (its box, the host's load)
-  cancels and the residual variance is pooled over the design's kernels; the boots column
-  counts those rounds. Under ``blocks.MIN_ROUNDS`` of them, or for latencies, boots stay
-  unpaired; the footer says which (:func:`blocking`).
-* verdict: ``better`` / ``worse`` (changed, direction from the metric), ``changed`` (a metric
-  with no preferred direction), ``~`` (shown to be within the kind's equivalence margin),
-  ``undecided`` (needs more boots: the boots column says how many per side), ``n/a`` (a side
-  with fewer than two runs). Significance is controlled with Benjamini-Hochberg within a
-  family: one later kernel against the base in one job, its headline metrics one family and
-  its other metrics another (:func:`verdict.family`), shown or not; q is that adjusted
-  p-value. A kernel's false-discovery family is the same whatever other kernels the table
-  holds; its blocked test is not (their boots in its rounds estimate the noise).
+* Each kernel is judged against the base on the two kernels' boots alone
+  (:func:`blocks.pair`): paired by round where the pair's rounds ran on several boxes,
+  unpaired on one box; the other kernels of the table never enter it, so a pair reads the
+  same here, in ``compare BASE K``, on the series page, in mails and in the API.
+* change is the relative difference of (trimmed) means with the decision's interval at the
+  confidence printed beside it (1 - the look's alpha, :meth:`verdict.Policy.look_alpha`);
+  for latencies (the rank path) it is the Hodges-Lehmann ratio with its distribution-free
+  interval at the same level.
+* verdict: ``better`` / ``worse`` (the interval excludes 0 and the change reaches the kind's
+  minimum effect; direction from the metric), ``changed`` (no preferred direction), ``~``
+  (the interval lies inside +-minimum effect), ``undecided`` (needs more boots: the boots
+  column says how many per side), ``n/a`` (a side with fewer than two runs). Significance is
+  controlled with Benjamini-Hochberg within the pair's own family: one later kernel against
+  the base in one job, its headline metrics one family and its other metrics another
+  (:func:`verdict.family`), shown or not; q is that adjusted p-value, the same in every view.
 """
 
 from __future__ import annotations
@@ -52,7 +48,7 @@ def _label(kernel: query.Kernel) -> str:
     return kernel.commit[:12]
 
 
-def _job_title(job: query.JobRow) -> str:
+def job_title(job: query.JobRow) -> str:
     params = " ".join(
         f"{k}={v}" for k, v in sorted((job.params or {}).items()) if not isinstance(v, dict | list)
     )
@@ -89,7 +85,7 @@ def _ci(v: verdict.Verdict) -> str:
     if v.ci_low_pct is None or v.ci_high_pct is None:
         return "-"
     lo, hi = _pct(v.ci_low_pct).rstrip("%"), _pct(v.ci_high_pct).rstrip("%")
-    return f"[{lo}, {hi}]"
+    return f"[{lo}, {hi}] {v.level_text}".rstrip()
 
 
 def _q(v: verdict.Verdict) -> str:
@@ -103,7 +99,7 @@ def _runs(v: verdict.Verdict) -> str:
     return f"{have}>{v.runs_wanted}" if v.runs_wanted else have
 
 
-HEAD = ("metric", "base", "new", "change", "95% CI", "verdict", "q", "boots")
+HEAD = ("metric", "base", "new", "change", "interval, confidence", "verdict", "q", "boots")
 RIGHT = (False, True, True, True, True, False, True, True)
 
 
@@ -143,7 +139,8 @@ def _compare(ds: query.Dataset, policy: verdict.Policy) -> list:
         for rid, r in ds.runs.items()
         if (blk := blocks.round_of(r))
     }
-    blocked: dict[tuple[int, int, str], blocks.Block] = {}
+    box = {i: blocks.box_of(blk) for blk, i in rounds.items()}
+    designs: dict[tuple[int, int, str], blocks.Pair] = {}
     pairs: dict[tuple[int, int, str], tuple] = {}
     means: dict[tuple[int, int, str], tuple[float | None, float | None]] = {}
     groups: list[tuple[query.JobRow, int, list[str]]] = []
@@ -155,17 +152,15 @@ def _compare(ds: query.Dataset, policy: verdict.Policy) -> list:
     for job_id in sorted(by_job, key=lambda j: _job_order(ds.jobs[j])):
         job = ds.jobs[job_id]
         metrics = sorted(by_job[job_id], key=lambda m: m[1].name)
-        sides: dict[int, list[dict]] = {}  # every kernel's boots of a metric, the base first
-        by_round: dict[int, blocks.Rounds] = {}
+        base_side: dict[int, dict] = {}
         for idx, kernel in enumerate(ds.kernels[1:], start=1):
             names = []
             for metric_id, m in metrics:
-                if metric_id not in sides:
-                    per_build = ds.values[(job_id, metric_id)]
-                    sides[metric_id] = [
-                        boots.per_boot(per_build.get(k.id, {}), boot_of) for k in ds.kernels
-                    ]
-                b, n = sides[metric_id][0], sides[metric_id][idx]
+                per_build = ds.values[(job_id, metric_id)]
+                if metric_id not in base_side:
+                    base_side[metric_id] = boots.per_boot(per_build.get(base.id, {}), boot_of)
+                b = base_side[metric_id]
+                n = boots.per_boot(per_build.get(kernel.id, {}), boot_of)
                 if not b and not n:
                     continue
                 key = (job_id, idx, m.name)
@@ -178,16 +173,12 @@ def _compare(ds: query.Dataset, policy: verdict.Policy) -> list:
                     continue
                 pairs[key] = (b, n, m.higher_is_better, m.kind)
                 if block_of and m.kind not in policy.rank_kinds:
-                    # the round is the block: the boot offsets a round shares cancel, and
-                    # every kernel of the rounds adds to the residual's degrees of freedom
-                    if metric_id not in by_round:
-                        by_round[metric_id] = blocks.by_round(sides[metric_id], block_of)
-                    blocked[key] = by_round[metric_id].block(idx)
+                    # the pair's own rounds and boxes decide how it is compared: nothing of
+                    # the other kernels on the page enters its verdict
+                    designs[key] = pr = blocks.pair(b, n, block_of, box)
+                    pairs[key] = (pr.base, pr.new, m.higher_is_better, m.kind, pr.paired)
             if names:
                 groups.append((job, idx, names))
-    enough = [k for k, p in blocked.items() if p.rounds >= blocks.MIN_ROUNDS]
-    for key, two in zip(enough, blocks.block_sides_of([blocked[k] for k in enough]), strict=True):
-        pairs[key] = (*two, *pairs[key][2:])
     flat = {f"{j}\0{i}\0{name}": p for (j, i, name), p in pairs.items()}
     families = {
         f"{j}\0{i}\0{name}": verdict.family(j, i, verdict.is_headline(name, p[3], p[2]))
@@ -200,54 +191,45 @@ def _compare(ds: query.Dataset, policy: verdict.Policy) -> list:
         for name in names:
             key = (job.id, idx, name)
             v = untested.get(key) or judged[f"{job.id}\0{idx}\0{name}"]
-            if key in blocked:
-                v = _blocked(v, blocked[key], policy)
+            if key in designs:
+                v = _designed(v, designs[key])
             v.metric = name
             rows.append((name, *means[key], v))
         out.append((job, ds.kernels[idx], rows))
     return out
 
 
-def _blocked(v: verdict.Verdict, p: blocks.Block, policy: verdict.Policy) -> verdict.Verdict:
-    """The verdict of a pair whose runs carry rounds: judged in its block design by round
-    (its boots and runs are those of the rounds that hold both kernels), or, with fewer such
-    rounds than ``blocks.MIN_ROUNDS``, unpaired on every boot and saying so."""
-    if p.rounds < blocks.MIN_ROUNDS:
-        if v.outcome == "n/a" or v.test == "one boot per side":
-            return v
-        return replace(v, test=f"{v.test}, unpaired ({p.rounds} rounds hold both kernels)")
-    wanted = policy.next_look(p.rounds) if v.outcome == "undecided" else 0
+def _designed(v: verdict.Verdict, p: blocks.Pair) -> verdict.Verdict:
+    """The verdict of a pair whose runs carry rounds, saying how it was compared: paired by
+    round (its boots and runs those of the rounds holding both kernels) or unpaired, and why."""
+    if v.outcome == "n/a" or v.test == "one boot per side":
+        return v
+    if not p.paired:
+        return replace(v, test=p.test(v.test))
     return replace(
-        v, test=blocks.label(p.kernels), n_base=p.rounds, n_new=p.rounds,
-        runs_base=p.runs_base, runs_new=p.runs_new, warmup_dropped=p.warmup_dropped,
-        runs_wanted=wanted,
+        v, test=p.test(v.test), runs_base=p.runs_base, runs_new=p.runs_new,
+        warmup_dropped=p.warmup_dropped,
     )  # fmt: skip
 
 
 def blocking(ds: query.Dataset, judged: list | None = None) -> str:
     """One line saying how many boxes contributed and how the verdicts treated the rounds:
-    judged by round (each round ran whole on one box, so the box's offset and the host's
-    load of that time fall on every kernel of it alike), in blocks of how many kernels, or
-    unpaired and why; "" when no run carries a round (imports: every boot stands alone)."""
+    paired by round where a pair's rounds ran on several boxes (each round ran whole on one
+    box, so the box's offset falls on both kernels of it alike), unpaired on one box or with
+    too few rounds; "" when no run carries a round (imports: every boot stands alone)."""
     if not any(blocks.round_of(r) for r in ds.runs.values()):
         return ""
     found = [v for _j, _k, rows in (judged or compare(ds)) for *_x, v in rows]
-    sizes = {blocks.label(k): k for k in range(2, len(ds.kernels) + 1)}
-    by_size: dict[int, int] = {}
-    for v in found:
-        if v.test in sizes:
-            by_size[sizes[v.test]] = by_size.get(sizes[v.test], 0) + 1
-    n_unpaired = sum(", unpaired (" in v.test for v in found)
+    n_paired = sum(v.test.startswith(blocks.PAIRED) for v in found)
+    n_one = sum(v.test.endswith("unpaired (one box)") for v in found)
+    n_few = sum("rounds hold both kernels)" in v.test for v in found)
     boxes = ds.boxes()
     where = f"{len(boxes)} box{'' if len(boxes) == 1 else 'es'} ({', '.join(boxes)})"
-    how = ", ".join(
-        f"{n} paired" if k == 2 else f"{n} in blocks of {k} kernels"
-        for k, n in sorted(by_size.items(), reverse=True)
-    )
-    out = f"blocks: {sum(by_size.values())} of {len(found)} rows by round (the block"
-    out += f": {how}), on {where}" if how else f"), on {where}"
-    if n_unpaired:
-        out += f"; {n_unpaired} unpaired: fewer than {blocks.MIN_ROUNDS} rounds hold both kernels"
+    out = f"pairs: {n_paired} of {len(found)} rows paired by round, on {where}"
+    if n_one:
+        out += f"; {n_one} unpaired: one box (no box offset to take out)"
+    if n_few:
+        out += f"; {n_few} unpaired: fewer than {blocks.MIN_ROUNDS} rounds hold both kernels"
     return out
 
 
@@ -320,7 +302,7 @@ def render(
         if job.id != last_job:
             if lines:
                 lines.append("")
-            lines.append(f"== {_job_title(job)}")
+            lines.append(f"== {job_title(job)}")
             lines.append(f"   base: {_label(base)}")
             last_job = job.id
         lines.append(f"   new:  {_label(kernel)}")
@@ -334,8 +316,9 @@ def render(
         undecided = max(undecided, verdict.runs_needed([r[3] for r in rows], policy))
     lines.append("")
     lines.append(
-        "change: difference of means relative to the base, 95% interval on boot means (Welch's "
-        "t, or the block design on rounds; latency: Hodges-Lehmann ratio, rank test)"
+        "change: difference of (10%-trimmed) boot means relative to the base, with the "
+        "decision's interval at the confidence shown (Yuen's Welch test, or paired by round "
+        "across boxes; latency: Hodges-Lehmann ratio, rank test)"
     )
     lines.append(
         "boots: base/new boots, the unit of the test (the runs of a boot are averaged first; "
@@ -344,8 +327,10 @@ def render(
     lines.append(
         f"verdict: Benjamini-Hochberg at q={policy.fdr_q:g} per kernel and job, headline "
         f"metrics one family and the other metrics another ({n_rows} rows), "
-        f"alpha={policy.alpha:g} per metric over {policy.n_looks} looks; "
-        "~ = within the equivalence margin of the metric's kind"
+        f"alpha={policy.alpha:g} per metric spent over the looks "
+        f"{'/'.join(map(str, policy.schedule()))} (O'Brien-Fleming); changed = the interval "
+        "excludes 0 and the change reaches the kind's minimum effect, ~ = the interval lies "
+        "inside +-minimum effect"
     )
     note = blocking(ds, judged)
     if note:

@@ -31,7 +31,7 @@ enough) or an mmtests run name.
   --style mmtests    compare-mmtests.pl's tables (thpscale era): --table latency|counts|
                      locality|significance|highalloc,
                      or a monitor block with --monitor duration|vmstat
-  --style stackbench stackbench's verdicts: change, 95% interval, significance after
+  --style stackbench stackbench's verdicts: change, the decision's interval, significance after
                      false-discovery-rate control; the changed and undecided headline
                      metrics, largest first, and a line counting the rest (--all: every row)
   --style alloc-latency   stress-highalloc attempt latency percentiles per kernel with the

@@ -231,7 +231,7 @@ TABLES = [
     ("vm-scalability (LKP)", "lkp", "vm-scalability", {}),
     ("thpscale (mmtests)", "mmtests", "thpscale", {}),
     ("stress-highalloc (mmtests)", "mmtests", "stress-highalloc", {}),
-    ("stackbench verdicts (change, 95% interval, FDR-controlled)", "stackbench", None, {}),
+    ("stackbench verdicts (change, decision's interval, FDR-controlled)", "stackbench", None, {}),
 ]
 
 

@@ -408,8 +408,10 @@ def comparison_get(key: str):
             "errors": result.get("errors", {}),
             "metrics": [
                 {
-                    k: m[k]
-                    for k in ("job", "metric", "unit", "higher_is_better", "values", "verdicts")
+                    **{k: m[k] for k in ("job", "metric", "unit", "higher_is_better")},
+                    # the job with its parameters (results stored before it: the job)
+                    "subjob": m.get("subjob") or m["job"],
+                    **{k: m[k] for k in ("values", "verdicts")},
                 }
                 for m in result.get("metrics", [])
             ],
