@@ -27,7 +27,7 @@ from test_nightly import (
     outbox,
 )
 
-from stackbench.resultsdb.models import Bisect, Regression, TrackedBranch
+from stackbench.resultsdb.models import Bisect, Metric, Regression, Run, TrackedBranch
 
 DEMO_3_3 = "mm/huge_memory: zero anonymous THPs before charging them"
 
@@ -159,3 +159,54 @@ def test_a_shift_the_first_look_missed_is_opened_at_its_night_and_bisected(
         bis = s.scalars(select(Bisect)).one()
         assert (bis.good, bis.bad) == (lab.history[4], lab.history[6])
     assert len(outbox(eng, "regression")) == 1
+
+
+class Faster:
+    """A random source whose values are 50% higher than its base's: another host."""
+
+    def __init__(self, base):
+        self.base = base
+
+    def normal(self, mean: float, sd: float) -> float:
+        return float(self.base.normal(1.5 * mean, sd))
+
+
+class HostMoves(FakeLab):
+    """Every boot after the first call (night 1's first look of its head) lands on a host
+    50% faster: the A/A's boots, a later night's top-ups of the same kernel."""
+
+    def run(self, eng, tree, build_id, job, runs, boot=None):
+        super().run(eng, tree, build_id, job, runs, boot=boot)
+        if not isinstance(self.rng, Faster):
+            self.rng = Faster(self.rng)
+
+
+def test_a_nights_point_is_its_own_boots_not_the_aa_nor_later_top_ups(eng):
+    """Night 1 measures its head c0 (5 boots); its A/A boots c0 12 times more and night 2's
+    first look tops c0 (the baseline) up beside c1, all on a faster host. Night 1's point of
+    the history stays its 5 boots; night 2's is c1's boots of night 2."""
+    from stackbench.jobs.tracking import history
+    from stackbench.resultsdb import buildruns
+
+    lab = HostMoves(n=2, noise=5.0)
+    first = night(eng, lab, aa_boots=6)["branches"][0]
+    assert first["state"] == "baseline"
+    lab.head = 1
+    second = night(eng, lab, aa_boots=6)["branches"][0]
+    with Session(eng) as s:
+        tid = s.scalars(select(TrackedBranch)).one().id
+        metric = s.scalars(select(Metric).where(Metric.name == METRIC)).one().id
+        jid = s.scalars(select(Run.job_id)).first()
+    hist = history.nights(eng, tid)
+    assert [n.head for n in hist] == [lab.history[0], lab.history[1]]
+    (points,) = history.values(eng, hist, jid, metric).values()
+    c0 = buildruns.boot_means_by_kind(eng, [hist[0].build_id], jid, metric)["qemu"]
+    stored = c0[hist[0].build_id]
+    # c0 holds night 1's 5 boots, its A/A's 12 and night 2's top-ups (all near 1500)
+    assert len(stored) >= 5 + 12 and sum(v > 1400 for v in stored) >= 12
+    assert len(points[0]) == first["jobs"][0]["runs_head"] == 5
+    assert all(abs(v - 1000) < 50 for v in points[0])  # night 1's host only
+    # night 2: c1's boots of its first look, not those its own A/A added afterwards
+    assert len(points[1]) == second["jobs"][0]["runs_head"]
+    c1 = buildruns.boot_means_by_kind(eng, [hist[1].build_id], jid, metric)["qemu"]
+    assert len(c1[hist[1].build_id]) == len(points[1]) + 12

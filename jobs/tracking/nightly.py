@@ -344,6 +344,7 @@ def run_branch(
             (jid,) = br.job_ids(eng, job)
             n = _measure(eng, lab, tree_name, head_id, job, jid, pol.start_runs)
             rep.jobs.append({"job": job, "runs_head": n})
+        history.close_night(eng, tracked_id, night)
         if baseline_id is None:
             _set_baseline(eng, tracked_id, head_id)
             rep.baseline = rep.head
@@ -374,6 +375,8 @@ def run_branch(
         new.extend(r for r in check.opened if r not in new)
         rep.confirmed.extend(check.confirmed)
     rep.regressions = new
+    # what the bisects and the A/A boot from here on is not tonight's point of the history
+    history.close_night(eng, tracked_id, night)
     if not new and rep.known and _all_dated(eng, rep.known):
         # every metric still worse is a level shift a change point has dated: the branch
         # lives at its new level now, and the next nights compare with it
