@@ -217,7 +217,7 @@ def verdict(ok: bool) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--histories", type=int, default=200, help="per row, each kind")
+    ap.add_argument("--histories", type=int, default=100, help="per row, each kind")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--boots", type=Path, default=DEMO_BOOTS, help="stored runs of boots")
     ap.add_argument("--drift", type=float, default=0.015, help="AR drift's stationary CoV")

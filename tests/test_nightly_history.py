@@ -5,8 +5,9 @@ Each boot of a kernel draws its offset from the relative boot offsets of real LK
 (../shared/fixtures/lkp/stats_changed_stats: two kernels, 6 boots each), so the noise has the
 spread and the tails of real boots (the lab's runs carry no boot id: each run is a boot). The branch moves two commits a night; the demo stack's 3/3 lands before night
 4 and costs 5%. The first look (head against the last good baseline) opens the regression on
-night 4 and bisects it; the change points date it to night 4 once three nights show the new
-level, the baseline moves to that level, and no later night opens anything.
+night 4 and bisects it; the change points date it to night 4 once four nights show the new
+level (three nights before it leave a t-test 4 degrees of freedom: p 3e-4 at three), the
+baseline moves to that level, and no later night opens anything.
 """
 
 from __future__ import annotations
@@ -63,18 +64,18 @@ class RealBootLab(FakeLab):
 
 
 def test_six_nights_open_one_regression_at_the_night_the_change_began(eng, mail_env):  # noqa: F811
-    lab = RealBootLab(real_offsets(), n=10, bad_from=5, drop=0.05)
+    lab = RealBootLab(real_offsets(), n=12, bad_from=5, drop=0.05)
     lab.subjects[lab.history[5]] = DEMO_3_3
     reports = []
-    for n in range(6):
+    for n in range(7):
         lab.head = 2 * n  # two commits a night: c5 (3/3) lands between nights 3 and 4
         reports.append(night(eng, lab)["branches"][0])
     states = [r["state"] for r in reports]
     assert states[:3] == ["baseline", "unchanged", "unchanged"], reports
     assert states[3] == "regressed" and len(reports[3]["regressions"]) == 1, reports[3]
     (rid,) = reports[3]["regressions"]
-    # nights 5 and 6 open nothing and mail nothing more
-    assert reports[4]["regressions"] == [] and reports[5]["regressions"] == []
+    # nights 5 to 7 open nothing and mail nothing more
+    assert [r["regressions"] for r in reports[4:]] == [[], [], []]
     assert len(outbox(eng, "regression")) == 1
     with Session(eng) as s:
         assert s.scalar(select(func.count()).select_from(Regression)) == 1
@@ -87,11 +88,11 @@ def test_six_nights_open_one_regression_at_the_night_the_change_began(eng, mail_
         assert reg.meta["changepoint"]["direction"] == "worse"
         assert -7 < reg.meta["changepoint"]["change_pct"] < -3
         hist = s.scalars(select(TrackedBranch)).one().meta["nights"]
-        assert [h["head"] for h in hist] == [lab.history[2 * n] for n in range(6)]
-    # the change point confirmed it on night 6, the third night at the new level: the
+        assert [h["head"] for h in hist] == [lab.history[2 * n] for n in range(7)]
+    # the change point confirmed it on night 7, the fourth night at the new level: the
     # branch's baseline is that level now, so later nights compare with it
-    assert rid in reports[5]["confirmed"]
-    assert baseline_commit(eng) == lab.history[10]
+    assert rid in reports[6]["confirmed"]
+    assert baseline_commit(eng) == lab.history[12]
     mail = outbox(eng, "regression")[0]
     assert f"[{TREE}:{BRANCH}]" in mail.subject and METRIC in mail.subject
 
@@ -148,8 +149,8 @@ def test_a_shift_the_first_look_missed_is_opened_at_its_night_and_bisected(
         lab.head = 2 * n
         reports.append(night(eng, lab)["branches"][0])
     opened = [(i, r["regressions"]) for i, r in enumerate(reports) if r["regressions"]]
-    # the third night at the new level (night 6) opens it; nights 7 and 8 open nothing
-    assert [i for i, _ids in opened] == [5], reports
+    # the fourth night at the new level (night 7) opens it; night 8 opens nothing
+    assert [i for i, _ids in opened] == [6], reports
     ((_i, (rid,)),) = opened
     with Session(eng) as s:
         assert s.scalar(select(func.count()).select_from(Regression)) == 1

@@ -28,8 +28,10 @@ Per branch and night:
    the old one are closed as fixed; otherwise the baseline stays, so the next night still
    compares with the last good kernel, and a metric that is still worse at a later head is
    the regression already open (not a new one, not bisected or mailed again);
-6. the head is a night of the branch's history (jobs/tracking/history.py): change points over every
-   night, per job, metric and machine kind, date the regressions the first look opened
+6. the head is a night of the branch's history (jobs/tracking/history.py; its point: the
+   head's boots of tonight's first look, not what a bisect or the A/A boots later): change
+   points over every night, per job, metric and machine kind, date the regressions the first
+   look opened
    (``meta["change_night"]``), open one at a worse shift the first look missed (between the
    last night before it and the first after), and close a dated one whose level came back;
    when every metric still worse is a dated shift, the head becomes the baseline of the new
