@@ -27,9 +27,11 @@ every worse shift unclaimed is an alert. Figures:
 * false alarms per 100 step-free histories: every alert (floor: at most 2, every row);
 * detected: a 5% step alerted on one of its first 5 nights, the step's own first (floor:
   95% at ``cov 3%``); the median and worst nights from the step to the alert (0: its night);
-* re-fires: a later alert dated within ``max_move`` nights of the step once it was alerted
-  (floor: 0, every row); an alert before the step or dated further away is a false alarm
-  (``false/100 st``, no floor: a spurious shift beside a real one).
+* re-fires: a later alert dated within ``max_move`` nights of the step once it was alerted,
+  with no other change point at the step that night: it took the step's place, the step
+  alerted again (floor: 0, every row). An alert before the step, dated further away or
+  beside the step's still standing change point is a false alarm (``false/100 st``, no
+  floor: a spurious shift beside a real one).
 
 The exit status is 1 when a floor is missed. ``--show`` prints the alerts of every history
 with a false alarm or a re-fire.
@@ -152,20 +154,22 @@ def history(rng: np.random.Generator, row: Row, step: float, at: int) -> list[li
     ]
 
 
-# (the night it is raised, the night it says the change began)
-Alert = tuple[int, int]
+# (the night it is raised, the night it says the change began (its last date), the nights
+# of the other change points found the night it was raised)
+Alert = tuple[int, int, tuple[int, ...]]
 
 
 def alerts(nights: list[list[float]]) -> list[Alert]:
-    """The rule night by night, as the nightly runs it; the last date of every alert."""
+    """The rule night by night, as the nightly runs it."""
     alerted: list[int] = []  # each alert's date, refined as the change points move
-    raised: list[int] = []
+    raised: list[tuple[int, tuple[int, ...]]] = []
     for n in range(1, NIGHTS + 1):
-        alerted, new = cp.follow(cp.shifts(nights[:n], True), alerted)
+        every = cp.shifts(nights[:n], True)
+        alerted, new = cp.follow(every, alerted)
         for s in new:
             alerted.append(s.night)
-            raised.append(n - 1)
-    return list(zip(raised, alerted, strict=True))
+            raised.append((n - 1, tuple(o.night for o in every if o is not s)))
+    return [(r, d, o) for (r, o), d in zip(raised, alerted, strict=True)]
 
 
 @dataclass
@@ -178,17 +182,26 @@ class Tally:
 
 
 def score(t: Tally, found: list[Alert], at: int | None) -> None:
+    """After the step: the first alert within ``WITHIN`` nights detects it; the first alert
+    dated within ``max_move`` nights of it is its alert (late when not the detection); a
+    later one dated there while no other change point that night is within 3 nights of the
+    step took the step's place: a re-fire. Every other alert is a false alarm."""
     t.histories += 1
     if at is None:
         t.false_alarms += len(found)
         return
-    t.false_alarms += sum(1 for raised, _d in found if raised < at)
+    t.false_alarms += sum(1 for raised, _d, _o in found if raised < at)
     after = [a for a in found if a[0] >= at]
+    alerted = False
     if after and after[0][0] - at < WITHIN:
         t.detected += 1
         t.delays.append(after[0][0] - at)
-    for _raised, dated in after[1:]:
-        if abs(dated - at) <= cp.DEFAULT_RULE.max_move:
+        alerted, after = True, after[1:]
+    for _raised, dated, others in after:
+        near = abs(dated - at) <= cp.DEFAULT_RULE.max_move
+        if near and not alerted:
+            alerted = True
+        elif near and not any(abs(o - at) <= 3 for o in others):
             t.refires += 1
         else:
             t.false_alarms += 1
@@ -201,13 +214,15 @@ def run_row(row: Row, histories: int, seed: int, show: bool) -> tuple[Tally, Tal
         found = alerts(history(rng, row, 0.0, NIGHTS))
         score(flat, found, None)
         if show and found:
-            print(f"  {row.name}: step-free, alerts (raised, dated) {found}")
+            shown = [(r, d) for r, d, _o in found]
+            print(f"  {row.name}: step-free, alerts (raised, dated) {shown}")
     for _ in range(histories):
         at = int(rng.integers(5, NIGHTS - 5))
         found = alerts(history(rng, row, STEP, at))
         score(stepped, found, at)
-        if show and (len(found) > 1 or any(r < at for r, _d in found)):
-            print(f"  {row.name}: step at night {at}, alerts (raised, dated) {found}")
+        if show and (len(found) > 1 or any(r < at for r, _d, _o in found)):
+            shown = [(r, d) for r, d, _o in found]
+            print(f"  {row.name}: step at night {at}, alerts (raised, dated) {shown}")
     return flat, stepped
 
 

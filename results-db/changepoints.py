@@ -105,10 +105,10 @@ def _direction(change: float, higher_is_better: bool | None) -> str:
 
 
 def _long_run_factor(resid: np.ndarray, ends: Sequence[int], lags: int) -> np.ndarray:
-    """Per lag 0..``lags``, how much the nights' dependence inflates a mean's variance: the
-    residuals' autocorrelations (pairs within one segment only), kept where positive. Slow
-    host drift makes neighbouring nights alike, so n nights weigh less than n independent
-    ones; white noise gives all zeros past lag 0."""
+    """Per lag 0..``lags``, the residuals' autocorrelation (pairs within one segment only),
+    up to the first lag where it is below two standard errors (0 from there on). Slow host
+    drift makes neighbouring nights alike, so n nights weigh less than n independent ones;
+    white noise gives zeros past lag 0."""
     var = float(np.mean(resid**2))
     rho = np.zeros(lags + 1)
     rho[0] = 1.0
@@ -123,10 +123,9 @@ def _long_run_factor(resid: np.ndarray, ends: Sequence[int], lags: int) -> np.nd
                 pairs += b - a - k
         if pairs == 0:
             break
-        # a decaying sum: a negative estimate (demeaned segments lean negative) is noise
         r = num / pairs / var
         # below about two standard errors an autocorrelation is the estimate's own noise:
-        # counted, it would cost a step-free machine its power
+        # counted, it would cost a machine without drift its power
         if r <= 2.0 / np.sqrt(len(resid)):
             break
         rho[k] = r
@@ -145,12 +144,12 @@ def _placed(series: np.ndarray, cuts: list[int], min_after: int, reach: int = 2)
     and nights of the other level on a side blunt the test."""
     cuts = list(cuts)
     for k in range(len(cuts)):
-        lo = (cuts[k - 1] if k else 0) + min_after
-        hi = (cuts[k + 1] if k + 1 < len(cuts) else len(series)) - min_after
         a = cuts[k - 1] if k else 0
         b = cuts[k + 1] if k + 1 < len(cuts) else len(series)
         best, score = cuts[k], -1.0
-        for c in range(max(lo, cuts[k] - reach), min(hi, cuts[k] + reach) + 1):
+        for c in range(
+            max(a + min_after, cuts[k] - reach), min(b - min_after, cuts[k] + reach) + 1
+        ):
             left, right = series[a:c], series[c:b]
             t = abs(right.mean() - left.mean()) / np.sqrt(1 / len(left) + 1 / len(right))
             if t > score:
