@@ -4,6 +4,8 @@ nightly verdicts read their evidence through these queries."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from sqlalchemy import Engine, select, text
 from sqlalchemy.orm import Session
 
@@ -101,32 +103,48 @@ def metrics_of(eng: Engine, build_ids: list[int], job_id: int) -> list[Metric]:
         return list(s.scalars(select(Metric).where(Metric.id.in_(ids)).order_by(Metric.name)))
 
 
-def boot_means_by_kind(
-    eng: Engine, build_ids: list[int], job_id: int, metric_id: int
-) -> dict[str, dict[int, list[float]]]:
-    """{machine kind: {build: one mean per boot}} of the builds' finished runs of the job:
-    a branch's history in one query, split by machine kind because kinds do not share a
-    level (a run on no machine row is of kind "")."""
+@dataclass(frozen=True)
+class BootMean:
+    kind: str  # the machine kind ("" for a run on no machine row)
+    build_id: int
+    first_run: int  # the boot's first run id: run ids grow, so they say when it was booted
+    mean: float  # of its runs' values
+
+
+def boots_of(eng: Engine, build_ids: list[int], job_id: int, metric_id: int) -> list[BootMean]:
+    """One mean per boot of the builds' finished runs of the job, in boot order: a branch's
+    history in one query."""
     if not build_ids:
-        return {}
+        return []
     with eng.connect() as conn:
         rows = conn.execute(
             text(
-                f"SELECT coalesce(m.kind, ''), r.build_id, {_BOOT_SQL} AS boot, avg(s.value) "
-                "FROM run r JOIN sample s ON s.run_id = r.id "
+                f"SELECT coalesce(m.kind, ''), r.build_id, {_BOOT_SQL} AS boot, r.id, "
+                "avg(s.value) FROM run r JOIN sample s ON s.run_id = r.id "
                 "LEFT JOIN machine m ON m.id = r.machine_id "
                 "WHERE r.build_id = ANY(:b) AND r.job_id = :j AND r.status = 'done' "
                 "AND s.metric_id = :m GROUP BY 1, 2, 3, r.id ORDER BY r.id"
             ),
             {"b": list(build_ids), "j": job_id, "m": metric_id},
         ).all()
-    runs: dict[tuple[str, int, str], list[float]] = {}
-    for kind, bid, boot, v in rows:
+    runs: dict[tuple[str, int, str], tuple[int, list[float]]] = {}
+    for kind, bid, boot, rid, v in rows:
         if v is not None:
-            runs.setdefault((kind, bid, boot), []).append(float(v))
+            runs.setdefault((kind, bid, boot), (rid, []))[1].append(float(v))
+    return [
+        BootMean(kind, bid, first, sum(vals) / len(vals))
+        for (kind, bid, _boot), (first, vals) in runs.items()
+    ]
+
+
+def boot_means_by_kind(
+    eng: Engine, build_ids: list[int], job_id: int, metric_id: int
+) -> dict[str, dict[int, list[float]]]:
+    """{machine kind: {build: one mean per boot}} of :func:`boots_of`, split by machine kind
+    because kinds do not share a level."""
     out: dict[str, dict[int, list[float]]] = {}
-    for (kind, bid, _boot), vals in runs.items():
-        out.setdefault(kind, {}).setdefault(bid, []).append(sum(vals) / len(vals))
+    for b in boots_of(eng, build_ids, job_id, metric_id):
+        out.setdefault(b.kind, {}).setdefault(b.build_id, []).append(b.mean)
     return out
 
 

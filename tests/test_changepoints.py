@@ -4,6 +4,7 @@ found and dated, a spike is not a step, and a shift alerts once however many nig
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from stackbench.resultsdb import changepoints as cp
 
@@ -36,17 +37,21 @@ def test_a_spike_is_no_level_until_three_nights_agree():
     assert [s.night for s in cp.shifts(history(rng, [*flat, 900.0, 900.0, 900.0]), True)] == [20]
 
 
+def alerts(nights, alerted=None):
+    """The rule night by night, as the nightly and the bench run it: (raised, last date)."""
+    alerted, raised = list(alerted or []), []
+    for n in range(1, len(nights) + 1):
+        alerted, new = cp.follow(cp.shifts(nights[:n], True), alerted)
+        for s in new:
+            alerted.append(s.night)
+            raised.append(n - 1)
+    return list(zip(raised, alerted, strict=False))
+
+
 def test_a_shift_alerts_once_and_the_nights_after_it_never_again():
     rng = np.random.default_rng(3)
     nights = history(rng, [1000.0] * 15 + [940.0] * 25)
-    alerted, raised = [], []
-    for n in range(1, len(nights) + 1):
-        s = cp.new_shift(nights[:n], True, alerted)
-        if s is not None:
-            alerted.append(s.night)
-            raised.append(n - 1)
-    assert alerted == [15]
-    assert raised == [17]  # the third night at the new level
+    assert alerts(nights) == [(17, 15)]  # raised on the third night at the new level
 
 
 def test_a_small_shift_below_the_floor_is_no_change_point():
@@ -71,15 +76,84 @@ def test_nights_without_boots_are_skipped_and_keep_their_place():
     assert cp.night_means(nights)[3] is None
 
 
-def test_a_change_point_that_moved_is_still_the_shift_alerted():
-    def at(night):
-        return cp.Shift(night, 1000.0, 970.0, -3.0, 1e-4, "worse")
+def test_an_alert_dated_early_is_not_raised_again_when_its_step_is_dated_right():
+    """The re-fire of the audit: the first alert dated a step nights early, the step's
+    change point later moved to its real night. The alert claims it and follows it."""
+    rng = np.random.default_rng(3)
+    nights = history(rng, [1000.0] * 20 + [950.0] * 10)
+    (step,) = cp.shifts(nights, True)
+    assert step.night == 20
+    assert cp.unclaimed([step], []) == [step]  # nobody alerted it: new
+    dates, new = cp.follow([step], [14])  # alerted six nights early
+    assert new == [] and dates == [20]  # the alert's date is refined, nothing re-fires
+    # too far to be that alert's step (beyond max_move): a step of its own
+    assert cp.unclaimed([step], [20 - cp.DEFAULT_RULE.max_move - 1]) == [step]
 
-    s29 = at(29)
-    assert cp.dated_by(s29, [s29], 27)  # within same_shift
-    assert cp.dated_by(s29, [s29], 25)  # moved four nights, nothing else near
-    assert not cp.dated_by(s29, [at(26), s29], 25)  # another change point is that one
-    assert not cp.dated_by(s29, [s29], 15)  # too far to have moved
+    # two alerts, two steps: each claims the nearest, so a second step still alerts once
+    def at(night):
+        return cp.Shift(night, 1000.0, 960.0, -4.0, 1e-5, "worse")
+
+    first, second = at(20), at(27)
+    assert cp.follow([first, second], [18]) == ([20], [second])
+    assert cp.follow([first, second], [20, 27]) == ([20, 27], [])
+    # a better shift is no alert's
+    better = cp.Shift(21, 960.0, 1000.0, 4.0, 1e-5, "better")
+    assert cp.claimed([better], [20]) == {}
+    # and in a whole history: the early alert is carried, the step never alerts again
+    assert alerts(nights, alerted=[14]) == []
+
+
+def test_a_merged_segment_is_tested_again_not_kept_at_otavas_p():
+    """Otava's p of a change point is of the segments it saw before the short one between
+    them was merged; the rule tests each change point again against what it separates."""
+    from otava.analysis import compute_change_points
+
+    rng = np.random.default_rng(13)
+    # two nights up, then three down: Otava sees 1060 -> 965 at night 14 (p ~ 1e-5); merged,
+    # the two nights up widen the old level and 3 nights do not tell it from 965 yet
+    nights = history(rng, [1000.0] * 12 + [1060.0] * 2 + [965.0] * 3)
+    means = cp.night_means(nights, cp.DEFAULT_RULE.trim)
+    rule = cp.DEFAULT_RULE
+    otava, _ = compute_change_points(
+        means, window_len=rule.window, max_pvalue=rule.max_pvalue, min_magnitude=0.03
+    )
+    assert [p.index for p in otava] == [12, 14] and otava[1].stats.pvalue < rule.max_pvalue
+    assert cp.shifts(nights, True) == []
+    # a step that stands carries the p of its two final segments, not Otava's
+    rng = np.random.default_rng(6)
+    nights = history(rng, [1000.0] * 20 + [880.0] * 2 + [955.0] * 20)
+    (s,) = cp.shifts(nights, True)
+    means = cp.night_means(nights, rule.trim)
+    assert s.night == 20
+    otava, _ = compute_change_points(
+        means, window_len=rule.window, max_pvalue=rule.max_pvalue, min_magnitude=0.03
+    )
+    assert s.p_value > 1e6 * min(p.stats.pvalue for p in otava)
+
+
+def test_on_independent_nights_the_p_is_students_t_of_the_two_sides():
+    from scipy import stats
+
+    rng = np.random.default_rng(1)
+    nights = history(rng, [1000.0] * 20 + [950.0] * 6)
+    (s,) = cp.shifts(nights, True)
+    means = cp.night_means(nights, cp.DEFAULT_RULE.trim)
+    assert s.p_value == pytest.approx(stats.ttest_ind(means[:20], means[20:]).pvalue)
+
+
+def test_nights_that_lean_on_their_neighbours_weigh_less():
+    """A host drifting slowly (AR(1), rho 0.9) makes neighbouring nights alike: the same
+    nights in no order (same means, same spread) would make the shift far more certain."""
+    rng = np.random.default_rng(8)
+    drift = np.zeros(40)
+    for n in range(1, 40):
+        drift[n] = 0.9 * drift[n - 1] + 0.01 * rng.standard_normal()
+    drift[20:] -= 0.04
+    series = 1000.0 * (1 + drift)
+    shuffled = np.concatenate([rng.permutation(series[:20]), rng.permutation(series[20:])])
+    ((p_drift, _ok),) = cp._judge(series, [20], cp.DEFAULT_RULE)
+    ((p_white, _ok),) = cp._judge(shuffled, [20], cp.DEFAULT_RULE)
+    assert p_drift > 100 * p_white
 
 
 def test_zero_and_negative_levels():

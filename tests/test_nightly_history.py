@@ -5,8 +5,9 @@ Each boot of a kernel draws its offset from the relative boot offsets of real LK
 (../shared/fixtures/lkp/stats_changed_stats: two kernels, 6 boots each), so the noise has the
 spread and the tails of real boots (the lab's runs carry no boot id: each run is a boot). The branch moves two commits a night; the demo stack's 3/3 lands before night
 4 and costs 5%. The first look (head against the last good baseline) opens the regression on
-night 4 and bisects it; the change points date it to night 4 once three nights show the new
-level, the baseline moves to that level, and no later night opens anything.
+night 4 and bisects it; the change points date it to night 4 once four nights show the new
+level (three nights before it leave a t-test 4 degrees of freedom: p 3e-4 at three), the
+baseline moves to that level, and no later night opens anything.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from test_nightly import (
     outbox,
 )
 
-from stackbench.resultsdb.models import Bisect, Regression, TrackedBranch
+from stackbench.resultsdb.models import Bisect, Metric, Regression, Run, TrackedBranch
 
 DEMO_3_3 = "mm/huge_memory: zero anonymous THPs before charging them"
 
@@ -63,18 +64,18 @@ class RealBootLab(FakeLab):
 
 
 def test_six_nights_open_one_regression_at_the_night_the_change_began(eng, mail_env):  # noqa: F811
-    lab = RealBootLab(real_offsets(), n=10, bad_from=5, drop=0.05)
+    lab = RealBootLab(real_offsets(), n=12, bad_from=5, drop=0.05)
     lab.subjects[lab.history[5]] = DEMO_3_3
     reports = []
-    for n in range(6):
+    for n in range(7):
         lab.head = 2 * n  # two commits a night: c5 (3/3) lands between nights 3 and 4
         reports.append(night(eng, lab)["branches"][0])
     states = [r["state"] for r in reports]
     assert states[:3] == ["baseline", "unchanged", "unchanged"], reports
     assert states[3] == "regressed" and len(reports[3]["regressions"]) == 1, reports[3]
     (rid,) = reports[3]["regressions"]
-    # nights 5 and 6 open nothing and mail nothing more
-    assert reports[4]["regressions"] == [] and reports[5]["regressions"] == []
+    # nights 5 to 7 open nothing and mail nothing more
+    assert [r["regressions"] for r in reports[4:]] == [[], [], []]
     assert len(outbox(eng, "regression")) == 1
     with Session(eng) as s:
         assert s.scalar(select(func.count()).select_from(Regression)) == 1
@@ -87,11 +88,11 @@ def test_six_nights_open_one_regression_at_the_night_the_change_began(eng, mail_
         assert reg.meta["changepoint"]["direction"] == "worse"
         assert -7 < reg.meta["changepoint"]["change_pct"] < -3
         hist = s.scalars(select(TrackedBranch)).one().meta["nights"]
-        assert [h["head"] for h in hist] == [lab.history[2 * n] for n in range(6)]
-    # the change point confirmed it on night 6, the third night at the new level: the
+        assert [h["head"] for h in hist] == [lab.history[2 * n] for n in range(7)]
+    # the change point confirmed it on night 7, the fourth night at the new level: the
     # branch's baseline is that level now, so later nights compare with it
-    assert rid in reports[5]["confirmed"]
-    assert baseline_commit(eng) == lab.history[10]
+    assert rid in reports[6]["confirmed"]
+    assert baseline_commit(eng) == lab.history[12]
     mail = outbox(eng, "regression")[0]
     assert f"[{TREE}:{BRANCH}]" in mail.subject and METRIC in mail.subject
 
@@ -148,8 +149,8 @@ def test_a_shift_the_first_look_missed_is_opened_at_its_night_and_bisected(
         lab.head = 2 * n
         reports.append(night(eng, lab)["branches"][0])
     opened = [(i, r["regressions"]) for i, r in enumerate(reports) if r["regressions"]]
-    # the third night at the new level (night 6) opens it; nights 7 and 8 open nothing
-    assert [i for i, _ids in opened] == [5], reports
+    # the fourth night at the new level (night 7) opens it; night 8 opens nothing
+    assert [i for i, _ids in opened] == [6], reports
     ((_i, (rid,)),) = opened
     with Session(eng) as s:
         assert s.scalar(select(func.count()).select_from(Regression)) == 1
@@ -159,3 +160,54 @@ def test_a_shift_the_first_look_missed_is_opened_at_its_night_and_bisected(
         bis = s.scalars(select(Bisect)).one()
         assert (bis.good, bis.bad) == (lab.history[4], lab.history[6])
     assert len(outbox(eng, "regression")) == 1
+
+
+class Faster:
+    """A random source whose values are 50% higher than its base's: another host."""
+
+    def __init__(self, base):
+        self.base = base
+
+    def normal(self, mean: float, sd: float) -> float:
+        return float(self.base.normal(1.5 * mean, sd))
+
+
+class HostMoves(FakeLab):
+    """Every boot after the first call (night 1's first look of its head) lands on a host
+    50% faster: the A/A's boots, a later night's top-ups of the same kernel."""
+
+    def run(self, eng, tree, build_id, job, runs, boot=None):
+        super().run(eng, tree, build_id, job, runs, boot=boot)
+        if not isinstance(self.rng, Faster):
+            self.rng = Faster(self.rng)
+
+
+def test_a_nights_point_is_its_own_boots_not_the_aa_nor_later_top_ups(eng):
+    """Night 1 measures its head c0 (5 boots); its A/A boots c0 12 times more and night 2's
+    first look tops c0 (the baseline) up beside c1, all on a faster host. Night 1's point of
+    the history stays its 5 boots; night 2's is c1's boots of night 2."""
+    from stackbench.jobs.tracking import history
+    from stackbench.resultsdb import buildruns
+
+    lab = HostMoves(n=2, noise=5.0)
+    first = night(eng, lab, aa_boots=6)["branches"][0]
+    assert first["state"] == "baseline"
+    lab.head = 1
+    second = night(eng, lab, aa_boots=6)["branches"][0]
+    with Session(eng) as s:
+        tid = s.scalars(select(TrackedBranch)).one().id
+        metric = s.scalars(select(Metric).where(Metric.name == METRIC)).one().id
+        jid = s.scalars(select(Run.job_id)).first()
+    hist = history.nights(eng, tid)
+    assert [n.head for n in hist] == [lab.history[0], lab.history[1]]
+    (points,) = history.values(eng, hist, jid, metric).values()
+    c0 = buildruns.boot_means_by_kind(eng, [hist[0].build_id], jid, metric)["qemu"]
+    stored = c0[hist[0].build_id]
+    # c0 holds night 1's 5 boots, its A/A's 12 and night 2's top-ups (all near 1500)
+    assert len(stored) >= 5 + 12 and sum(v > 1400 for v in stored) >= 12
+    assert len(points[0]) == first["jobs"][0]["runs_head"] == 5
+    assert all(abs(v - 1000) < 50 for v in points[0])  # night 1's host only
+    # night 2: c1's boots of its first look, not those its own A/A added afterwards
+    assert len(points[1]) == second["jobs"][0]["runs_head"]
+    c1 = buildruns.boot_means_by_kind(eng, [hist[1].build_id], jid, metric)["qemu"]
+    assert len(c1[hist[1].build_id]) == len(points[1]) + 12

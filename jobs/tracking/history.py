@@ -22,7 +22,14 @@ from typing import Any
 
 from sqlalchemy import Engine, select
 
-from stackbench.resultsdb import buildruns, db, regressions_store, trees_q, trees_store
+from stackbench.resultsdb import (
+    buildruns,
+    db,
+    kernels_store,
+    regressions_store,
+    trees_q,
+    trees_store,
+)
 from stackbench.resultsdb import changepoints as cp
 from stackbench.resultsdb.models import Regression
 
@@ -33,15 +40,26 @@ class Night:
     head: str
     build_id: int
     at: str
+    # the night's own boots are the head's runs with ids in (after_run, upto_run]: the
+    # nightly's first look of that night, not the boots a later night, a bisect or the A/A
+    # added to the same kernel (another night's host). None: no bound (a night recorded
+    # before the bounds were, or tonight's, still being measured)
+    after_run: int | None = None
+    upto_run: int | None = None
 
 
 def nights(eng: Engine, tracked_id: int) -> list[Night]:
     with db.session(eng) as s:
         meta = trees_q.branch(s, tracked_id).meta or {}
-    return [
-        Night(i, n["head"], int(n["build"]), n.get("at", ""))
-        for i, n in enumerate(meta.get("nights") or [])
-    ]
+    hist = meta.get("nights") or []
+    out = []
+    for i, n in enumerate(hist):
+        upto = n.get("upto_run")
+        if upto is None and i + 1 < len(hist):
+            # a night whose first look never finished ends where the next one began
+            upto = hist[i + 1].get("after_run")
+        out.append(Night(i, n["head"], int(n["build"]), n.get("at", ""), n.get("after_run"), upto))
+    return out
 
 
 def record_night(eng: Engine, tracked_id: int, head: str, build_id: int) -> int:
@@ -53,18 +71,50 @@ def record_night(eng: Engine, tracked_id: int, head: str, build_id: int) -> int:
         hist = list(meta.get("nights") or [])
         if hist and hist[-1]["head"] == head:
             return len(hist) - 1
-        hist.append({"head": head, "build": build_id, "at": datetime.now(UTC).isoformat()})
+        hist.append(
+            {
+                "head": head,
+                "build": build_id,
+                "at": datetime.now(UTC).isoformat(),
+                "after_run": kernels_store.last_run_id(s),
+            }
+        )
         meta["nights"] = hist
         trees_store.update_branch(row, meta=meta)
         return len(hist) - 1
 
 
+def close_night(eng: Engine, tracked_id: int, index: int) -> None:
+    """The night's first look is measured: later boots of its head are not its own. A night
+    closes once (run again, it keeps its boots)."""
+    with db.session(eng) as s:
+        row = trees_q.branch(s, tracked_id)
+        meta = dict(row.meta or {})
+        hist = list(meta.get("nights") or [])
+        if index >= len(hist) or hist[index].get("upto_run") is not None:
+            return
+        hist[index] = {**hist[index], "upto_run": kernels_store.last_run_id(s)}
+        meta["nights"] = hist
+        trees_store.update_branch(row, meta=meta)
+
+
+def _own(n: Night, first_run: int) -> bool:
+    return (n.after_run is None or first_run > n.after_run) and (
+        n.upto_run is None or first_run <= n.upto_run
+    )
+
+
 def values(
     eng: Engine, hist: list[Night], job_id: int, metric_id: int
 ) -> dict[str, list[list[float]]]:
-    """{machine kind: per night, the boot means of the night's head}."""
-    by_kind = buildruns.boot_means_by_kind(eng, [n.build_id for n in hist], job_id, metric_id)
-    return {kind: [per.get(n.build_id, []) for n in hist] for kind, per in by_kind.items()}
+    """{machine kind: per night, the boot means of the night's own boots of its head}."""
+    boots = buildruns.boots_of(eng, sorted({n.build_id for n in hist}), job_id, metric_id)
+    out: dict[str, list[list[float]]] = {}
+    for b in boots:
+        for i, n in enumerate(hist):
+            if n.build_id == b.build_id and _own(n, b.first_run):
+                out.setdefault(b.kind, [[] for _ in hist])[i].append(b.mean)
+    return out
 
 
 @dataclass
@@ -139,20 +189,24 @@ def check_job(
             with db.session(eng) as s:
                 dated = _dated(s, tree_id, branch, job_id, metric_id)
                 out.fixed.extend(_close_recovered(dated, every, hist))
-                for shift in found:
-                    near = [
-                        r for r in dated if cp.dated_by(shift, every, r.meta["change_night"], rule)
-                    ]
-                    if near:
-                        for r in near:
-                            if not r.meta.get("changepoint"):
-                                regressions_store.merge_meta(
-                                    r,
-                                    changepoint={**shift.as_dict(), "kind": kind},
-                                    change_night=shift.night,
-                                )
-                                out.confirmed.append(r.id)
+                alerted = [int(r.meta["change_night"]) for r in dated]
+                claims = cp.claimed(every, alerted, rule)
+                for r in dated:
+                    shift = claims.get(int(r.meta["change_night"]))
+                    if shift is None:
                         continue
+                    confirms = not r.meta.get("changepoint")
+                    # a shift dated again (Otava moved it as nights were added) is the
+                    # regression's own: its date follows, and it alerts no more
+                    if confirms or (r.state != "closed" and shift.night != r.meta["change_night"]):
+                        regressions_store.merge_meta(
+                            r,
+                            changepoint={**shift.as_dict(), "kind": kind},
+                            change_night=shift.night,
+                        )
+                    if confirms:
+                        out.confirmed.append(r.id)
+                for shift in cp.unclaimed(every, alerted, rule):
                     before, first = hist[shift.night - 1], hist[shift.night]
                     reg, is_new = regressions_store.open_regression(
                         s,
@@ -174,7 +228,6 @@ def check_job(
                     )
                     if is_new:
                         out.opened.append(reg.id)
-                        dated.append(reg)
     return out
 
 

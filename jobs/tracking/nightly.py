@@ -28,8 +28,10 @@ Per branch and night:
    the old one are closed as fixed; otherwise the baseline stays, so the next night still
    compares with the last good kernel, and a metric that is still worse at a later head is
    the regression already open (not a new one, not bisected or mailed again);
-6. the head is a night of the branch's history (jobs/tracking/history.py): change points over every
-   night, per job, metric and machine kind, date the regressions the first look opened
+6. the head is a night of the branch's history (jobs/tracking/history.py; its point: the
+   head's boots of tonight's first look, not what a bisect or the A/A boots later): change
+   points over every night, per job, metric and machine kind, date the regressions the first
+   look opened
    (``meta["change_night"]``), open one at a worse shift the first look missed (between the
    last night before it and the first after), and close a dated one whose level came back;
    when every metric still worse is a dated shift, the head becomes the baseline of the new
@@ -344,6 +346,7 @@ def run_branch(
             (jid,) = br.job_ids(eng, job)
             n = _measure(eng, lab, tree_name, head_id, job, jid, pol.start_runs)
             rep.jobs.append({"job": job, "runs_head": n})
+        history.close_night(eng, tracked_id, night)
         if baseline_id is None:
             _set_baseline(eng, tracked_id, head_id)
             rep.baseline = rep.head
@@ -374,6 +377,8 @@ def run_branch(
         new.extend(r for r in check.opened if r not in new)
         rep.confirmed.extend(check.confirmed)
     rep.regressions = new
+    # what the bisects and the A/A boot from here on is not tonight's point of the history
+    history.close_night(eng, tracked_id, night)
     if not new and rep.known and _all_dated(eng, rep.known):
         # every metric still worse is a level shift a change point has dated: the branch
         # lives at its new level now, and the next nights compare with it
