@@ -90,18 +90,21 @@ def _say_waiting(args: argparse.Namespace, fault: str | None) -> None:
     the Buildbot log."""
     if not str(args.series).isdigit() or config.server_url():
         return
-    from stackbench.jobs.driver import lifecycle
-    from stackbench.resultsdb import db
+    from stackbench.resultsdb import db, series_store
 
     sid = int(args.series)
     said = {"error": fault, "step": f"build of {args.name or args.commit[:12]}"}
     try:
-        before = (lifecycle.update_meta(db.engine(), sid).get("host_fault") or {}).get("error")
-        if before != fault:
-            lifecycle.update_meta(db.engine(), sid, host_fault=said if fault else None)
-            if fault:
-                lifecycle.event(db.engine(), sid, f"series:{sid}", "waiting",
-                                f"{said['step']}: waiting on a host fault, retried until fixed: {fault}")  # fmt: skip
+        with db.session(db.engine()) as s:
+            row = series_store.get(s, sid, lock=True)
+            if row is None:
+                return
+            before = ((row.meta or {}).get("host_fault") or {}).get("error")
+            if before != fault:
+                series_store.merge_meta(row, host_fault=said if fault else None)
+                if fault:
+                    series_store.add_event(s, sid, f"series:{sid}", "waiting",
+                                           f"{said['step']}: waiting on a host fault, retried until fixed: {fault}")  # fmt: skip
     except Exception as exc:  # a database away: the build goes on (or waits) all the same
         print(f"the series page does not say so: {str(exc).splitlines()[0] if str(exc) else exc!r}")
 
