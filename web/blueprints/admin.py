@@ -54,8 +54,9 @@ def _commit(what: str):
 def add_tree():
     f = request.form
     name = f.get("name", "").strip()
-    if not _NAME_RE.match(name):
-        abort(400, "tree name: letters, digits, . _ - (up to 100)")
+    why = trees_q.name_problem(name)
+    if why:
+        abort(400, why)
     url = f.get("url", "").strip()
     if url and not re.match(r"^(https?|git|ssh|file)://|^/", url):
         abort(400, "tree url: http(s)://, git://, ssh://, file:// or an absolute path")
