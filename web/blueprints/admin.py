@@ -11,7 +11,7 @@ from sqlalchemy.exc import IntegrityError
 
 from stackbench.errors import InputError
 from stackbench.resultsdb import accounts_q, lists_q, machines_q, trees_q
-from stackbench.web import dbsession
+from stackbench.web import dbsession, inputs
 from stackbench.web.auth import admin_required
 
 bp = Blueprint("admin", __name__, url_prefix="/admin")
@@ -91,11 +91,7 @@ def add_machine():
 
     def num(key: str) -> int | None:
         raw = f.get(key, "").strip()
-        if not raw:
-            return None
-        if not raw.isdigit():
-            abort(400, f"{key}: a whole number")
-        return int(raw)
+        return inputs.whole_number(key, raw) if raw else None
 
     machines_q.add(
         dbsession.get(),
