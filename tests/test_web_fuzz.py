@@ -11,6 +11,7 @@ it), so a failure repeats exactly; ``STACKBENCH_FUZZ_REQUESTS`` runs more or few
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
@@ -156,7 +157,9 @@ class Gen:
                 if isinstance(target[key], dict) and target[key] and self.r.random() < 0.6:
                     target = target[key]
                     continue
-                target[key] = self.r.choice(ODD) if self.r.random() < 0.7 else self.value(1)
+                # a copy: a later spoil may descend into it, and ODD must stay as it is
+                odd = copy.deepcopy(self.r.choice(ODD))
+                target[key] = odd if self.r.random() < 0.7 else self.value(1)
                 break
 
     def template(self, endpoint: str) -> dict[str, Any] | None:
