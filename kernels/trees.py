@@ -23,6 +23,7 @@ from typing import Any
 from stackbench import config, gitcmd, proc, schema
 from stackbench.errors import InputError, NotFoundError, StackbenchError
 from stackbench.kernels import paths
+from stackbench.resultsdb import trees_q
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
     "required": ["name", "source", "default_base"],
     "properties": {
-        "name": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]*$"},
+        "name": {"type": "string", "pattern": trees_q.NAME_PATTERN},
         "description": {"type": "string"},
         "source": {
             "type": "object",
@@ -117,6 +118,11 @@ def list_trees() -> list[TreeDef]:
 
 
 def load_tree(name: str) -> TreeDef:
+    """The tree NAME's definition; InputError for a name no tree can have (it is a file
+    name below: too long, or a path), NotFoundError for one no file defines."""
+    why = trees_q.name_problem(name)
+    if why:
+        raise InputError("tree", why)
     for d in _tree_dirs():
         f = d / f"{name}.yaml"
         if f.is_file():

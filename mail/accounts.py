@@ -50,6 +50,9 @@ def create_user(
     worker: bool = False,
 ) -> AppUser:
     name = clean_username(name)
+    if admin and worker:
+        # a worker's token uploads runs and nothing else: an administrator's could not
+        raise InputError("user", "an account is an administrator or a worker, not both")
     email = email.strip()
     if email and not is_mail_address(email):
         raise InputError("user", f"invalid mail address {email[:120]!r} (one plain local@domain)")

@@ -13,12 +13,11 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
-import math
 from datetime import datetime
 from typing import Any
 
 from stackbench.errors import InputError
-from stackbench.resultsdb import storable
+from stackbench.resultsdb import storable, trees_q
 from stackbench.resultsdb.rundata import JobSpec, KernelSpec, MachineSpec, RunData
 
 RUN_STATUSES = ("done", "crashed", "timeout", "failed", "lost", "queued", "running")
@@ -56,7 +55,7 @@ RUN_SCHEMA: dict[str, Any] = {
                 "config_name": _s(200),
                 "config_hash": _s(64),
                 "compiler": _s(100),
-                "tree": _s(200),
+                "tree": {"type": ["string", "null"], "pattern": f"^$|{trees_q.NAME_PATTERN}"},
                 "status": _s(32),
                 "meta": {"type": ["object", "null"]},
             },
@@ -94,7 +93,7 @@ RUN_SCHEMA: dict[str, Any] = {
         "meta": {"type": ["object", "null"]},
         "started_at": _TIME,
         "finished_at": _TIME,
-        "duration_s": {"type": ["number", "null"]},
+        "duration_s": {"type": ["number", "null"], "minimum": 0, "description": "finite"},
         "idempotency_key": {"type": ["string", "null"], "maxLength": 128},
     },
     "required": ["job", "kernel", "machine", "iteration"],
@@ -135,6 +134,8 @@ def _message(err: Any) -> tuple[str, str]:
         return path, f"unknown value {err.instance!r}"
     if v == "anyOf":
         return path, "must be a number or a list of numbers"
+    if v == "pattern":  # the tree's name, the one pattern of the schema
+        return path, f"not a tree name: at most {trees_q.NAME_MAX} ASCII letters, digits, . _ -"
     if v == "propertyNames":
         return path, f"bad metric name {str(err.instance)[:40]!r}"
     return path, err.message[:200]
@@ -160,8 +161,7 @@ def parse_run(raw: Any, where: str = "run") -> RunData:
     for name, vals in (d.get("samples") or {}).items():
         vals = vals if isinstance(vals, list) else [vals]
         for v in vals:
-            if isinstance(v, bool) or not math.isfinite(v):
-                raise InputError(f"{where}.samples.{name}", f"not a finite number: {v!r}")
+            _number(v, f"{where}.samples.{name}")
         total += len(vals)
         samples[name] = [float(v) for v in vals]
     if total > MAX_SAMPLES:
@@ -173,6 +173,8 @@ def parse_run(raw: Any, where: str = "run") -> RunData:
         except (binascii.Error, ValueError):
             raise InputError(f"{where}.logs.{name}", "is not valid base64") from None
     dur = d.get("duration_s")
+    if dur is not None:
+        _number(dur, f"{where}.duration_s")
     return RunData(
         job=JobSpec(
             suite=j["suite"], test=j.get("test") or "", params=j.get("params") or {},
@@ -200,6 +202,13 @@ def parse_run(raw: Any, where: str = "run") -> RunData:
         duration_s=float(dur) if dur is not None else None,
         idempotency_key=d.get("idempotency_key") or None,
     )  # fmt: skip
+
+
+def _number(v: Any, where: str) -> None:
+    """A number a double precision column stores (the schema let every JSON number by)."""
+    why = storable.float_problem(v)
+    if why:
+        raise InputError(where, why)
 
 
 def _time(d: dict[str, Any], key: str, where: str) -> datetime | None:

@@ -24,6 +24,11 @@ def test_import_and_compare_through_the_api(eng, server, monkeypatch, capsys):
     assert cli.main(["import", "lkp", str(GOOD)]) == 0
     assert capsys.readouterr().out == f"uploaded 0 runs to {server}, 15 already present\n"
 
+    # comparing is a person's business: a worker's token uploads runs and nothing else
+    assert cli.main(["compare", "--style", "lkp", BASE[:10], "5b77236920"]) == 1
+    assert "uploads runs (POST /api/runs) and nothing else" in capsys.readouterr().err
+    add_user(eng, "alice")
+    monkeypatch.setenv("STACKBENCH_TOKEN", add_token(eng, "alice"))
     # the server's answer is the same table the database path prints
     assert cli.main(["compare", "--style", "lkp", BASE[:10], "5b77236920"]) == 0
     via_api = capsys.readouterr().out

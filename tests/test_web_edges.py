@@ -9,13 +9,18 @@ import json
 
 import pytest
 from sqlalchemy import func, select
-from test_web_support import add_token, add_tree, add_user, csrf_of, db, login, make_series
+from test_web_support import (
+    add_token,
+    add_tree,
+    add_user,
+    bearer,
+    csrf_of,
+    db,
+    login,
+    make_series,
+)
 
 pytest_plugins = ["test_web_support"]
-
-
-def bearer(tok: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {tok}"}
 
 
 def refused(r, *words: str) -> str:
@@ -78,11 +83,12 @@ def test_hostile_json_bodies_are_a_400_and_store_nothing(eng, client):
     from stackbench.resultsdb.models import Comparison, Run, Series
 
     add_tree(eng)
+    add_user(eng, "alice")
     add_user(eng, "w1", worker=True)
-    tok = add_token(eng, "w1")
+    tok, wtok = add_token(eng, "alice"), add_token(eng, "w1")
     deep = b"[" * 100_000
-    for url in ("/api/series", "/api/runs", "/api/comparisons"):
-        refused(json_post(client, url, deep, tok), "nested too deeply")
+    for url, who in (("/api/series", tok), ("/api/runs", wtok), ("/api/comparisons", tok)):
+        refused(json_post(client, url, deep, who), "nested too deeply")
     refused(
         json_post(client, "/api/series", b'{"tree": "mm", "mbox": "caf\\ud800"}', tok),
         "body.mbox",
@@ -105,20 +111,20 @@ def test_hostile_json_bodies_are_a_400_and_store_nothing(eng, client):
         "iteration": 0,
         "samples": {"vm-scalability.throughput": 1.0},
     }
-    refused(json_post(client, "/api/runs", json.dumps(run).encode(), tok), "params.size", NUL)
+    refused(json_post(client, "/api/runs", json.dumps(run).encode(), wtok), "params.size", NUL)
     run["job"]["params"] = {}
     run["kernel"]["meta"] = {"note\u0000": 1}
-    refused(json_post(client, "/api/runs", json.dumps(run).encode(), tok), "meta", NUL)
+    refused(json_post(client, "/api/runs", json.dumps(run).encode(), wtok), "meta", NUL)
     run["kernel"]["meta"] = {}
     run["iteration"] = 2**31
-    refused(json_post(client, "/api/runs", json.dumps(run).encode(), tok), "iteration", "at most")
+    refused(json_post(client, "/api/runs", json.dumps(run).encode(), wtok), "iteration", "at most")
     r = json_post(client, "/api/comparisons", b'{"kernels": ["#2147483648", "#1"]}', tok)
     assert r.status_code == 404 and "unknown kernel build #2147483648" in r.get_json()["error"]
     with db(eng) as s:
         for table in (Series, Run, Comparison):
             assert s.scalar(select(func.count()).select_from(table)) == 0, table
     run["iteration"] = 0  # the same run, cleaned: stored
-    assert json_post(client, "/api/runs", json.dumps(run).encode(), tok).status_code == 201
+    assert json_post(client, "/api/runs", json.dumps(run).encode(), wtok).status_code == 201
 
 
 def test_a_job_name_longer_than_a_file_name_is_a_400(eng, client):

@@ -11,14 +11,20 @@ import subprocess
 
 import pytest
 from sqlalchemy import event, func, select, text
-from test_web_support import add_token, add_tree, add_user, csrf_of, db, login, make_series
+from test_web_support import (
+    add_token,
+    add_tree,
+    add_user,
+    basic,
+    bearer,
+    csrf_of,
+    db,
+    login,
+    make_series,
+)
 from test_web_support import populate_results as populate
 
 pytest_plugins = ["test_web_support"]
-
-
-def bearer(tok: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {tok}"}
 
 
 def post_login(client, password="pw-alice-1", next_url=""):
@@ -182,25 +188,21 @@ def test_behind_a_proxy_each_client_counts_for_itself(eng):
     assert via_proxy(alice, "198.51.100.4", "alice", "pw-alice-1").status_code == 303
 
 
-def _basic(name: str, secret: str) -> dict[str, str]:
-    return {"Authorization": "Basic " + base64.b64encode(f"{name}:{secret}".encode()).decode()}
-
-
 def test_git_basic_auth_takes_tokens_not_passwords_and_is_throttled(eng, app, client):
     add_user(eng, "alice")
     tok = add_token(eng, "alice")
     url = "/git/intake.git/info/refs?service=git-receive-pack"
-    assert client.get(url, headers=_basic("alice", "pw-alice-1")).status_code == 401
-    assert client.get(url, headers=_basic("alice", tok)).status_code == 200
+    assert client.get(url, headers=basic("alice", "pw-alice-1")).status_code == 401
+    assert client.get(url, headers=basic("alice", tok)).status_code == 200
     for _ in range(app.config["LOGIN_FAIL_COUNT"] - 1):  # the password above was the first
-        r = client.get(url, headers=_basic("alice", "sbt_guess"))
+        r = client.get(url, headers=basic("alice", "sbt_guess"))
         assert r.status_code == 401 and "wrong user name or token" in r.get_data(as_text=True)
     # the next wrong one waits, and is told so
-    r = client.get(url, headers=_basic("alice", "sbt_guess"))
+    r = client.get(url, headers=basic("alice", "sbt_guess"))
     assert r.status_code == 429 and r.mimetype == "text/plain"
     assert "too many failed sign-ins" in r.get_data(as_text=True)
     # a valid token is never held up
-    assert client.get(url, headers=_basic("alice", tok)).status_code == 200
+    assert client.get(url, headers=basic("alice", tok)).status_code == 200
 
 
 # ---------------------------------------------------------------- comparisons

@@ -1,5 +1,6 @@
 """Hostile input: HTML/JS and header injection in an mbox, oversized uploads, forged CSRF,
-unauthenticated writes, open redirects and the submission rate limit."""
+unauthenticated writes, what each role's token may write, open redirects and the submission
+rate limit."""
 
 from __future__ import annotations
 
@@ -8,7 +9,21 @@ import re
 
 import pytest
 from sqlalchemy import func, select
-from test_web_support import DATA, add_token, add_tree, add_user, csrf_of, db, login, run_data
+from test_web_support import (
+    DATA,
+    add_token,
+    add_tree,
+    add_user,
+    basic,
+    bearer,
+    csrf_of,
+    db,
+    login,
+    make_series,
+    rule_path,
+    run_data,
+    upload_body,
+)
 
 pytest_plugins = ["test_web_support"]
 
@@ -238,3 +253,153 @@ def test_logs_are_served_as_plain_text(eng, client):
     rid = ingest.ingest(eng, [d]).inserted[0]
     r = client.get(f"/runs/{rid}/logs/console")
     assert r.mimetype == "text/plain" and r.headers["X-Content-Type-Options"] == "nosniff"
+
+
+# ---------------------------------------------------------------- what each role may write
+
+# the GET routes that store something: GET /compare/new computes and keeps a comparison
+GET_WRITES = {"compare.create"}
+WORKER_ONLY = "a worker's token uploads runs (POST /api/runs) and nothing else"
+
+
+def write_requests(app) -> list[tuple[str, str, str]]:
+    """(endpoint, method, path) of every write of the URL map but git's (its own test)."""
+    out = []
+    for rule in app.url_map.iter_rules():
+        if rule.endpoint.startswith("git_http."):
+            continue
+        path = rule_path(rule)
+        for method in sorted(rule.methods & {"POST", "PUT", "PATCH", "DELETE"}):
+            out.append((rule.endpoint, method, path))
+        if rule.endpoint in GET_WRITES:
+            out.append((rule.endpoint, "GET", path))
+    return out
+
+
+def stored_counts(eng) -> dict[str, int]:
+    from stackbench.resultsdb import models
+
+    with db(eng) as s:
+        return {
+            m.__tablename__: s.scalar(select(func.count()).select_from(m))
+            for m in (models.Series, models.Run, models.Comparison, models.ApiToken, models.Tree)
+        }
+
+
+def test_a_workers_token_uploads_runs_and_nothing_else(eng, app, client):
+    add_tree(eng, "mm")
+    make_series(eng)
+    add_user(eng, "w1", worker=True)
+    tok = add_token(eng, "w1")
+    before = stored_counts(eng)
+    writes = write_requests(app)
+    endpoints = {ep for ep, _, _ in writes}
+    # the submissions (API and form), comparisons, tokens and the admin's writes are all there
+    for ep in ("api.series_create", "submit.post", "api.comparison_create", "compare.create",
+               "auth.create_token", "admin.add_tree", "api.runs_upload"):  # fmt: skip
+        assert ep in endpoints, ep
+    body = {"mbox": "x", "tree": "mm", "kernels": ["#1", "#2"], "name": "t"}
+    for ep, method, path in writes:
+        if ep in ("api.runs_upload", "auth.login", "auth.logout"):
+            continue
+        r = client.open(path, method=method, headers=bearer(tok), json=body)
+        assert r.status_code == 403, (ep, method, path, r.status_code, r.get_data()[:200])
+        assert r.get_json() == {"error": WORKER_ONLY, "status": 403}, (ep, r.get_data()[:200])
+    # a push, from its ref advertisement on; fetching stays open
+    push = "/git/intake.git/info/refs?service=git-receive-pack"
+    for r in (
+        client.get(push, headers=basic("w1", tok)),
+        client.post("/git/intake.git/git-receive-pack", headers=basic("w1", tok), data=b"0000"),
+    ):
+        assert r.status_code == 403 and r.mimetype == "text/plain"
+        assert r.get_data(as_text=True) == f"stackbench: {WORKER_ONLY}\n"
+    fetch = client.get(
+        "/git/intake.git/info/refs?service=git-upload-pack", headers=basic("w1", tok)
+    )
+    assert fetch.status_code == 200
+    assert stored_counts(eng) == before
+    # and what it is for
+    r = client.post("/api/runs", json=upload_body(), headers=bearer(tok))
+    assert r.status_code == 201, r.get_json()
+
+
+def test_people_submit_and_only_workers_upload_runs(eng, client):
+    add_tree(eng, "mm")
+    add_user(eng, "alice")
+    add_user(eng, "root", password="pw-root-1", admin=True)
+    user, admin = add_token(eng, "alice"), add_token(eng, "root")
+    for tok, whose in ((user, "a person's"), (admin, "an administrator's")):
+        r = client.post("/api/runs", json=upload_body(), headers=bearer(tok))
+        assert r.status_code == 403, r.get_json()
+        assert r.get_json()["error"] == f"only a worker's token may upload runs, not {whose}"
+        # the same token's submission reaches the submission's own checks
+        r = client.post("/api/series", json={"mbox": "", "tree": "mm"}, headers=bearer(tok))
+        assert r.status_code == 400 and "mbox" in r.get_json()["fields"], r.get_json()
+    assert stored_counts(eng)["run"] == 0
+    # an account is one or the other
+    from stackbench.errors import InputError
+
+    with pytest.raises(InputError, match="administrator or a worker, not both"):
+        add_user(eng, "both", admin=True, worker=True)
+
+
+# ---------------------------------------------------------------- the former 500s
+
+
+@pytest.mark.parametrize("name", ["t" * 256, "x" * 5000, "../../etc/passwd", ".hidden"])
+def test_a_tree_name_no_file_can_have_is_a_400(eng, client, name):
+    """A tree name of 256 bytes reached the file system (OSError: File name too long)."""
+    add_user(eng, "alice")
+    tok = add_token(eng, "alice")
+    body = {"mbox": (DATA / "series.mbox").read_text(), "tree": name, "runs": 1}
+    r = client.post("/api/series", json=body, headers=bearer(tok))
+    assert r.status_code == 400, r.get_data()[:300]
+    why = r.get_json()["fields"]["tree"]
+    assert why.startswith("tree name") and len(why) < 200, why
+    assert ("longer than 100" in why) == (len(name) > 100), why
+    login(client)
+    r = submit_form(client, (DATA / "series.mbox").read_bytes(), tree=name)
+    assert r.status_code == 400 and 'id="error-tree"' in r.get_data(as_text=True)
+    assert count_series(eng) == 0
+
+
+def test_kernels_refuse_a_tree_name_before_the_file_system():
+    from stackbench.errors import InputError
+    from stackbench.kernels import trees
+
+    with pytest.raises(InputError, match="longer than 100"):
+        trees.load_tree("t" * 300)
+    with pytest.raises(InputError, match="letters, digits"):
+        trees.load_tree("../trees/linux-6.1")
+    assert trees.load_tree("linux-6.1").name == "linux-6.1"
+
+
+@pytest.mark.parametrize(
+    ("raw", "where", "why"),
+    [
+        ('"duration_s": ' + str(10**400), "run.duration_s", "number of about 401 digits"),
+        ('"duration_s": -1', "run.duration_s", "at least 0"),
+        ('"samples": {"m": [1, ' + str(10**400) + "]}", "run.samples.m", "out of range"),
+        ('"samples": {"m": NaN}', "body.samples.m", "not a finite number"),
+        ('"duration_s": 1e999', "body.duration_s", "not a finite number: inf"),
+        ('"iteration": ' + str(-(10**30)), "run.iteration", "at least 0"),
+    ],
+)
+def test_numbers_no_column_holds_are_a_400(eng, client, raw, where, why):
+    """``"duration_s": 10**400`` was an OverflowError in the wire format's float()."""
+    import json
+
+    add_user(eng, "w1", worker=True)
+    tok = add_token(eng, "w1")
+    key = raw.split(":")[0].strip('"')
+    text = json.dumps({k: v for k, v in upload_body().items() if k != key})
+    r = client.post(
+        "/api/runs",
+        data=text[:-1] + ", " + raw + "}",
+        content_type="application/json",
+        headers=bearer(tok),
+    )
+    assert r.status_code == 400, r.get_data()[:300]
+    err = r.get_json()["error"]
+    assert err.startswith(where) and why in err and len(err) < 200, err
+    assert stored_counts(eng)["run"] == 0

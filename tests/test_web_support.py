@@ -34,6 +34,54 @@ def client(app):
     return app.test_client()
 
 
+def bearer(tok: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {tok}"}
+
+
+def basic(name: str, secret: str) -> dict[str, str]:
+    """git's credentials: the user name and an API token."""
+    import base64
+
+    return {"Authorization": "Basic " + base64.b64encode(f"{name}:{secret}".encode()).decode()}
+
+
+def rule_path(rule, pick=None) -> str:
+    """A path of ``rule`` (a werkzeug Rule of ``app.url_map``): ``pick(name, converter)``
+    gives each argument's value, by default 1 for numbers and "x" for the rest."""
+    from werkzeug.routing.converters import NumberConverter
+
+    def default(name, conv):
+        return 1 if isinstance(conv, NumberConverter) else "x"
+
+    pick = pick or default
+    values = {name: pick(name, conv) for name, conv in rule._converters.items()}
+    return rule.build(values, append_unknown=False)[1]
+
+
+def upload_body(key="run-key-1", **over):
+    """A run in the wire format (results-db/wire.py), as a worker posts it."""
+    import base64
+
+    body = {
+        "job": {
+            "suite": "vm-scalability",
+            "test": "anon-w-seq",
+            "params": {"test": "anon-w-seq"},
+            "suite_version": "v1",
+            "runner": "builtin",
+        },
+        "kernel": {"commit": "c" * 40, "name": "v6.1-test"},
+        "machine": {"name": "qemu-7", "kind": "qemu", "cpus": 2, "memory_mb": 2048},
+        "iteration": 0,
+        "samples": {"vm-scalability.throughput": [1234.5], "thpscale.fault-huge-1": [1, 2, 3]},
+        "logs": {"console": base64.b64encode(b"booted\n").decode()},
+        "sysstate": {"vmstat_before": {"compact_stall": 1}},
+        "idempotency_key": key,
+    }
+    body.update(over)
+    return body
+
+
 def db(eng) -> Session:
     return Session(bind=eng, expire_on_commit=False)
 

@@ -11,7 +11,7 @@ import os
 import secrets
 from typing import Any
 
-from flask import Flask, g, render_template, request
+from flask import Flask, Response, g, render_template, request
 from werkzeug.exceptions import HTTPException
 
 from stackbench import config as sb_config
@@ -105,11 +105,17 @@ def create_app(config: dict | None = None) -> Flask:
 
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException):
-        if request.path.startswith("/api/"):
-            return {"error": exc.description, "status": exc.code}, exc.code
-        if request.path.startswith("/git/"):
+        if exc.response is not None:  # an answer of its own (git's challenge)
             return exc
-        return render_template("error.html", error=exc), exc.code
+        headers = [(k, v) for k, v in exc.get_headers() if k.lower() != "content-type"]
+        if request.path.startswith("/git/"):
+            # git prints the text/plain body of a refused request as "remote: ..."
+            text = f"stackbench: {exc.description}\n"
+            return Response(text, exc.code, headers, mimetype="text/plain")
+        if request.path.startswith("/api/") or g.get("via_token"):
+            # a token is a program's: it reads JSON, whichever route it called
+            return {"error": exc.description, "status": exc.code}, exc.code, headers
+        return render_template("error.html", error=exc), exc.code, headers
 
     from sqlalchemy import exc as sa_exc
     from werkzeug.exceptions import ServiceUnavailable

@@ -180,7 +180,7 @@ def document(server: str = "") -> dict[str, Any]:
             "version": __version__,
             "description": "Series, kernels, runs, samples, comparisons and regressions "
             "of stackbench. Reading needs no account; submitting needs a "
-            "user token, uploading results a worker token.",
+            "user token, uploading results a worker token, which may do nothing else.",
         },
         "paths": paths,
         "components": {

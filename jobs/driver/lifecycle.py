@@ -154,8 +154,11 @@ def check(
     """The one validation of every front door; SubmissionErrors names every bad field and
     nothing is written (a YAML tree may be registered: that is not the submission)."""
     errors: dict[str, str] = {}
-    row = known_tree(s, tree) if tree else None
-    if row is None:
+    bad_name = trees_q.name_problem(tree) if tree else None
+    row = known_tree(s, tree) if tree and not bad_name else None
+    if bad_name:
+        errors["tree"] = bad_name
+    elif row is None:
         names = ", ".join(t.name for t in trees_q.trees(s)) or "none"
         errors["tree"] = f"{tree[:80]!r}: unknown tree (known: {names})" if tree else "pick a tree"
     base = (base or "").strip()

@@ -15,7 +15,8 @@ DESCRIPTION = """\
   stackbench user list
 
 Without --password-stdin, 'add' asks for a password on a terminal and creates a token-only
-account otherwise. Workers upload results with a token: stackbench token create NAME."""
+account otherwise. Workers upload results with a token (stackbench token create NAME), and
+do nothing else: an account is an administrator or a worker, not both."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -23,7 +24,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a = sub.add_parser("add", help="create an account")
     a.add_argument("name")
     a.add_argument("--admin", action="store_true", help="may manage trees, machines, branches")
-    a.add_argument("--worker", action="store_true", help="may upload results")
+    a.add_argument("--worker", action="store_true", help="uploads results, and nothing else")
     a.add_argument(
         "--email", default="", help="the account's verified address: series reports go here"
     )

@@ -11,7 +11,7 @@ from sqlalchemy.exc import IntegrityError
 
 from stackbench.errors import InputError
 from stackbench.resultsdb import accounts_q, lists_q, machines_q, trees_q
-from stackbench.web import dbsession
+from stackbench.web import dbsession, inputs
 from stackbench.web.auth import admin_required
 
 bp = Blueprint("admin", __name__, url_prefix="/admin")
@@ -54,8 +54,9 @@ def _commit(what: str):
 def add_tree():
     f = request.form
     name = f.get("name", "").strip()
-    if not _NAME_RE.match(name):
-        abort(400, "tree name: letters, digits, . _ - (up to 100)")
+    why = trees_q.name_problem(name)
+    if why:
+        abort(400, why)
     url = f.get("url", "").strip()
     if url and not re.match(r"^(https?|git|ssh|file)://|^/", url):
         abort(400, "tree url: http(s)://, git://, ssh://, file:// or an absolute path")
@@ -90,11 +91,7 @@ def add_machine():
 
     def num(key: str) -> int | None:
         raw = f.get(key, "").strip()
-        if not raw:
-            return None
-        if not raw.isdigit():
-            abort(400, f"{key}: a whole number")
-        return int(raw)
+        return inputs.whole_number(key, raw) if raw else None
 
     machines_q.add(
         dbsession.get(),

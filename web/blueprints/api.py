@@ -26,7 +26,7 @@ from stackbench.resultsdb import (
     wire,
 )
 from stackbench.web import comparisons, dbsession, progress, submission
-from stackbench.web.auth import login_required, worker_required
+from stackbench.web.auth import login_required
 from stackbench.web.blueprints.series import filtered_series, load_series
 
 if TYPE_CHECKING:
@@ -322,9 +322,8 @@ def run_samples(run_id: int):
 
 
 @bp.route("/runs", methods=["POST"])
-@worker_required
 def runs_upload():
-    """One run (a RunData object) or {"runs": [...]}; each stored in its own transaction,
+    """Workers' tokens alone (stackbench.web.auth.WORKER_WRITES). One run (a RunData object) or {"runs": [...]}; each stored in its own transaction,
     all validated first. A known idempotency key answers 200 with the existing run id."""
     body = request.get_json(silent=True)
     if body is None:

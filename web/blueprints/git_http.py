@@ -30,20 +30,6 @@ _PATH = re.compile(
 CHUNK = 64 * 1024
 
 
-def _wants_push() -> bool:
-    return request.path.endswith("/git-receive-pack") or (
-        request.path.endswith("/info/refs") and request.args.get("service") == "git-receive-pack"
-    )
-
-
-def _challenge(msg: str) -> Response:
-    return Response(
-        msg + "\n",
-        401,
-        {"WWW-Authenticate": 'Basic realm="stackbench git intake"', "Content-Type": "text/plain"},
-    )
-
-
 def _cgi_env(repo_rel: str, rest: str, user: str | None) -> dict[str, str]:
     eng = dbsession.engine()
     db_url = eng.url.render_as_string(hide_password=False)
@@ -105,27 +91,20 @@ def _drain(stream, sink: list[bytes]) -> None:
 def backend(repo: str, rest: str):
     if repo != gitrepo.REPO_NAME or not _PATH.match(rest):
         abort(404, f"no such repository path; push to /git/{gitrepo.REPO_NAME}")
-    user = None
+    # who pushes, and whether their role may, was settled before the view (web/auth.py)
+    user = g.get("user")
     s = dbsession.get()
-    if request.authorization is not None:
-        try:
-            found = auth.basic_auth_user(s)
-        except ratelimit.Throttled as exc:
-            # text/plain: git prints the body of a refused request as "remote: ..."
-            return Response(f"stackbench: {exc}\n", 429, {"Content-Type": "text/plain"})
-        if found is None:
-            return _challenge("stackbench: wrong user name or token")
-        user = found
-    if _wants_push():
+    if auth.pushes():
         if user is None:
-            return _challenge("stackbench: pushing needs an account: user name and API token")
+            return auth.git_challenge(
+                "stackbench: pushing needs an account: user name and API token"
+            )
         if request.method == "POST":
             msg = ratelimit.check_submission(s, user.id)
             if msg:
                 abort(429, msg)
     request.max_content_length = current_app.config["GIT_MAX_CONTENT_LENGTH"]
     env = _cgi_env(repo, rest, user.name if user else None)
-    g.user = user
     s.close()  # the hooks write through their own connections
     proc = subprocess.Popen(
         ["git", "http-backend"],
