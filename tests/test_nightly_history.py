@@ -5,9 +5,8 @@ Each boot of a kernel draws its offset from the relative boot offsets of real LK
 (../shared/fixtures/lkp/stats_changed_stats: two kernels, 6 boots each), so the noise has the
 spread and the tails of real boots (the lab's runs carry no boot id: each run is a boot). The branch moves two commits a night; the demo stack's 3/3 lands before night
 4 and costs 5%. The first look (head against the last good baseline) opens the regression on
-night 4 and bisects it; the change points date it to night 4 once four nights show the new
-level (three nights before it leave a t-test 4 degrees of freedom: p 3e-4 at three), the
-baseline moves to that level, and no later night opens anything.
+night 4 and bisects it; the change points date it to night 4 once three or four nights show the
+new level (the quiet nights before it run to the verdict's cap of 10 boots), the baseline moves to that level, and no later night opens anything.
 """
 
 from __future__ import annotations
@@ -89,9 +88,12 @@ def test_six_nights_open_one_regression_at_the_night_the_change_began(eng, mail_
         assert -7 < reg.meta["changepoint"]["change_pct"] < -3
         hist = s.scalars(select(TrackedBranch)).one().meta["nights"]
         assert [h["head"] for h in hist] == [lab.history[2 * n] for n in range(7)]
-    # the change point confirmed it on night 7, the fourth night at the new level: the
-    # branch's baseline is that level now, so later nights compare with it
-    assert rid in reports[6]["confirmed"]
+    # the change point confirmed it on night 6 or 7, the third or fourth night at the new
+    # level (the rounds are shuffled, so a night's boots, and with them the night a point
+    # tips the test, vary from run to run), once: the branch's baseline is that level now,
+    # so later nights compare with it
+    confirmed = [i for i, r in enumerate(reports) if rid in r["confirmed"]]
+    assert confirmed in ([5], [6]), reports
     assert baseline_commit(eng) == lab.history[12]
     mail = outbox(eng, "regression")[0]
     assert f"[{TREE}:{BRANCH}]" in mail.subject and METRIC in mail.subject
@@ -149,8 +151,9 @@ def test_a_shift_the_first_look_missed_is_opened_at_its_night_and_bisected(
         lab.head = 2 * n
         reports.append(night(eng, lab)["branches"][0])
     opened = [(i, r["regressions"]) for i, r in enumerate(reports) if r["regressions"]]
-    # the fourth night at the new level (night 7) opens it; night 8 opens nothing
-    assert [i for i, _ids in opened] == [6], reports
+    # the third or fourth night at the new level (night 6 or 7: the shuffled rounds vary a
+    # night's boots) opens it, and no later night opens anything
+    assert [i for i, _ids in opened] in ([5], [6]), reports
     ((_i, (rid,)),) = opened
     with Session(eng) as s:
         assert s.scalar(select(func.count()).select_from(Regression)) == 1
@@ -183,9 +186,9 @@ class HostMoves(FakeLab):
 
 
 def test_a_nights_point_is_its_own_boots_not_the_aa_nor_later_top_ups(eng):
-    """Night 1 measures its head c0 (5 boots); its A/A boots c0 12 times more and night 2's
+    """Night 1 measures its head c0 (3 boots, a night's start); its A/A boots c0 12 times more and night 2's
     first look tops c0 (the baseline) up beside c1, all on a faster host. Night 1's point of
-    the history stays its 5 boots; night 2's is c1's boots of night 2."""
+    the history stays its 3 boots; night 2's is c1's boots of night 2."""
     from stackbench.jobs.tracking import history
     from stackbench.resultsdb import buildruns
 
@@ -203,9 +206,10 @@ def test_a_nights_point_is_its_own_boots_not_the_aa_nor_later_top_ups(eng):
     (points,) = history.values(eng, hist, jid, metric).values()
     c0 = buildruns.boot_means_by_kind(eng, [hist[0].build_id], jid, metric)["qemu"]
     stored = c0[hist[0].build_id]
-    # c0 holds night 1's 5 boots, its A/A's 12 and night 2's top-ups (all near 1500)
-    assert len(stored) >= 5 + 12 and sum(v > 1400 for v in stored) >= 12
-    assert len(points[0]) == first["jobs"][0]["runs_head"] == 5
+    # c0 holds night 1's first boots, its A/A's 12 and night 2's top-ups (all near 1500)
+    own = first["jobs"][0]["runs_head"]
+    assert len(stored) >= own + 12 and sum(v > 1400 for v in stored) >= 12
+    assert len(points[0]) == own == 3
     assert all(abs(v - 1000) < 50 for v in points[0])  # night 1's host only
     # night 2: c1's boots of its first look, not those its own A/A added afterwards
     assert len(points[1]) == second["jobs"][0]["runs_head"]
