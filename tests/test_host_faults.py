@@ -111,13 +111,7 @@ def test_a_full_disk_under_git_am_waits_and_the_series_applies_once_emptied(
     t = threading.Thread(target=d.run, kwargs={"poll": 0.3}, daemon=True)
     t.start()
     try:
-
-        def waiting():
-            with Session(eng) as s:
-                x = s.get(Series, sid)
-                return x if (x.meta or {}).get("host_fault") else None
-
-        x = wait_for("the series to wait on the full disk", waiting, timeout=60)
+        x = wait_for("the series to wait on the full disk", lambda: _waiting(eng, sid), 60)
         assert x.state in ("new", "applying"), (x.state, x.error)
         said = x.meta["host_fault"]["error"]
         assert "No space left on device" in said or "Out of diskspace" in said, said
@@ -234,3 +228,10 @@ def test_a_buildbot_workers_build_on_a_full_disk_waits_and_goes_on(eng, disk_tre
     with Session(eng) as s:
         assert not (s.get(Series, sid).meta or {}).get("host_fault")
     assert any(st == "waiting" for st, _m in _events(eng, sid))
+
+
+def _waiting(eng, sid: int) -> Series | None:
+    """The series once it says it waits on a host fault, else None."""
+    with Session(eng) as s:
+        x = s.get(Series, sid)
+        return x if (x.meta or {}).get("host_fault") else None
