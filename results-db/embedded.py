@@ -250,7 +250,8 @@ class Cluster:
         with self._locked():
             if not self.exists:
                 self._initdb()
-            if supervision.declared_program("postgres"):
+            # the supervisor of 'up' runs the cluster of its own home only
+            if self.home == config.home() and supervision.declared_program("postgres"):
                 started = supervision.start_programs([self.program()])
                 self._wait_ready(60)
                 return started

@@ -148,7 +148,7 @@ def down() -> Iterator[str]:
 
 # consecutive failed probes (one each 5 s) before a program is restarted
 PROBE_FAILURES = 3
-PROBE_TIMEOUT_S = 5.0
+PROBE_TIMEOUT_S = 3.0
 # a program just started is not probed yet: a master loads its configuration first
 PROBE_GRACE_S = 15.0
 # supervisord gives up after STARTRETRIES quick exits (FATAL); the check starts it again
