@@ -289,6 +289,35 @@ def health_listener(probes: dict[str, str]) -> None:
         childutils.listener.ok(sys.stdout)
 
 
+def systemd_health_loop(probes: dict[str, str], every: float = 5.0, rounds: int = 0) -> None:
+    """The health check of a host whose services are systemd units (Ansible): GET each
+    unit's URL every ``every`` s and ``systemctl restart`` the unit after PROBE_FAILURES
+    failures in a row; a unit just restarted is left PROBE_GRACE_S to come up. ``rounds``:
+    stop after that many (tests), 0 for ever."""
+    from stackbench import proc
+
+    failures = dict.fromkeys(probes, 0)
+    restarted: dict[str, float] = {}
+    done = 0
+    while not rounds or done < rounds:
+        for unit, url in probes.items():
+            if time.monotonic() - restarted.get(unit, -PROBE_GRACE_S) < PROBE_GRACE_S:
+                continue
+            failed = probe(url)
+            failures[unit] = 0 if failed is None else failures[unit] + 1
+            if failed is None:
+                continue
+            log.warning("%s: %s: %s (%d in a row)", unit, url, failed, failures[unit])
+            if failures[unit] >= PROBE_FAILURES:
+                log.warning("%s: restarting: not answering (%s)", unit, failed)
+                res = proc.run(["systemctl", "restart", unit], check=False, timeout=300)
+                if res.returncode:
+                    log.warning("%s: systemctl restart failed: %s", unit, res.stdout.strip())
+                failures[unit], restarted[unit] = 0, time.monotonic()
+        done += 1
+        time.sleep(every)
+
+
 def status() -> list[dict[str, Any]] | None:
     """Each supervised program: name, state, pid, since (epoch seconds), restarts, reason,
     and whether it is ``up`` (running and answering); None without a running supervisor."""

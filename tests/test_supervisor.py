@@ -261,3 +261,40 @@ def test_a_postgresql_restart_keeps_the_dispatcher_and_the_watcher_running(stack
     wait_for("every service running after the restart", all_running, timeout=60)
     assert pid_of("dispatcher") == dispatcher  # it connected again instead of exiting
     wait_for("the web's pages again", lambda: get(stack["web"] + "/jobs")[0] == 200, 60)
+
+
+def test_the_systemd_health_check_restarts_the_unit_that_stops_answering(tmp_path):
+    """What the Ansible roles' stackbench-*-health units run: three failed GETs in a row,
+    then ``systemctl restart`` of that unit (a stub here: it records its arguments)."""
+    import http.server
+    import subprocess
+    import sys
+
+    log = tmp_path / "systemctl.log"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "systemctl").write_text(f'#!/bin/sh\necho "systemctl $*" >> {log}\n')
+    (bin_dir / "systemctl").chmod(0o755)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        argv = [sys.executable, "-m", "stackbench", "health-check", "--systemd", "--every", "0.2",
+                "--rounds", "6", "--probe", f"dead.service=http://127.0.0.1:{free_port()}/healthz",
+                "--probe", f"alive.service=http://127.0.0.1:{server.server_port}/healthz"]  # fmt: skip
+        env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+        res = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    finally:
+        server.shutdown()
+    assert res.returncode == 0, res.stderr
+    # once: a unit just restarted is given time to come up before it is probed again
+    assert log.read_text().splitlines() == ["systemctl restart dead.service"], res.stderr
+    assert "dead.service: restarting: not answering" in res.stderr
+    assert "alive.service" not in res.stderr  # an HTTP error status is an answer
+
+
+def test_health_check_refuses_a_malformed_probe(capsys):
+    from stackbench.cli import main
+
+    assert main(["health-check", "--systemd", "--probe", "web"]) != 0
+    err = capsys.readouterr().err
+    assert "--probe 'web': expected PROGRAM=http://" in err and "Traceback" not in err
