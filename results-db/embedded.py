@@ -221,6 +221,7 @@ class Cluster:
             stopsignal="INT",  # PostgreSQL's fast shutdown; TERM waits for every client
             stopwaitsecs=60,
             stopasgroup=False,
+            inherit_env=False,
         )
 
     def start_supervised(self) -> bool:

@@ -327,7 +327,11 @@ def status() -> list[dict[str, Any]] | None:
 
     health = _load_health()
     rows = []
-    for info in rpc(10).supervisor.getAllProcessInfo():
+    try:
+        infos = rpc(10).supervisor.getAllProcessInfo()
+    except (OSError, xmlrpc.client.Error):
+        return None  # it stopped meanwhile
+    for info in infos:
         e = health.get(info["name"], {})
         state = str(info["statename"])
         failing = bool(e.get("failures")) and state == "RUNNING"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import shlex
 import subprocess
@@ -53,12 +54,21 @@ class Program:
     # a URL the health check GETs: a refused, reset or timed out answer counts as a failure
     probe: str | None = None
     listener_events: str | None = None
+    # the caller's STACKBENCH_* settings reach the program (through a file of its own,
+    # see :func:`env_file`); off for a program run as another account (PostgreSQL)
+    inherit_env: bool = True
+
+    def command(self) -> list[str]:
+        if not self.inherit_env:
+            return self.argv
+        return [sys.executable, "-m", "stackbench.supervision", str(env_file(self.name)),
+                "--", *self.argv]  # fmt: skip
 
     def section(self) -> str:
         kind = "eventlistener" if self.listener_events else "program"
         lines = [
             f"[{kind}:{self.name}]",
-            f"command={_esc(shlex.join(self.argv))}",
+            f"command={_esc(shlex.join(self.command()))}",
             f"priority={self.priority}",
             "autostart=false",
             "autorestart=true",
@@ -84,9 +94,18 @@ class Program:
                 lines.append(f"stdout_logfile={_esc(str(self.log))}")
         if self.log is not None:
             lines += ["stdout_logfile_maxbytes=10MB", "stdout_logfile_backups=2"]
-        if self.env:
+        if self.env and not self.inherit_env:
             lines.append("environment=" + ",".join(_env(k, v) for k, v in self.env.items()))
         return "\n".join(lines) + "\n"
+
+    def settings(self) -> dict[str, str]:
+        """What the program gets in its environment beside supervisord's own."""
+        env = {k: v for k, v in os.environ.items() if k.startswith("STACKBENCH_")}
+        return {**env, **self.env}
+
+
+def env_file(name: str) -> Path:
+    return supervisor_dir() / "programs" / f"{name}.env.json"
 
 
 STARTRETRIES = 10
@@ -164,6 +183,11 @@ def ensure_supervisor() -> bool:
     """Start supervisord for this home unless it runs; True when this call started it."""
     if supervisor_running():
         return False
+    # one still shutting down would remove the new one's socket as it exits
+    old = _supervisord_pid()
+    deadline = time.monotonic() + 60
+    while old is not None and _alive(old) and time.monotonic() < deadline:
+        time.sleep(0.1)
     conf = _write_main_config()
     exe = Path(sys.executable).parent / "supervisord"
     argv = [str(exe)] if exe.exists() else [sys.executable, "-m", "supervisor.supervisord"]
@@ -187,11 +211,18 @@ def _declare(programs: list[Program]) -> None:
     d.mkdir(parents=True, exist_ok=True)
     changed = False
     for prog in programs:
+        if prog.inherit_env:
+            settings = json.dumps(prog.settings(), indent=1, sort_keys=True)
+            envf = env_file(prog.name)
+            if not envf.exists() or envf.read_text() != settings:
+                _write_private(envf, settings)
+                # other settings than the running program has: it starts again with them
+                if _info(prog.name) is not None:
+                    _stop(prog.name)
         path = d / f"{prog.name}.conf"
         text = prog.section()
         if not path.exists() or path.read_text() != text:
-            path.write_text(text)
-            os.chmod(path, 0o600)
+            _write_private(path, text)
             changed = True
     if not changed and all(_info(p.name) is not None for p in programs):
         return
@@ -202,6 +233,12 @@ def _declare(programs: list[Program]) -> None:
         sup.removeProcessGroup(name)
     for name in added + modified:
         sup.addProcessGroup(name)
+
+
+def _write_private(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
 
 
 def _info(name: str) -> dict[str, Any] | None:
@@ -277,22 +314,31 @@ def shutdown() -> bool:
     """Stop every program and supervisord (waits for it); False when it was not running."""
     if not supervisor_running():
         return False
-    pidfile = supervisor_dir() / "supervisord.pid"
-    try:
-        pid = int(pidfile.read_text().strip())
-    except (OSError, ValueError):
-        pid = None
+    pid = _supervisord_pid()
     sup = rpc(300).supervisor
     sup.stopAllProcesses(True)
     with contextlib.suppress(OSError, xmlrpc.client.Error):  # it may hang up first
         sup.shutdown()
     deadline = time.monotonic() + 60
-    while pid is not None and time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            break
+    while pid is not None and _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
+    return True
+
+
+def _supervisord_pid() -> int | None:
+    try:
+        return int((supervisor_dir() / "supervisord.pid").read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
     return True
 
 
@@ -316,3 +362,19 @@ def set_probe(name: str, url: str | None) -> None:
         path.write_text(url + "\n")
     else:
         path.unlink(missing_ok=True)
+
+
+def _exec(argv: list[str]) -> None:
+    """``python -m stackbench.supervision ENV_FILE -- ARGV``: how supervisord starts a
+    program: ARGV with the settings of the ``up`` that declared it (not of whoever
+    started supervisord first), and without supervisord's own STACKBENCH_* ones."""
+    envf, sep, *cmd = argv
+    if sep != "--" or not cmd:
+        raise SystemExit("usage: python -m stackbench.supervision ENV_FILE -- ARGV")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STACKBENCH_")}
+    env.update(json.loads(Path(envf).read_text()))
+    os.execvpe(cmd[0], cmd, env)
+
+
+if __name__ == "__main__":
+    _exec(sys.argv[1:])

@@ -21,10 +21,7 @@ def services_status() -> list[dict[str, Any]] | None:
 
     now = time.monotonic()
     if now - _cache[0] > _CACHE_S:
-        try:
-            _cache[1] = services.status()
-        except OSError:
-            _cache[1] = None
+        _cache[1] = services.status()
         _cache[0] = now
     return _cache[1]
 
