@@ -145,9 +145,14 @@ def test_status_counts_the_restarts(stack, capsys):
     out = capsys.readouterr().out
     line = next(x for x in out.splitlines() if x.startswith("lists "))
     assert "restarts 1" in line and "(last: exited)" in line, out
+    assert main(["lists", "show"]) == 0
+    out = capsys.readouterr().out
+    assert "watcher: up since " in out and "restarted 1 times" in out, out
 
 
-def test_a_stopped_service_is_shown_down_on_every_page_and_in_the_api(stack):
+def test_a_stopped_service_is_shown_down_on_every_page_and_in_the_api(stack, capsys):
+    from stackbench.cli import main
+
     sup = supervision.rpc().supervisor
     sup.stopProcess("lists", True)
     try:
@@ -161,6 +166,8 @@ def test_a_stopped_service_is_shown_down_on_every_page_and_in_the_api(stack):
         status, page = get(stack["web"] + "/jobs")
         strip = page.decode().split('class="services-down"', 1)
         assert status == 200 and len(strip) == 2 and "<b>lists</b>" in strip[1][:400]
+        main(["lists", "show"])
+        assert "watcher: DOWN (stopped) since " in capsys.readouterr().out
     finally:
         sup.startProcess("lists", True)
     time.sleep(2.5)
@@ -238,13 +245,13 @@ def test_a_flood_of_clients_hanging_up_early_is_healed_within_60_s(stack):
         return all(answers(stack["master"] + "/api/v2/masters") for _ in range(3))
 
     wait_for("the master to answer after the flood", healthy, timeout=60)
+    healed_in = time.monotonic() - ended
     after = {r["name"]: r for r in services.status()}["buildbot-master"]["restarts"]
-    print(f"flood {counts} in {ended - began:.1f} s; answering again "
-          f"{time.monotonic() - ended:.1f} s later; broken right after: {broke}; "
-          f"health-check restarts: {after - before}")  # fmt: skip
+    print(f"flood {counts} in {ended - began:.1f} s; answering again {healed_in:.1f} s "
+          f"later; broken right after: {broke}; health-check restarts: {after - before}")  # fmt: skip
     assert counts["sent"] + counts["refused"] == 2000
-    if broke or counts["refused"]:  # it was sick: the health check, not luck, healed it
-        assert after > before
+    # without a restart only a passing overload heals (the master of issue 38 never did)
+    assert after > before or healed_in < 10, (healed_in, counts)
 
 
 def test_a_postgresql_restart_keeps_the_dispatcher_and_the_watcher_running(stack):
