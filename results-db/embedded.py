@@ -208,13 +208,54 @@ class Cluster:
             time.sleep(0.1)
         raise StackbenchError(f"embedded PostgreSQL did not accept connections on port {port}")
 
-    def start(self) -> bool:
-        """Create and start the cluster if needed; True when this call started it."""
-        from stackbench import proc
+    def program(self):
+        """PostgreSQL in the foreground, as the supervisor of ``stackbench up`` runs it."""
+        from stackbench.supervision import Program
+
+        return Program(
+            "postgres",
+            [str(pg_bindir() / "postgres"), "-D", str(self.datadir)],
+            log=self.link.resolve() / "postgres.log",
+            user=self._run_user(),
+            priority=1,
+            stopsignal="INT",  # PostgreSQL's fast shutdown; TERM waits for every client
+            stopwaitsecs=60,
+            stopasgroup=False,
+            inherit_env=False,
+        )
+
+    def start_supervised(self) -> bool:
+        """Create the cluster if needed and run it under the supervisor (``stackbench up``);
+        True when this call started it. A server a command started on its own (pg_ctl) is
+        stopped first: the supervisor's would not get the data directory."""
+        from stackbench import proc, supervision
 
         with self._locked():
             if not self.exists:
                 self._initdb()
+            if supervision.program_pid("postgres") is None and self.running():
+                proc.run(
+                    [pg_bindir() / "pg_ctl", "stop", "-D", self.datadir, "-m", "fast", "-w"],
+                    user=self._run_user(),
+                )
+            started = supervision.start_programs([self.program()])
+            self._wait_ready(60)
+        self.ensure_database()
+        return started
+
+    def start(self) -> bool:
+        """Create and start the cluster if needed; True when this call started it. Under
+        ``stackbench up`` the supervisor starts it; a command on its own uses pg_ctl."""
+        from stackbench import proc, supervision
+
+        with self._locked():
+            if not self.exists:
+                self._initdb()
+            # the supervisor of 'up' runs the cluster of its own home only
+            if self.home == config.home() and supervision.declared_program("postgres"):
+                started = supervision.start_programs([self.program()])
+                self._wait_ready(60)
+                return started
             if self.running():
                 return False
             logfile = self.link.resolve() / "postgres.log"

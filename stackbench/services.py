@@ -1,17 +1,48 @@
-"""Starting and stopping the embedded services that make up a one-machine stackbench.
+"""The embedded services of a one-machine stackbench, run by ONE supervisor: supervisord.
 
-Other components add their services (Buildbot master and worker, web UI) through
-:data:`SERVICES`, each a pair of start/stop callables returning a status line.
+``stackbench up`` starts supervisord for the home ($STACKBENCH_HOME/supervisor) and, as
+programs of it, PostgreSQL, the Buildbot master and its local workers, the web UI, the
+dispatcher, the list watcher and the health check (``stackbench health-check``, an event
+listener that restarts a program that stops answering and counts restarts). supervisord
+starts again whatever exits, with backoff; ``stackbench down`` stops it all.
+
+Components add their services through :data:`SERVICES`, each a name and start/stop
+callables returning a status line; a start declares its :class:`Program` s with
+:func:`stackbench.supervision.start_programs`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import logging
+import os
+import signal
+import sys
+import time
+import xmlrpc.client
 from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 from stackbench import config
+from stackbench.supervision import (
+    HEALTH,
+    Program,
+    declared,
+    shutdown,
+    start_programs,
+    stop_programs,
+    supervisor_dir,
+    supervisor_running,
+)
 
-Service = tuple[str, Callable[[], str], Callable[[], str]]
+Service = tuple[str, Callable[..., str], Callable[[], str]]
 SERVICES: list[Service] = []
+log = logging.getLogger(__name__)
+
+
+# -- up and down ----------------------------------------------------------------------------
 
 
 def _db_up() -> str:
@@ -23,7 +54,7 @@ def _db_up() -> str:
     from stackbench.resultsdb.embedded import Cluster
 
     cluster = Cluster()
-    started = cluster.start()
+    started = cluster.start_supervised()
     db.upgrade(db.engine(migrate=False))
     state = "started" if started else "already running"
     return f"database: {state} ({cluster.datadir})"
@@ -35,7 +66,10 @@ def _db_down() -> str:
     from stackbench.resultsdb.embedded import Cluster
 
     cluster = Cluster()
-    return "database: stopped" if cluster.stop() else "database: not running"
+    stopped = stop_programs(["postgres"])
+    # a cluster a command started on its own (pg_ctl), outside 'up'
+    stopped = cluster.stop() or stopped
+    return "database: stopped" if stopped else "database: not running"
 
 
 def _registered() -> list[Service]:
@@ -68,6 +102,29 @@ def up(db_only: bool = False, workers: int = 0) -> Iterator[str]:
             yield start(workers=max(workers, 1), results_url=web)
         else:
             yield start()
+    if supervisor_running():
+        yield start_health_check()
+
+
+def start_health_check() -> str:
+    """The health check watches the programs declared so far that have a probe."""
+    probes = [f"{p['name']}={url}" for p in declared() if (url := p.get("probe"))]
+    argv = [*stackbench_command(), "health-check", *(a for p in probes for a in ("--probe", p))]
+    prog = Program(
+        HEALTH,
+        argv,
+        log=config.home() / "health.log",
+        priority=99,
+        listener_events="PROCESS_STATE,TICK_5",
+        startsecs=1,
+    )
+    started = start_programs([prog])
+    return f"health: {'started' if started else 'already running'} ({len(probes)} probes)"
+
+
+def stackbench_command() -> list[str]:
+    beside = Path(sys.executable).parent / "stackbench"
+    return [str(beside)] if beside.exists() else [sys.executable, "-m", "stackbench"]
 
 
 def local_web_url() -> str:
@@ -81,4 +138,215 @@ def local_web_url() -> str:
 def down() -> Iterator[str]:
     for _name, _start, stop in reversed(_registered()):
         yield stop()
+    if stop_programs([HEALTH]):
+        yield "health: stopped"
     yield _db_down()
+    shutdown()
+
+
+# -- the health check -----------------------------------------------------------------------
+
+# consecutive failed probes (one each 5 s) before a program is restarted
+PROBE_FAILURES = 3
+PROBE_TIMEOUT_S = 3.0
+# a program just started is not probed yet: a master loads its configuration first
+PROBE_GRACE_S = 15.0
+# supervisord gives up after STARTRETRIES quick exits (FATAL); the check starts it again
+FATAL_RETRY_S = 60.0
+DOWN_STATES = ("EXITED", "BACKOFF", "FATAL")
+
+
+def health_file() -> Path:
+    return supervisor_dir() / "health.json"
+
+
+def _load_health() -> dict[str, dict[str, Any]]:
+    try:
+        return json.loads(health_file().read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _save_health(state: dict[str, dict[str, Any]]) -> None:
+    path = health_file()
+    tmp = path.with_name(".health.json.tmp")
+    tmp.write_text(json.dumps(state, indent=1, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def probe(url: str, timeout: float = PROBE_TIMEOUT_S) -> str | None:
+    """None when ``url`` answers (any HTTP status), else what went wrong in a few words."""
+    import http.client
+
+    from stackbench.httpclient import Client, HttpError, describe
+
+    try:
+        Client(url, timeout=timeout).send("GET", "")
+    except HttpError:
+        return None
+    except (OSError, http.client.HTTPException) as exc:
+        return describe(exc)
+    return None
+
+
+class HealthCheck:
+    """What ``stackbench health-check`` does with each event supervisord sends it: counts
+    restarts and notes since when a program is down (PROCESS_STATE_*), and on each TICK_5
+    probes the programs that have a URL, restarting one after PROBE_FAILURES failures in a
+    row (and one supervisord gave up on, after FATAL_RETRY_S)."""
+
+    def __init__(self, probes: dict[str, str], sup: Any) -> None:
+        self.probes = probes
+        self.sup = sup
+        self.state = _load_health()
+
+    def entry(self, name: str) -> dict[str, Any]:
+        return self.state.setdefault(
+            name, {"restarts": 0, "down_since": None, "failures": 0, "reason": None}
+        )
+
+    def on_state(self, name: str, new: str, old: str | None, now: float) -> None:
+        e = self.entry(name)
+        if new == "STARTING" and old in DOWN_STATES:
+            e["restarts"] += 1
+            e["last_restart"] = now
+            e["reason"] = "exited" if old != "BACKOFF" else "exited again at start"
+        elif new in DOWN_STATES:
+            e["down_since"] = e["down_since"] or now
+        elif new == "RUNNING":
+            e["down_since"] = None
+            e["failures"] = 0
+        elif new == "STOPPED" and not e.get("restarting"):
+            e["down_since"] = None  # stopped on purpose ('down')
+
+    def on_tick(self, now: float) -> None:
+        infos = {i["name"]: i for i in self.sup.getAllProcessInfo()}
+        for name, info in infos.items():
+            if info["statename"] == "FATAL" and now - info["stop"] >= FATAL_RETRY_S:
+                self.restart(name, "supervisord gave up; started again", now)
+        for name, url in self.probes.items():
+            info = infos.get(name)
+            if not info or info["statename"] != "RUNNING" or now - info["start"] < PROBE_GRACE_S:
+                continue
+            e = self.entry(name)
+            failed = probe(url)
+            if failed is None:
+                e["failures"], e["down_since"] = 0, None
+                continue
+            e["failures"] += 1
+            e["down_since"] = e["down_since"] or now
+            e["last_failure"] = f"{url}: {failed}"
+            log.warning("%s: %s (%d in a row)", name, e["last_failure"], e["failures"])
+            if e["failures"] >= PROBE_FAILURES:
+                self.restart(name, f"not answering ({failed})", now)
+
+    def restart(self, name: str, reason: str, now: float) -> None:
+        """Stop (SIGTERM to the process group, SIGKILL if it is wedged) and start again."""
+        e = self.entry(name)
+        log.warning("%s: restarting: %s", name, reason)
+        e.update(restarting=True, reason=reason, last_restart=now, failures=0)
+        e["restarts"] += 1
+        with contextlib.suppress(xmlrpc.client.Fault):  # FATAL: nothing to stop
+            self.sup.stopProcess(name, False)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and self._state(name) == "STOPPING":
+            time.sleep(0.2)
+        pid = self.sup.getProcessInfo(name)["pid"]
+        if self._state(name) == "STOPPING" and pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)  # supervisord makes each program a group
+            while time.monotonic() < deadline + 10 and self._state(name) == "STOPPING":
+                time.sleep(0.2)
+        with contextlib.suppress(xmlrpc.client.Fault):  # ALREADY_STARTED
+            self.sup.startProcess(name, False)
+        e["restarting"] = False
+
+    def _state(self, name: str) -> str:
+        return str(self.sup.getProcessInfo(name)["statename"])
+
+
+def health_listener(probes: dict[str, str]) -> None:
+    """The event listener loop (supervisor.childutils' protocol on stdin/stdout)."""
+    from supervisor import childutils
+
+    check = HealthCheck(probes, childutils.getRPCInterface(os.environ).supervisor)
+    while True:
+        headers, payload = childutils.listener.wait(sys.stdin, sys.stdout)
+        event = headers["eventname"]
+        now = time.time()
+        try:
+            if event.startswith("PROCESS_STATE_"):
+                fields = childutils.get_headers(payload.split("\n", 1)[0])
+                name = fields["processname"]
+                if name != HEALTH:
+                    check.on_state(name, event.removeprefix("PROCESS_STATE_"),
+                                   fields.get("from_state"), now)  # fmt: skip
+            elif event.startswith("TICK_"):
+                check.on_tick(now)
+            _save_health(check.state)
+        except (OSError, xmlrpc.client.Error) as exc:
+            log.warning("health check: %s", exc)  # the next event tries again
+        childutils.listener.ok(sys.stdout)
+
+
+def systemd_health_loop(probes: dict[str, str], every: float = 5.0, rounds: int = 0) -> None:
+    """The health check of a host whose services are systemd units (Ansible): GET each
+    unit's URL every ``every`` s and ``systemctl restart`` the unit after PROBE_FAILURES
+    failures in a row; a unit just restarted is left PROBE_GRACE_S to come up. ``rounds``:
+    stop after that many (tests), 0 for ever."""
+    from stackbench import proc
+
+    failures = dict.fromkeys(probes, 0)
+    restarted: dict[str, float] = {}
+    done = 0
+    while not rounds or done < rounds:
+        for unit, url in probes.items():
+            if time.monotonic() - restarted.get(unit, -PROBE_GRACE_S) < PROBE_GRACE_S:
+                continue
+            failed = probe(url)
+            failures[unit] = 0 if failed is None else failures[unit] + 1
+            if failed is None:
+                continue
+            log.warning("%s: %s: %s (%d in a row)", unit, url, failed, failures[unit])
+            if failures[unit] >= PROBE_FAILURES:
+                log.warning("%s: restarting: not answering (%s)", unit, failed)
+                res = proc.run(["systemctl", "restart", unit], check=False, timeout=300)
+                if res.returncode:
+                    log.warning("%s: systemctl restart failed: %s", unit, res.stdout.strip())
+                failures[unit], restarted[unit] = 0, time.monotonic()
+        done += 1
+        time.sleep(every)
+
+
+def status() -> list[dict[str, Any]] | None:
+    """Each supervised program: name, state, pid, since (epoch seconds), restarts, reason,
+    and whether it is ``up`` (running and answering); None without a running supervisor."""
+    if not supervisor_running():
+        return None
+    from stackbench.supervision import rpc
+
+    health = _load_health()
+    rows = []
+    try:
+        infos = rpc(10).supervisor.getAllProcessInfo()
+    except (OSError, xmlrpc.client.Error):
+        return None  # it stopped meanwhile
+    for info in infos:
+        e = health.get(info["name"], {})
+        state = str(info["statename"])
+        failing = bool(e.get("failures")) and state == "RUNNING"
+        up_ = state == "RUNNING" and not failing
+        if up_:
+            since = info["start"]
+        else:
+            since = e.get("down_since") or info["stop"] or info["start"] or None
+        rows.append({
+            "name": info["name"],
+            "state": "not answering" if failing else state.lower(),
+            "up": up_,
+            "pid": info["pid"] or None,
+            "since": since,
+            "restarts": int(e.get("restarts", 0)),
+            "reason": e.get("last_failure") if failing else e.get("reason"),
+        })  # fmt: skip
+    return rows

@@ -389,3 +389,28 @@ def test_boot_report_refuses_the_wrong_kernel(tmp_path):
     assert status["result"] == "wrong-kernel"
     assert log.read_text().splitlines() == ["systemctl reboot"]
     assert shutil.which("true")
+
+
+def test_every_long_running_unit_is_restarted_and_the_answering_ones_are_probed():
+    """systemd restarts each service that fails; the web and the master, which can stop
+    answering while they run, each have a health-check unit that restarts them."""
+    import re
+
+    units = sorted((ANSIBLE / "roles").glob("*/templates/*.service.j2"))
+    long_running = [u for u in units if "Type=oneshot" not in u.read_text()]
+    assert len(long_running) >= 8, long_running
+    for unit in long_running:
+        text = unit.read_text()
+        assert re.search(r"^Restart=(always|on-failure)$", text, re.M), unit
+        assert re.search(r"^RestartSec=\d+$", text, re.M), unit
+    probed = {}
+    for unit in long_running:
+        m = re.search(r"health-check --systemd --probe (\S+?)=(.+)$", unit.read_text(), re.M)
+        if m:
+            probed[m.group(1)] = m.group(2)
+    assert set(probed) == {"stackbench-web.service", "stackbench-buildbot.service"}
+    assert probed["stackbench-web.service"].endswith("/healthz")
+    for name in probed:
+        assert any((ANSIBLE / "roles").glob(f"*/templates/{name}.j2")), name
+    dropin = (ANSIBLE / "roles/results_db/tasks/main.yml").read_text()
+    assert "postgresql@.service.d" in dropin and "Restart=on-failure" in dropin

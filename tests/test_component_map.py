@@ -25,7 +25,17 @@ FOLDERS = {
     "stackbench": "stackbench",
 }
 # the shared modules of stackbench/ that every component may use; they import no component
-CORE = {"errors", "config", "proc", "schema", "httpclient", "gitcmd", "__version__", "__init__"}
+CORE = {
+    "errors",
+    "config",
+    "proc",
+    "supervision",
+    "schema",
+    "httpclient",
+    "gitcmd",
+    "__version__",
+    "__init__",
+}
 
 ALLOWED: dict[str, set[str]] = {
     "core": set(),

@@ -1,6 +1,6 @@
 """The dispatcher that ``stackbench up`` starts stays up (issue 27): a real PostgreSQL
 restart (``pg_ctl restart -m fast`` and ``-m immediate``) does not end it, a dispatcher that
-dies is started again, and the series page says "dispatcher not running" when none is."""
+dies is started again by the supervisor, and the series page says "dispatcher not running" when none is."""
 
 from __future__ import annotations
 
@@ -78,13 +78,6 @@ def _moved(eng, sid: int) -> bool:
         return s.get(Series, sid).state not in ("new", "applying")
 
 
-def _child_of(pid: int) -> int:
-    """The dispatcher the keeper runs (0 between two)."""
-    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    assert len(children) <= 1, children
-    return int(children[0]) if children else 0
-
-
 def _warnings(eng, sid: int) -> list[str]:
     from stackbench.web import create_app
 
@@ -95,31 +88,36 @@ def _warnings(eng, sid: int) -> list[str]:
 
 
 def test_the_dispatcher_of_up_survives_postgresql_restarts(home_cluster, tree, tmp_path):
+    from stackbench import supervision
     from stackbench.jobs.driver import dispatcher_service
     from stackbench.resultsdb import db
 
     _repo, work, base = tree
     try:
         assert "started" in dispatcher_service.start()
-        keeper = dispatcher_service.running_pid()
+        child = dispatcher_service.running_pid()
         eng = db.engine()
         wait_for("the dispatcher to take its lock", lambda: _working(eng), timeout=60)
-        child = _child_of(keeper)
         for n, mode in enumerate(("fast", "immediate")):
             _restart(home_cluster, mode)
             wait_for(f"the dispatcher back after -m {mode}", lambda: _working(eng), timeout=90)
             # the same process: it connected again instead of exiting
-            assert _child_of(keeper) == child
+            assert dispatcher_service.running_pid() == child
             sid = _submit(tmp_path, work, base, eng, n)
             wait_for(f"series {sid} to move after -m {mode}", lambda s=sid: _moved(eng, s), 120)
-        # a dispatcher that dies is started again by the one 'up' left behind
+        # a dispatcher that dies is started again by the supervisor 'up' left behind
         os.kill(child, signal.SIGKILL)
-        wait_for("a new dispatcher", lambda: _child_of(keeper) not in (0, child), timeout=30)
-        child = _child_of(keeper)
+        wait_for(
+            "a new dispatcher",
+            lambda: dispatcher_service.running_pid() not in (None, child),
+            timeout=30,
+        )
+        child = dispatcher_service.running_pid()
         wait_for("the new dispatcher's lock", lambda: _working(eng), timeout=60)
         sid = _submit(tmp_path, work, base, eng, 2)
         assert not _warnings(eng, sid) or "dispatcher not running" not in _warnings(eng, sid)[0]
         wait_for(f"series {sid} to move after a kill", lambda: _moved(eng, sid), 120)
+        supervised = (supervision.supervisor_dir() / "supervisord.log").read_text()
     finally:
         stopped = dispatcher_service.stop()
     assert stopped.startswith("dispatcher: stopped")
@@ -127,7 +125,9 @@ def test_the_dispatcher_of_up_survives_postgresql_restarts(home_cluster, tree, t
         os.kill(child, 0)
     log = dispatcher_service.logfile().read_text()
     assert "database connection lost" in log and "trying again" in log
-    assert "exited with status -9; starting it again" in log
+    assert "exited: dispatcher (terminated by SIGKILL; not expected)" in supervised
+    # the supervisor ran the dispatcher alone: with it stopped, the supervisor is gone too
+    assert not supervision.supervisor_running()
     # no dispatcher now: the page of a series waiting for one says so
     sid = _submit(tmp_path, work, base, eng, 3)
     assert any(w.startswith("dispatcher not running") for w in _warnings(eng, sid))

@@ -98,6 +98,9 @@ def create_app(config: dict | None = None) -> Flask:
         app.register_blueprint(bp.bp)
     app.register_blueprint(api.bp, url_prefix="/api")
     app.register_blueprint(git_http.bp, url_prefix="/git")
+    from stackbench.web.blueprints import health
+
+    health.init_app(app)
 
     from stackbench.web import filters
 

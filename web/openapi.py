@@ -87,6 +87,14 @@ ROUTES: list[tuple[str, str, str, str | None, str | None, int]] = [
         None,
         200,
     ),
+    (
+        "get",
+        "/api/health",
+        "Each service of 'stackbench up': up or down, since when, restarts (503: one is down)",
+        None,
+        None,
+        200,
+    ),
     ("get", "/api/openapi.json", "This document", None, None, 200),
 ]
 

@@ -1,18 +1,20 @@
-"""The web UI as an embedded service of ``stackbench up``/``down``: gunicorn on 127.0.0.1 in
-the background, with its pidfile and log under $STACKBENCH_HOME."""
+"""The web UI as an embedded service of ``stackbench up``/``down``: gunicorn on 127.0.0.1,
+run by the supervisor, its log under $STACKBENCH_HOME."""
 
 from __future__ import annotations
 
 import http.client
 import os
-import signal
 import sys
 import time
 from pathlib import Path
 
-from stackbench import config, proc
+from stackbench import config, supervision
 from stackbench.httpclient import Client, HttpError
 from stackbench.services import SERVICES, local_web_url
+from stackbench.supervision import Program
+
+PROGRAM = "web"
 
 
 def address() -> tuple[str, int]:
@@ -24,17 +26,11 @@ def address() -> tuple[str, int]:
     )
 
 
-def pidfile() -> Path:
-    return config.home() / "web.pid"
-
-
 def logfile() -> Path:
     return config.home() / "web.log"
 
 
-def gunicorn_argv(
-    host: str, port: int, workers: int = 2, daemon: bool = False, threads: int = 8
-) -> list[str]:
+def gunicorn_argv(host: str, port: int, workers: int = 2, threads: int = 8) -> list[str]:
     """gunicorn's gthread workers: on 2 cores, 2 processes x 8 threads gave the best p95
     under 32 connections (bench/web_bench.py)."""
     argv = [
@@ -43,11 +39,9 @@ def gunicorn_argv(
         "--workers", str(workers),
         "--threads", str(threads),
         "--timeout", "120",
-        "--access-logfile", str(logfile()) if daemon else "-",
-        "--error-logfile", str(logfile()) if daemon else "-",
+        "--access-logfile", "-",
+        "--error-logfile", "-",
     ]  # fmt: skip
-    if daemon:
-        argv += ["--daemon", "--pid", str(pidfile())]
     return argv + _control_socket() + ["stackbench.web.wsgi:app"]
 
 
@@ -72,9 +66,26 @@ def _control_socket() -> list[str]:
 
 
 def running_pid() -> int | None:
-    from stackbench import proc
+    return supervision.program_pid(PROGRAM)
 
-    return proc.live_pid(pidfile())
+
+def program() -> Program:
+    """gunicorn in the foreground, as the supervisor runs it; its log is $HOME/web.log."""
+    host, port = address()
+    env = {}
+    if not config.database_url():
+        from stackbench.resultsdb import db
+
+        env["STACKBENCH_DATABASE_URL"] = db.resolve_url(start=False)
+    return Program(
+        PROGRAM,
+        gunicorn_argv(host, port),
+        env=env,
+        log=logfile(),
+        priority=30,
+        startsecs=2,
+        probe=local_web_url() + "/healthz",
+    )
 
 
 def start() -> str:
@@ -86,12 +97,9 @@ def start() -> str:
     from stackbench.resultsdb import db
 
     db.engine()
-    env = {}
-    if not config.database_url():
-        env["STACKBENCH_DATABASE_URL"] = db.resolve_url(start=False)
-    proc.run(gunicorn_argv(host, port, daemon=True), env=env, timeout=60)
-    # the pidfile appears when the arbiter listens, before its workers have loaded the app:
-    # "started" means a request is answered, so the first one of a caller is not reset
+    supervision.start_programs([program()])
+    # gunicorn listens before its workers have loaded the app: "started" means a request
+    # is answered, so the first one of a caller is not reset
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         pid = running_pid()
@@ -113,16 +121,8 @@ def _answers() -> bool:
 
 def stop() -> str:
     pid = running_pid()
-    if not pid:
+    if not supervision.stop_programs([PROGRAM]) or not pid:
         return "web: not running"
-    os.kill(pid, signal.SIGTERM)
-    for _ in range(100):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.1)
-    pidfile().unlink(missing_ok=True)
     return f"web: stopped (pid {pid})"
 
 

@@ -1,6 +1,7 @@
-"""The embedded Buildbot: ``stackbench up`` starts a master and one local QEMU worker (or
-``--workers N``) on loopback under ``$STACKBENCH_HOME/buildbot``; ``stackbench down`` stops
-them all.
+"""The embedded Buildbot: ``stackbench up`` has the supervisor run a master and one local
+QEMU worker (or ``--workers N``) on loopback under ``$STACKBENCH_HOME/buildbot``;
+``stackbench down`` stops them all. :func:`start_master` and :func:`start_worker` start a
+daemon of a base directory of its own outside the supervisor (a lab's box, the tests' labs).
 
 The master's base directory holds ``stackbench.yaml`` (ports, the worker, the admin user) and
 ``secrets.yaml`` (generated passwords, mode 600); its ``buildbot.tac`` points at the packaged
@@ -23,9 +24,10 @@ from typing import Any
 
 import yaml
 
-from stackbench import config, proc
+from stackbench import config, proc, supervision
 from stackbench.errors import StackbenchError
 from stackbench.services import SERVICES
+from stackbench.supervision import Program
 
 MASTER_CFG = Path(__file__).resolve().parent / "master.cfg"
 LOCAL_WORKER = "local"
@@ -361,10 +363,46 @@ def local_upload_env(url: str) -> dict[str, str]:
     return {"STACKBENCH_URL": url, "STACKBENCH_WORKER_TOKEN_FILE": str(path)}
 
 
+MASTER_PROGRAM = "buildbot-master"
+
+
+def worker_program_name(name: str) -> str:
+    return f"buildbot-worker-{name}"
+
+
+def twistd_program(
+    name: str, base: Path, *, env: Mapping[str, str] | None = None, probe: str | None = None
+) -> Program:
+    """A master's or worker's twistd in the foreground, as the supervisor runs it; it still
+    writes twistd.pid (``buildbot reconfig`` signals the pid it holds)."""
+    argv = [
+        tool("twistd"),
+        "--nodaemon",
+        "--no_save",
+        "--pidfile=twistd.pid",
+        "--logfile=twistd.log",
+        "--python=buildbot.tac",
+    ]
+    is_master = name == MASTER_PROGRAM
+    return Program(
+        name,
+        argv,
+        cwd=base,
+        env=dict(env or {}),
+        log=base / "supervised.log",
+        priority=10 if is_master else 20,
+        # a master with builds in flight takes a while to shut down
+        stopwaitsecs=90 if is_master else 30,
+        startsecs=3,
+        probe=probe,
+    )
+
+
 def start(workers: int = 1, results_url: str | None = None) -> str:
-    """Start the master and its local workers (``workers``: at least that many, each its
-    own process and base directory). With ``results_url`` (``stackbench up`` gives its web
-    UI's) the workers post their runs there; without, they store them in the database."""
+    """Start the master and its local workers under the supervisor (``workers``: at least
+    that many, each its own process and base directory). With ``results_url``
+    (``stackbench up`` gives its web UI's) the workers post their runs there; without, they
+    store them in the database."""
     root = buildbot_dir()
     master_base = root / "master"
     cpus, mem = machine_size()
@@ -381,15 +419,40 @@ def start(workers: int = 1, results_url: str | None = None) -> str:
             name,
             worker_password(master_base, name),
         )
-    started = start_master(master_base)
-    if added and not started:  # a running master learns of its new workers
+    www = f"http://127.0.0.1:{cfg['www_port']}/"
+    was_up = supervision.program_pid(MASTER_PROGRAM) is not None
+    started = supervision.start_programs(
+        [twistd_program(MASTER_PROGRAM, master_base, probe=www + "api/v2/masters")]
+    )
+    if added and was_up:  # a running master learns of its new workers
         proc.run([tool("buildbot"), "reconfig", str(master_base)], timeout=120)
+    _wait_answering(www + "api/v2/masters", master_base)
     env = local_upload_env(results_url) if results_url else None
-    for name in names:
-        start_worker(root / f"worker-{name}", env=env)
+    programs = [
+        twistd_program(worker_program_name(n), root / f"worker-{n}", env=env) for n in names
+    ]
+    started = supervision.start_programs(programs) or started
     state = "started" if started else "already running"
     who = f"worker {names[0]}" if len(names) == 1 else f"{len(names)} workers"
-    return f"buildbot: {state} (http://127.0.0.1:{cfg['www_port']}/, {who})"
+    return f"buildbot: {state} ({www}, {who})"
+
+
+def _wait_answering(url: str, base: Path, timeout: float = 120.0) -> None:
+    """Until the master's REST API answers: a caller's first request is not refused."""
+    import http.client
+
+    from stackbench.httpclient import Client, HttpError
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            Client(url, timeout=10).send("GET", "")
+            return
+        except HttpError:
+            return  # it answered
+        except (OSError, http.client.HTTPException):
+            time.sleep(0.2)
+    raise StackbenchError(f"the Buildbot master did not answer on {url}; see {base}/twistd.log")
 
 
 def stop() -> str:
@@ -401,13 +464,15 @@ def stop() -> str:
     bases = [*worker_bases, master_base]
     daemons = {proc.live_pid(b / "twistd.pid") for b in bases}
     doomed = [p for b in bases for p in leftover_processes(b)]
-    w = [stop_worker(b) for b in worker_bases]
-    m = stop_master(master_base)
+    names = [worker_program_name(b.name.removeprefix("worker-")) for b in worker_bases]
+    stopped = supervision.stop_programs([*names, MASTER_PROGRAM])
+    # a daemon of an earlier stackbench (``buildbot start``), outside the supervisor
+    stopped = any([_terminate(b, 30.0) for b in bases]) or stopped
     doomed += [p for b in bases for p in leftover_processes(b)]
     # a daemon still shutting down (a loaded host) is ended too, but it is not a leftover
     reap([p for p in doomed if p in daemons])
     reaped = reap([p for p in doomed if p not in daemons])
-    state = "stopped" if (any(w) or m) else "not running"
+    state = "stopped" if stopped else "not running"
     return f"buildbot: {state}" + (f" ({reaped} leftover processes ended)" if reaped else "")
 
 

@@ -24,21 +24,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--poll", type=float, help="seconds between looks when nothing wakes it (default 10)"
     )
-    p.add_argument(
-        "--keep-alive",
-        action="store_true",
-        help="run the dispatcher as a child and start it again whenever it dies (what "
-        "'stackbench up' runs; systemd and compose restart the plain command themselves)",
-    )
 
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s", force=True)
     logging.getLogger("stackbench").setLevel(logging.INFO)
-    if args.keep_alive:
-        from stackbench.jobs.driver.dispatcher_service import keep_alive
-
-        return keep_alive(["--poll", str(args.poll)] if args.poll else [])
     from stackbench.jobs.driver.dispatch import Dispatcher
     from stackbench.resultsdb import db
 

@@ -73,4 +73,18 @@ def run(args: argparse.Namespace) -> int:
               f"{c.get('cover', 0) + c.get('patch', 0)} series mail(s), {c.get('skipped', 0)} skipped")  # fmt: skip
         if row and row.last_error:
             print(f"  error: {row.last_error} (try {row.failures}, next {row.next_fetch_at})")
+    print(_watcher_line())
     return 0
+
+
+def _watcher_line() -> str:
+    """The watcher of 'stackbench up' as its supervisor sees it."""
+    from stackbench import services
+    from stackbench.cli.status import since
+
+    rows = {r["name"]: r for r in services.status() or []}
+    w = rows.get("lists")
+    if w is None:
+        return "watcher: not running under 'stackbench up' here"
+    state = "up" if w["up"] else f"DOWN ({w['state']})"
+    return f"watcher: {state} since {since(w['since'])}, restarted {w['restarts']} times"
