@@ -12,6 +12,7 @@ the runs landing in the test's PostgreSQL database.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -43,9 +44,9 @@ def wait_for(what: str, check, timeout: float = 240.0, every: float = 0.3):
     raise AssertionError(f"gave up waiting for {what}")
 
 
-def session_pids(sid: int) -> list[int]:
-    """Every process of a session: a worker daemon and the commands it runs."""
-    pids = []
+def descendants(pid: int) -> list[int]:
+    """``pid`` and every process under it: a worker and the commands and guests it runs."""
+    children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -53,17 +54,23 @@ def session_pids(sid: int) -> list[int]:
             stat = (entry / "stat").read_text()
         except OSError:
             continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[3]) == sid:  # field 6 of stat: session id
-            pids.append(int(entry.name))
-    return pids
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])  # field 4 of stat: the parent
+        children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
 
 
 def kill_machine(worker_base: Path) -> None:
-    """Simulate a machine dying: SIGKILL the worker and everything it started."""
+    """Simulate a machine dying: SIGKILL the worker and everything it started. Not its
+    session: under ``stackbench up`` that is the supervisor's, with every other service."""
     pid = int((worker_base / "twistd.pid").read_text())
-    for p in session_pids(os.getsid(pid)):
-        os.kill(p, signal.SIGKILL)
+    for p in descendants(pid):
+        with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+            os.kill(p, signal.SIGKILL)
 
 
 def start_web(tmp_path: Path):
