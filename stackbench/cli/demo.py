@@ -158,17 +158,8 @@ def run_through_dispatcher(eng, sid: int, *, fresh: bool, source: str = "demo") 
         return "done"
     if how == "apply-failed":
         return how
-    print(buildbot_services.start(), flush=True)
-    print(dispatcher_service.start(), flush=True)
-    from stackbench.resultsdb import db, series_runs_store
-
-    with db.session(eng) as s:
-        dispatch = series_runs_store.dispatch(s, sid)
-    if how == "attached":
-        bsid = dispatch.buildset if dispatch is not None else None
-        where = f"buildset {bsid}, " if bsid else ""
-        print(f"buildbot: series {sid} attached ({where}already submitted)", flush=True)
-    else:
+    if how != "attached":
+        # said at once: the dispatcher may take the series while its services still start
         print(f"series {sid} submitted to the dispatcher; it hands it to Buildbot", flush=True)
 
     def keep_alive() -> str | None:
@@ -178,6 +169,10 @@ def run_through_dispatcher(eng, sid: int, *, fresh: bool, source: str = "demo") 
         return dispatcher_service.start()
 
     try:
+        print(buildbot_services.start(), flush=True)
+        print(dispatcher_service.start(), flush=True)
+        if how == "attached":
+            _say_attached(eng, sid)
         return watch.follow(
             eng, sid, say=lambda line: print(line, flush=True), keep_alive=keep_alive
         )
@@ -188,6 +183,16 @@ def run_through_dispatcher(eng, sid: int, *, fresh: bool, source: str = "demo") 
             file=sys.stderr,
         )
         raise
+
+
+def _say_attached(eng, sid: int) -> None:
+    from stackbench.resultsdb import db, series_runs_store
+
+    with db.session(eng) as s:
+        dispatch = series_runs_store.dispatch(s, sid)
+    bsid = dispatch.buildset if dispatch is not None else None
+    where = f"buildset {bsid}, " if bsid else ""
+    print(f"buildbot: series {sid} attached ({where}already submitted)", flush=True)
 
 
 def run_here(eng, sid: int, args: argparse.Namespace, *, rerun: bool) -> str:
