@@ -42,6 +42,7 @@ DISPATCH_RETRY_S = 5.0  # how long one Buildbot request of the dispatcher retrie
 # between looks when nothing woke it: a submission, the end of local work and the master's
 # reporter (every build's start and end, jobs.executors.buildbot.reporter) NOTIFY it at once
 POLL_S = 10.0
+STOP_CHECK_S = 0.5  # how soon a stopped dispatcher notices, while it waits for news
 RECONNECT_MIN_S, RECONNECT_MAX_S = 0.5, 30.0  # backoff of a dispatcher that lost its database
 
 
@@ -104,8 +105,7 @@ class Dispatcher:
                     if db.connection_lost(exc):
                         raise
                     log.exception("dispatcher tick failed")
-                for _ in conn.notifies(timeout=poll, stop_after=1):
-                    pass
+                self._wait_for_news(conn, poll)
                 # what came meanwhile too: one look sees a burst (a wave of rounds ending
                 # and the next starting is eight builds' events, all on the busy master)
                 for _ in conn.notifies(timeout=0.0):
@@ -113,6 +113,18 @@ class Dispatcher:
         finally:
             with suppress(Exception):
                 conn.close()
+
+    def _wait_for_news(self, conn: Any, poll: float) -> None:
+        """Until a notification comes, ``poll`` seconds pass or the dispatcher is stopped:
+        the wait is cut in slices, since a SIGTERM (`stackbench down`, the supervisor) only
+        sets ``stop`` and must not wait out a whole poll."""
+        deadline = time.monotonic() + poll
+        while not self.stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            for _ in conn.notifies(timeout=min(left, STOP_CHECK_S), stop_after=1):
+                return
 
     def tick(self) -> None:
         for sid, state, meta, how in self._active():
