@@ -23,7 +23,7 @@ from typing import Any
 from stackbench import config, gitcmd, proc, schema
 from stackbench.errors import InputError, NotFoundError, StackbenchError
 from stackbench.kernels import paths
-from stackbench.resultsdb import trees_q
+from stackbench.resultsdb import storable
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
     "required": ["name", "source", "default_base"],
     "properties": {
-        "name": {"type": "string", "pattern": trees_q.NAME_PATTERN},
+        "name": {"type": "string", "pattern": storable.TREE_NAME_PATTERN},
         "description": {"type": "string"},
         "source": {
             "type": "object",
@@ -120,7 +120,7 @@ def list_trees() -> list[TreeDef]:
 def load_tree(name: str) -> TreeDef:
     """The tree NAME's definition; InputError for a name no tree can have (it is a file
     name below: too long, or a path), NotFoundError for one no file defines."""
-    why = trees_q.name_problem(name)
+    why = storable.tree_name_problem(name)
     if why:
         raise InputError("tree", why)
     for d in _tree_dirs():

@@ -8,7 +8,13 @@ user hears which field is at fault instead of meeting a DataError from deep insi
 from __future__ import annotations
 
 import math
+import re
 import sys
+
+# a tree's name is also a file name (kernels/trees/NAME.yaml) and a path of the kernel cache
+TREE_NAME_MAX = 100
+TREE_NAME_PATTERN = rf"^[A-Za-z0-9][A-Za-z0-9._-]{{0,{TREE_NAME_MAX - 1}}}$"
+_TREE_NAME_RE = re.compile(TREE_NAME_PATTERN)
 
 # PostgreSQL ``integer``, the type of every id and count column
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
@@ -79,3 +85,12 @@ def float_problem(value: object) -> str | None:
     if -FLOAT_MAX <= value <= FLOAT_MAX:
         return None
     return f"{shown(value)} is out of range (at most {FLOAT_MAX:.3g})"
+
+
+def tree_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a tree, or None."""
+    if _TREE_NAME_RE.fullmatch(name):
+        return None
+    if len(name) > TREE_NAME_MAX:
+        return f"tree name longer than {TREE_NAME_MAX} characters"
+    return f"tree name {name[:40]!r}: ASCII letters, digits, . _ - (a letter or digit first)"

@@ -4,7 +4,6 @@ admin page, a tracked-branch file)."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from sqlalchemy import select
@@ -12,22 +11,9 @@ from sqlalchemy.orm import Session
 
 from stackbench.resultsdb.models import TrackedBranch, Tree
 
+
 # a tree's name is a file name (kernels/trees/NAME.yaml, the repository's folder) and part of
 # a git ref (refs/for/NAME/BASE): no slash, no leading dot, well under the 255 bytes of a name
-NAME_MAX = 100
-NAME_PATTERN = rf"^[A-Za-z0-9][A-Za-z0-9._-]{{0,{NAME_MAX - 1}}}$"
-_NAME_RE = re.compile(NAME_PATTERN)
-
-
-def name_problem(name: str) -> str | None:
-    """Why ``name`` cannot name a tree, or None."""
-    if _NAME_RE.fullmatch(name):
-        return None
-    if len(name) > NAME_MAX:
-        return f"tree name longer than {NAME_MAX} characters"
-    return f"tree name {name[:40]!r}: ASCII letters, digits, . _ - (a letter or digit first)"
-
-
 def get(s: Session, tree_id: int) -> Tree | None:
     return s.get(Tree, tree_id)
 

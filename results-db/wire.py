@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from stackbench.errors import InputError
-from stackbench.resultsdb import storable, trees_q
+from stackbench.resultsdb import storable
 from stackbench.resultsdb.rundata import JobSpec, KernelSpec, MachineSpec, RunData
 
 RUN_STATUSES = ("done", "crashed", "timeout", "failed", "lost", "queued", "running")
@@ -55,7 +55,7 @@ RUN_SCHEMA: dict[str, Any] = {
                 "config_name": _s(200),
                 "config_hash": _s(64),
                 "compiler": _s(100),
-                "tree": {"type": ["string", "null"], "pattern": f"^$|{trees_q.NAME_PATTERN}"},
+                "tree": {"type": ["string", "null"], "pattern": f"^$|{storable.TREE_NAME_PATTERN}"},
                 "status": _s(32),
                 "meta": {"type": ["object", "null"]},
             },
@@ -135,7 +135,10 @@ def _message(err: Any) -> tuple[str, str]:
     if v == "anyOf":
         return path, "must be a number or a list of numbers"
     if v == "pattern":  # the tree's name, the one pattern of the schema
-        return path, f"not a tree name: at most {trees_q.NAME_MAX} ASCII letters, digits, . _ -"
+        return (
+            path,
+            f"not a tree name: at most {storable.TREE_NAME_MAX} ASCII letters, digits, . _ -",
+        )
     if v == "propertyNames":
         return path, f"bad metric name {str(err.instance)[:40]!r}"
     return path, err.message[:200]

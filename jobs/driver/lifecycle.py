@@ -38,6 +38,7 @@ from stackbench.resultsdb import (
     series_runs_store,
     series_store,
     signals,
+    storable,
     trees_q,
 )
 
@@ -154,7 +155,7 @@ def check(
     """The one validation of every front door; SubmissionErrors names every bad field and
     nothing is written (a YAML tree may be registered: that is not the submission)."""
     errors: dict[str, str] = {}
-    bad_name = trees_q.name_problem(tree) if tree else None
+    bad_name = storable.tree_name_problem(tree) if tree else None
     row = known_tree(s, tree) if tree and not bad_name else None
     if bad_name:
         errors["tree"] = bad_name

@@ -10,7 +10,7 @@ from flask import Blueprint, abort, flash, redirect, render_template, request, u
 from sqlalchemy.exc import IntegrityError
 
 from stackbench.errors import InputError
-from stackbench.resultsdb import accounts_q, lists_q, machines_q, trees_q
+from stackbench.resultsdb import accounts_q, lists_q, machines_q, storable, trees_q
 from stackbench.web import dbsession, inputs
 from stackbench.web.auth import admin_required
 
@@ -54,7 +54,7 @@ def _commit(what: str):
 def add_tree():
     f = request.form
     name = f.get("name", "").strip()
-    why = trees_q.name_problem(name)
+    why = storable.tree_name_problem(name)
     if why:
         abort(400, why)
     url = f.get("url", "").strip()
