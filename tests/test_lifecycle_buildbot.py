@@ -76,11 +76,13 @@ def stack(eng, tmp_path, monkeypatch, request):
     dry-kernel worker, and the dispatcher service. ``request.param``: True for a worker
     whose build of patch 2/2 fails."""
     failing = getattr(request, "param", False)
+    # a test that must catch the series between two rounds asks for slower dry boots
+    slow = request.node.get_closest_marker("dry_seconds")
     server, web_url = start_web(tmp_path)
     base = tmp_path / "bb"
     extra = {
         "dry_kernel": True,
-        "dry_seconds": 0.5,
+        "dry_seconds": slow.args[0] if slow else 0.5,
         "jobs": [JOB],
         "runs": RUNS,
         "kernel_configs": [{"tree": "linux-6.1", "config": "tiny-guest"}],
@@ -385,6 +387,9 @@ def test_dispatcher_stopped_mid_series_picks_it_up_without_a_second_buildset(eng
     assert tuple(runs) == (3 * RUNS, 3 * RUNS)  # nothing measured twice
 
 
+# at 0.5 s a round of three boots could end while `down` stopped the dispatcher, the
+# worker and the master one after the other, and the series was over before it was caught
+@pytest.mark.dry_seconds(3)
 def test_down_and_up_mid_series_finishes_it_with_no_run_stored_twice(eng, tree, stack, tmp_path):
     """What `stackbench down` then `up` does to a series in flight: the dispatcher, the
     worker and the master all stop while benchmarks are still to run, then start again. The
