@@ -25,17 +25,9 @@ pytest.importorskip("buildbot")
 pytest.importorskip("buildbot_worker")
 pytest.importorskip("supervisor")
 
+from test_lifecycle_support import wait_for  # noqa: E402
+
 from stackbench import services, supervision  # noqa: E402
-
-
-def wait_for(what: str, check, timeout: float):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(0.2)
-    raise AssertionError(f"gave up after {timeout:.0f} s waiting for {what}")
 
 
 def free_port() -> int:
