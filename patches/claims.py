@@ -19,6 +19,7 @@ stats, a base of 0) are not claims.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -91,7 +92,11 @@ def words(lines: list[str]) -> list[Word]:
 
 
 def number(text: str) -> float | None:
-    return float(text) if NUMBER.match(text) else None
+    """The value of a printed number; None for other words and for numbers beyond a float."""
+    if not NUMBER.match(text):
+        return None
+    x = float(text)
+    return x if math.isfinite(x) else None
 
 
 def relative(new: float, base: float) -> float | None:
@@ -99,7 +104,8 @@ def relative(new: float, base: float) -> float | None:
     change exists), 0 when both are 0."""
     if base == 0:
         return 0.0 if new == 0 else None
-    return (new - base) * 100.0 / abs(base)
+    change = (new - base) * 100.0 / abs(base)
+    return change if math.isfinite(change) else None
 
 
 def round_pct(x: float) -> float:

@@ -27,23 +27,31 @@ _PHRASE_WORDS = 12
 _TEST_REACH = 16  # words between "Test: NAME" and the table it names
 
 
-def _monitor_labels() -> list[tuple[str, ...]]:
+def _monitor_labels() -> dict[str, list[tuple[str, ...]]]:
+    """mmtests' monitor row labels by their first word, the longest first."""
     from stackbench.resultsdb.tables.mmtests_vmstat import VMSTAT_ROWS
 
     labels = [tuple(label.split()) for _, label in VMSTAT_ROWS]
     labels += [("Duration", x) for x in ("User", "System", "Elapsed")]
-    return sorted(labels, key=len, reverse=True)
+    out: dict[str, list[tuple[str, ...]]] = {}
+    for lab in sorted(labels, key=len, reverse=True):
+        out.setdefault(lab[0], []).append(lab)
+    return out
 
 
-def _label(ws: list[Word], k: int, labels: list[tuple[str, ...]]) -> tuple[str, int, str] | None:
+def _label(
+    ws: list[Word], k: int, labels: dict[str, list[tuple[str, ...]]]
+) -> tuple[str, int, str] | None:
     """(label, words it takes, style) of a value row starting at word k."""
     t = ws[k].text
     if t in _SUCCESS or _COUNTER.match(t):
         return t, 1, "short"
     start = k + 1 if t == "Ops" else k
-    if t == "Ops" and start < len(ws) and ws[start].text.isdigit():
+    if start >= len(ws):
+        return None
+    if t == "Ops" and ws[start].text.isdigit():
         return f"Ops {ws[start].text}", 2, "mmtests"
-    for lab in labels:
+    for lab in labels.get(ws[start].text, ()):
         got = tuple(w.text for w in ws[start : start + len(lab)])
         if got == lab:
             taken = start - k + len(lab)
@@ -72,8 +80,8 @@ def _value_rows(ws: list[Word], taken: set[int]) -> list[ValueRow]:
         label, n, style = got
         j = k + n
         values = []
-        while j < len(ws) and j not in taken and number(ws[j].text) is not None:
-            values.append(float(ws[j].text))
+        while j < len(ws) and j not in taken and (v := number(ws[j].text)) is not None:
+            values.append(v)
             j += 1
         if len(values) >= 2:
             rows.append(ValueRow(k, j, label, style, values))
@@ -227,17 +235,16 @@ def _percentile_lists(
         while j < len(ws) and _DASHES.match(ws[j].text):
             j += 1
         values: dict[str, float] = {}
-        while j + 1 < len(ws) and ws[j].text.isdigit() and number(ws[j + 1].text) is not None:
-            values[f"latency p{ws[j].text}"] = float(ws[j + 1].text)
+        while (
+            j + 1 < len(ws) and ws[j].text.isdigit() and (v := number(ws[j + 1].text)) is not None
+        ):
+            values[f"latency p{ws[j].text}"] = v
             j += 2
         for t in range(j, min(len(ws) - 5, j + 8)):
             got = [w.text for w in ws[t : t + 6]]
-            if (
-                got[:4] == ["Total", "2M", "hugepages", "allocated"]
-                and got[4] == "="
-                and got[5].isdigit()
-            ):
-                values["Total 2M hugepages allocated"] = float(got[5])
+            total = number(got[5])
+            if got[:5] == ["Total", "2M", "hugepages", "allocated", "="] and total is not None:
+                values["Total 2M hugepages allocated"] = total
                 j = t + 6
                 break
         kernel = _kernel_before(ws, k)
@@ -296,7 +303,7 @@ def _sentence_claims(ws: list[Word], taken: set[int]) -> Iterator[tuple[int, int
         j = k + 1
         out = []
         # name: -18.3% if <kernel> and +3% if <kernel>.
-        while j < len(ws) and (pm := _PCT.match(ws[j].text)):
+        while j < len(ws) and (pm := _PCT.match(ws[j].text)) and number(pm.group(1)) is not None:
             phrase, j = _phrase(ws, j + 1)
             pct = float(pm.group(1))
             out.append(

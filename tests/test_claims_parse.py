@@ -333,3 +333,30 @@ def test_cli_json_table_empty_and_unreadable(tmp_path):
     assert isinstance(first["change_pct"], float)
     r = _cli("-", stdin=seed("004"))
     assert r.returncode == 0 and "Amean fault-both-3" in r.stdout and "+28.28%" in r.stdout
+
+
+HOSTILE = [
+    "",
+    "=" * 89,
+    "compiler/testcase:\n  gcc/vm-scalability\n\ncommit: \n  a\n",
+    "compiler/testcase:\n  gcc/vm-scalability\n\ncommit: \n  a\n  b\n\n"
+    "a b\n---------------- --------------------------- \n",
+    "baseline patches Amean fault-both-3 1e999 ( 0.00%) 2.0 (  1.00%)",
+    "Amean fault-both-3 1.0 (   0.00%) 2.0 ( " + "9" * 400 + "%)",
+    "x: +" + "9" * 400 + "% if something",
+    "percentile latency\n5 \u00b2\n10 3\n",
+    "Total 2M hugepages allocated = \u00b2\n",
+    "compact_stall 0 5\nSuccess: 0 0\n",
+    "Ops 1 30 40\nOps 2",
+    "Hogger: 1MB 2MB\nk1 Success: 1 2\nk2 Success: 3 4",
+    "> " * 500 + "Amean a 1.0 ( 0.00%) 2.0 ( -100.00%)",
+]
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+def test_hostile_text_gives_finite_claims_or_none(text):
+    cs = claims.parse(text)
+    json.dumps([c.as_json() for c in cs], allow_nan=False)
+    claims.format_table(cs)
+    # a base of 0 to anything else has no relative change: no claim
+    assert all(c.base_value != 0 or c.value == 0 for c in cs if c.base_value is not None)
