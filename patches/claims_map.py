@@ -363,3 +363,13 @@ def format_table(mapped: list[MappedClaim]) -> str:
         else:
             lines.append(f"{head}: not mapped: {m.reason}")
     return "\n".join(lines) + ("\n" if lines else "")
+
+
+def cover_claims(cover_letter: str, kernels: list[tuple[str, str]]) -> list[MappedClaim]:
+    """The claims of a series' cover letter mapped to its kernels (base first), as the series
+    page shows them before anything is built."""
+    from stackbench.patches import claims
+
+    if not cover_letter.strip():
+        return []
+    return map_claims(claims.parse(cover_letter), kernels)
