@@ -289,6 +289,66 @@ def _list_claims(ws: list[Word], taken: set[int]) -> Iterator[tuple[int, int, li
         yield start, end, out
 
 
+# ---- before/after lists --------------------------------------------------------------------
+
+_ITEM = re.compile(
+    r"^\s*(?:[-*]\s+)?(?P<label>[A-Za-z][\w .%/()-]*?)\s*[:=]\s*"
+    r"(?P<value>[-+]?\d+(?:\.\d+)?)\s*(?P<unit>[A-Za-z%/]{0,8})\s*$"
+)
+_BEFORE = re.compile(r"\b(before|without|vanilla|baseline|base|unpatched)\b", re.I)
+_AFTER = re.compile(r"\b(after|with|patched)\b", re.I)
+
+
+def _list_blocks(ws: list[Word], taken: set[int]) -> list[tuple[int, int, str, dict[str, float]]]:
+    """(first word, word after, heading, label -> value) per block of ``label: value`` lines
+    under a heading line."""
+    by_line: dict[int, list[int]] = {}
+    for i, w in enumerate(ws):
+        by_line.setdefault(w.line, []).append(i)
+    order = sorted(by_line)
+    blocks = []
+    cur: tuple[int, int, str, dict[str, float]] | None = None
+    heading: tuple[str, int] | None = None
+    for line in order:
+        idx = by_line[line]
+        text = " ".join(ws[i].text for i in idx)
+        m = _ITEM.match(text) if not any(i in taken for i in idx) else None
+        value = number(m.group("value")) if m else None
+        if m and value is not None and heading is not None:
+            if cur is None:
+                cur = (heading[1], idx[-1] + 1, heading[0], {})
+            cur[3][m.group("label").strip()] = value
+            cur = (cur[0], idx[-1] + 1, cur[2], cur[3])
+            continue
+        if cur is not None and len(cur[3]) >= 2:
+            blocks.append(cur)
+        cur = None
+        heading = (text.strip().rstrip(":").lstrip("-* ").strip(), idx[0])
+    if cur is not None and len(cur[3]) >= 2:
+        blocks.append(cur)
+    return blocks
+
+
+def _before_after_claims(ws: list[Word], taken: set[int]) -> Iterator[tuple[int, int, list[Claim]]]:
+    blocks = _list_blocks(ws, taken)
+    for a, b in zip(blocks, blocks[1:], strict=False):
+        if not (_BEFORE.search(a[2]) and _AFTER.search(b[2]) and not _BEFORE.search(b[2])):
+            continue
+        common = [k for k in a[3] if k in b[3]]
+        if len(common) < 2:
+            continue
+        kernels = (a[2][:80], b[2][:80])
+        out = []
+        for k in common:
+            change = relative(b[3][k], a[3][k])
+            if change is not None:
+                out.append(
+                    Claim("short", {"suite": ""}, kernels[1], kernels[0], k, round_pct(change),
+                          round_pct(change), None, None, b[3][k], a[3][k], None, kernels, 1, 0)
+                )  # fmt: skip
+        yield a[0], b[1], out
+
+
 # ---- sentences ----------------------------------------------------------------------------
 
 
@@ -361,4 +421,5 @@ def parse_words(
 ) -> Iterator[tuple[int, int, list[Claim]]]:
     yield from _value_claims(ws, taken, known)
     yield from _list_claims(ws, taken)
+    yield from _before_after_claims(ws, taken)
     yield from _sentence_claims(ws, taken)

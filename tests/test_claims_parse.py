@@ -360,3 +360,21 @@ def test_hostile_text_gives_finite_claims_or_none(text):
     claims.format_table(cs)
     # a base of 0 to anything else has no relative change: no claim
     assert all(c.base_value != 0 or c.value == 0 for c in cs if c.base_value is not None)
+
+
+def test_short_before_after_list_and_arrows():
+    text = (
+        "Before:\n  - pgfault: 1200\n  - elapsed: 35.5 s\n  - thp_fault_alloc: 300\n\n"
+        "After (with this series):\n  - pgfault: 1000\n  - elapsed: 30.1 s\n"
+        "  - thp_fault_alloc: 330\n\nAnd compact_stall: 710 -> 355 on the big box.\n"
+    )
+    cs = claims.parse(text)
+    assert [(c.metric, c.kernel, c.base, c.base_value, c.value) for c in cs] == [
+        ("pgfault", "After (with this series)", "Before", 1200, 1000),
+        ("elapsed", "After (with this series)", "Before", 35.5, 30.1),
+        ("thp_fault_alloc", "After (with this series)", "Before", 300, 330),
+        ("compact_stall", "after", "before", 710, 355),
+    ]
+    assert all(c.style == "short" and c.printed_pct == c.change_pct for c in cs)
+    assert cs[0].change_pct == pytest.approx(-16.6667, abs=1e-3)
+    assert cs[3].change_pct == -50.0
