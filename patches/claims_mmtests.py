@@ -133,6 +133,8 @@ def benchmark(ws: list[Word], start: int, rows: list[Row]) -> str:
     ops = " ".join(" ".join(w.text for w in r.label) for r in rows)
     if re.search(r"\bfault-(base|huge|both)-\d+|\bhuge-\d+", ops):
         return "thpscale"
+    if re.search(r"^Ops \d\b", ops):  # compare-mmtests' stress-highalloc passes
+        return "stress-highalloc"
     return ""
 
 

@@ -165,3 +165,30 @@ def test_a_suite_without_a_definition_yet_says_so(monkeypatch):
     monkeypatch.setattr(definitions, "names", lambda: known)
     (m,) = map_claims([c], series(2))
     assert m.reason == "thpchallenge has no job definition here" and m.job is None
+
+
+def test_the_tables_we_print_map_back_to_our_jobs():
+    lkp_text = (
+        "=" * 89 + "\n"
+        "compiler/kconfig/path_params/rootfs/tbox_group/testcase:\n"
+        "  gcc-13/defconfig/performance-300s-512G-anon-w-rand/debian-12/qemu-vm/vm-scalability\n"
+        "\ncommit: \n  base-k\n  new-k\n\n"
+        "          base-k                       new-k \n"
+        "---------------- --------------------------- \n"
+        "         %stddev     %change         %stddev\n"
+        "             \\          |                \\  \n"
+        "    481000            +4.2%     501000        vm-scalability.throughput\n"
+    )
+    (m,) = map_claims(claims.parse(lkp_text), [("a" * 40, "base-k"), ("b" * 40, "new-k")])
+    assert (m.job, m.base_index, m.kernel_index, m.reason) == (
+        "vm-scalability[test=anon-w-rand]", 0, 1, None,
+    )  # fmt: skip
+    mm_text = (
+        "                          v6.1     1/1-abc\n"
+        "                        debian     1/1-abc\n"
+        "Ops 1      30.00 (   0.00%)     40.00 (  33.33%)\n"
+    )
+    (c,) = claims.parse(mm_text)
+    assert c.job == {"suite": "stress-highalloc"}
+    (m,) = map_claims([c], series(2))
+    assert (m.job, m.metric, m.statistic) == ("stress-highalloc", "stress-highalloc.pass1", "mean")
