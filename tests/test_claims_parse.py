@@ -378,3 +378,18 @@ def test_short_before_after_list_and_arrows():
     assert all(c.style == "short" and c.printed_pct == c.change_pct for c in cs)
     assert cs[0].change_pct == pytest.approx(-16.6667, abs=1e-3)
     assert cs[3].change_pct == -50.0
+
+
+def test_cli_maps_to_the_kernels_given():
+    r = _cli("-", "--kernel", "v6.1", "--kernel", "mm-new", "--json", stdin=seed("004"))
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    first = got[0]
+    assert (first["job"], first["metric"], first["base_index"], first["kernel_index"]) == (
+        "thpscale", "thpscale.fault-both-3", 0, 1,
+    )  # fmt: skip
+    assert first["claim"]["metric"] == "Amean fault-both-3" and first["reason"] is None
+    r = _cli("-", "--kernel", "v6.1", "--kernel", "mm-new", stdin=seed("004"))
+    assert "not mapped: 12 threads is beyond thpscale's 4 x CPUs on the 2-vCPU guest" in r.stdout
+    r = _cli("-", "--kernel", "v6.1", "--cpus", "0", stdin=seed("004"))
+    assert r.returncode == 1 and r.stderr.count("\n") == 1 and "too small" in r.stderr
