@@ -112,6 +112,39 @@ def round_pct(x: float) -> float:
     return round(x, 4)
 
 
+# ---- mails ------------------------------------------------------------------------------
+
+_MAIL_HEADERS = ("from", "subject", "message-id", "date")
+
+
+def mail_text(data: bytes) -> str:
+    """The text to read claims from: a mail's or an mbox's text parts, decoded (base64,
+    quoted-printable, charsets) as the patch parser decodes them; anything else as UTF-8."""
+    import email
+    import email.policy
+
+    from stackbench.errors import StackbenchError
+    from stackbench.patches import parser
+
+    plain = data.decode("utf-8", errors="replace")
+    try:
+        raws = parser.find_mails(data, "<mail>")
+    except StackbenchError:
+        return plain
+    texts = []
+    for raw in raws:
+        try:
+            msg = email.message_from_bytes(raw, policy=email.policy.compat32)
+            if not any(h in _MAIL_HEADERS for h in (k.lower() for k in msg)):
+                return plain  # "Key: value" lines of a text, not a mail's headers
+            text, _ = parser.find_text(msg)
+        except (StackbenchError, RecursionError, ValueError, LookupError):
+            return plain
+        # undecodable bytes came back as lone surrogates: show them as replacement marks
+        texts.append(text.encode("utf-8", "surrogateescape").decode("utf-8", "replace"))
+    return "\n".join(texts)
+
+
 # ---- top level ----------------------------------------------------------------------------
 
 

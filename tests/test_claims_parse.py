@@ -393,3 +393,22 @@ def test_cli_maps_to_the_kernels_given():
     assert "not mapped: 12 threads is beyond thpscale's 4 x CPUs on the 2-vCPU guest" in r.stdout
     r = _cli("-", "--kernel", "v6.1", "--cpus", "0", stdin=seed("004"))
     assert r.returncode == 1 and r.stderr.count("\n") == 1 and "too small" in r.stderr
+
+
+def test_a_mail_is_read_through_its_encoding():
+    import email.message
+
+    table = shared_fixtures("lkp", "reports")
+    text = next(table.glob("lkml-2025-*")).read_text()
+    msg = email.message.EmailMessage()
+    msg["From"] = "kernel test robot <oliver.sang@intel.com>"
+    msg["Subject"] = "[linux-next:master] 6af8cb80d3: vm-scalability.throughput -7.8% regression"
+    msg.set_content("Hello,\n\n" + text, cte="quoted-printable")
+    raw = b"From mboxrd@z Thu Jan  1 00:00:00 1970\n" + msg.as_bytes()
+    assert b"=C2=B1" in raw or b"=B1" in raw  # the "±" is encoded in the mail
+    assert rows(claims.parse(claims.mail_text(raw))) == rows(claims.parse(text))
+    # "Key: value" lines at the top of a text are not a mail's headers
+    plain = "Highlights: a list\nmmap-pread-seq-mt: -18.3% if split\n"
+    assert claims.mail_text(plain.encode()) == plain
+    r = _cli("-", "--json", stdin=raw.decode())
+    assert r.returncode == 0 and len(json.loads(r.stdout)) == 17

@@ -37,13 +37,14 @@ def run(args: argparse.Namespace) -> int:
     from stackbench.patches import claims
 
     if args.file == "-":
-        text = sys.stdin.read()
+        data = sys.stdin.buffer.read()
     else:
         try:
             with open(args.file, "rb") as fh:
-                text = fh.read().decode("utf-8", errors="replace")
+                data = fh.read()
         except OSError as exc:
             raise InputError(args.file, exc.strerror or "cannot read") from None
+    text = claims.mail_text(data)
     if args.cpus < 1 or args.mem_mb < 64:
         raise InputError("guest", f"{args.cpus} CPUs and {args.mem_mb} MB is too small a guest")
     found = claims.parse(text)
