@@ -151,9 +151,10 @@ def _kernels(
     ]
     if not missing:
         return k, b, None
-    shown = " and ".join(repr(m[:60]) for m in missing)
+    shown = " and ".join(m[:60] for m in missing)
     word = "columns" if len(missing) > 1 else "column"
-    return k, b, f"kernel {word} {shown} not in this series"
+    verb = "are" if len(missing) > 1 else "is"
+    return k, b, f"kernel {word} {shown} {verb} not in this series"
 
 
 # ---- jobs ---------------------------------------------------------------------------------
