@@ -35,7 +35,10 @@ RULES: tuple[tuple[re.Pattern[str], MetricInfo], ...] = tuple(
             MetricInfo("%", None, "percent"),
         ),
         (r"^(thpscale|thpchallenge|thpcompact)\.uncertain-\d+$", MetricInfo("%", False, "percent")),
-        (r"^(thpscale|thpchallenge|thpcompact)\.Percentage huge-\d+$", MetricInfo("%", True, "percent")),
+        (
+            r"^(thpscale|thpchallenge|thpcompact)\.Percentage huge-\d+$",
+            MetricInfo("%", True, "percent"),
+        ),
         (
             r"^(thpscale|thpchallenge|thpcompact)\.fault-(huge|base|both)-\d+$",
             MetricInfo("usecs", False, "latency"),

@@ -429,9 +429,7 @@ def _per_thread_check(job: JobDef, key: str, fraction: float, mem_mb: int, threa
         )
 
 
-def _resolve_thpchallenge(
-    job: JobDef, p: dict[str, Any], mem_mb: int, cpus: int
-) -> dict[str, Any]:
+def _resolve_thpchallenge(job: JobDef, p: dict[str, Any], mem_mb: int, cpus: int) -> dict[str, Any]:
     threads = _threads(p, cpus)
     _per_thread_check(job, "mapsize_fraction", p["mapsize_fraction"], mem_mb, max(threads))
     return {
