@@ -1,4 +1,5 @@
-"""compare-mmtests.pl's tables, as printed by mmtests b0b1d143 (the thpscale era).
+"""compare-mmtests.pl's tables, as printed by mmtests b0b1d143 (the thpscale era);
+thpchallenge's and thpcompact's, from later mmtests commits, are in mmtests_ci.py.
 
 Layout (FORMATS.md section 6): two header rows with each run name split at its first ``-``
 (a ``-rcN`` stays in the first part; a name without ``-`` shows as the name minus its last
@@ -34,7 +35,7 @@ VMSTAT_FIELD = 15
 
 TABLES = ("latency", "counts", "locality", "significance", "highalloc")
 MONITORS = ("duration", "vmstat")
-THP_SUITES = ("thpscale", "thpchallenge")
+THP_SUITES = ("thpscale", "thpchallenge", "thpcompact")
 
 _FAULT = re.compile(r"^fault-(base|huge|both)-(\d+)$")
 _COUNT = re.compile(r"^Percentage huge-(\d+)$")
@@ -366,6 +367,15 @@ def render(ds: query.Dataset, table: str = "latency", monitor: str | None = None
         _pick_suite(ds, ("stress-highalloc",))
         return render_highalloc(ds)
     suite = _pick_suite(ds, THP_SUITES)
+    if suite != "thpscale":
+        # a later mmtests: the tables of the commit the suite's jobs pin
+        from stackbench.resultsdb.tables import mmtests_ci
+
+        if table == "counts":
+            return mmtests_ci.render_counts(ds, suite)
+        if table == "locality":
+            return mmtests_ci.render_locality(ds, suite)
+        return mmtests_ci.render_latency(ds, suite, significance=table == "significance")
     if table == "counts":
         return render_counts(ds, suite)
     if table == "locality":
