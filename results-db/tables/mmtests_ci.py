@@ -46,6 +46,7 @@ class Era:
 
     commit: str
     field: int  # width of a value
+    precision: int  # its decimals
     bests: tuple[int, ...]  # the BAmean-N rows
     best_name: str  # "BAmean-{}" or "BAmean.{}"
     first_seen_order: bool  # rows in extraction order (shellpack) or grouped by size
@@ -55,22 +56,24 @@ class Era:
 
 
 ERAS = {
-    "thpchallenge": Era("638401e0", 18, (95,), "BAmean.{}", True, True, True, False),
-    "thpcompact": Era("526d3138", 12, (50, 95, 99), "BAmean-{}", False, False, False, True),
+    "thpchallenge": Era("638401e0", 18, 2, (95,), "BAmean.{}", True, True, True, False),
+    "thpcompact": Era("526d3138", 18, 8, (50, 95, 99), "BAmean-{}", False, False, False, True),
 }
 SUITES = tuple(ERAS)
 
 _FAULT = re.compile(r"^fault-(base|huge|both)-(\d+)$")
 _COUNT = re.compile(r"^Percentage huge-(\d+)$")
+_LOCALITY = mmtests._LOCALITY
+_LOCALITY_ORDER = mmtests._LOCALITY_ORDER
 
 
-def _perl_f(x: float, width: int) -> str:
-    """``%W.2f`` as Perl prints it: NaN and infinities by name."""
+def _perl_f(x: float, width: int, precision: int = 2) -> str:
+    """``%W.Pf`` as Perl prints it: NaN and infinities by name."""
     if math.isnan(x):
         return f"{'NaN':>{width}}"
     if math.isinf(x):
         return f"{'Inf' if x > 0 else '-Inf':>{width}}"
-    return f"{x:{width}.2f}"
+    return f"{x:{width}.{precision}f}"
 
 
 @dataclass
@@ -141,13 +144,15 @@ def _significance(
     return out
 
 
-def _cell(value: float, base: float, star: bool, field: int) -> str:
-    if math.isnan(value) or value == -1 or base == -1:
+def _cell(
+    value: float | None, base: float | None, star: bool, era: Era, higher: bool = False
+) -> str:
+    if value is None or math.isnan(value) or value == -1 or base is None or base == -1:
         value, gain = 0.0, 0.0
     else:
-        gain = st.pndiff(value, base)
+        gain = st.pdiff(value, base) if higher else st.pndiff(value, base)
     open_, close = ("*", "*") if star else ("(", ")")
-    return f"{_perl_f(value, field)} {open_}{_perl_f(gain, GAIN)}%{close}"
+    return f"{_perl_f(value, era.field, era.precision)} {open_}{_perl_f(gain, GAIN)}%{close}"
 
 
 def _table(
@@ -175,12 +180,12 @@ def _table(
             cells = []
             for k, s in enumerate(row):
                 value = s.values[i] if s else st.NAN
-                cells.append(_cell(value, base, i == 1 and sig[op][k][0], era.field))
+                cells.append(_cell(value, base, i == 1 and sig[op][k][0], era))
             lines.append(f"{name:<{label_w}} {op:<{op_w}}" + "".join(cells))
     if significance:
         for op, _ in ops:
             cells = [
-                f"{_perl_f(float(flag), era.field)} ({_perl_f(ratio, GAIN)}%)"
+                f"{_perl_f(float(flag), era.field, era.precision)} ({_perl_f(ratio, GAIN)}%)"
                 for flag, ratio in sig[op]
             ]
             # the row has one empty cell more than kernels, printed as spaces
@@ -229,10 +234,21 @@ def render_latency(ds: query.Dataset, suite: str, significance: bool = False) ->
     return _table(ds, era, [(op, series[op]) for op in ops], significance)
 
 
+def _single(ds: query.Dataset, era: Era, ops: list[tuple[str, mmtests.Series]]) -> str:
+    """SummariseSingleops: per kernel its best iteration's value (higher preferred), the
+    label ``Percentage``."""
+    kernels = [k.id for k in ds.kernels]
+    op_w = max(len(op) for op, _ in ops)
+    lines = mmtests.header(ds, len("Percentage") + 1 + op_w, era.field + GAIN + 4)
+    for op, s in ops:
+        values = [s.best(b, True) for b in kernels]
+        cells = "".join(_cell(v, values[0], False, era, higher=True) for v in values)
+        lines.append(f"Percentage {op:<{op_w}}" + cells)
+    return "\n".join(lines) + "\n"
+
+
 def render_counts(ds: query.Dataset, suite: str) -> str:
     era = ERAS[suite]
-    if not era.multi_counts:
-        return mmtests.render_counts(ds, suite)
     series = mmtests.collect(ds, suite)
     base_id = ds.kernels[0].id
     ops = sorted(
@@ -241,13 +257,25 @@ def render_counts(ds: query.Dataset, suite: str) -> str:
     )
     if not ops:
         raise StackbenchError(f"no {suite} 'Percentage huge' values stored for the base kernel")
-    return _table(ds, era, [(op.removeprefix("Percentage "), series[op]) for op in ops], False)
+    named = [(op.removeprefix("Percentage "), series[op]) for op in ops]
+    return _table(ds, era, named, False) if era.multi_counts else _single(ds, era, named)
 
 
 def render_locality(ds: query.Dataset, suite: str) -> str:
-    if not ERAS[suite].locality:
+    era = ERAS[suite]
+    if not era.locality:
         raise StackbenchError(
             f"{suite}: mmtests {ERAS[suite].commit} prints no locality table (its locality "
             "extraction writes no line breaks); the locality metrics are stored all the same"
         )
-    return mmtests.render_locality(ds, suite)
+    series = mmtests.collect(ds, suite)
+    base_id = ds.kernels[0].id
+    ops = [n for n in series if _LOCALITY.match(n) and series[n].runs.get(base_id)]
+    if not ops:
+        raise StackbenchError(f"no {suite} locality values stored for the base kernel")
+
+    def key(n: str) -> tuple[int, int]:
+        m = _LOCALITY.match(n)
+        return int(m[2]), _LOCALITY_ORDER.index(m[1])
+
+    return _single(ds, era, [(op, series[op]) for op in sorted(ops, key=key)])
