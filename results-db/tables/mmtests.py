@@ -331,17 +331,17 @@ def render_highalloc(ds: query.Dataset) -> str:
 # ---------------------------------------------------------------- monitors
 
 
-def render_duration(ds: query.Dataset, suite: str) -> str:
+def render_duration(ds: query.Dataset, suite: str, field: int = FIELD) -> str:
     series = collect(ds, suite, prefix="duration.")
     names = [("User", "user"), ("System", "system"), ("Elapsed", "elapsed")]
     if not any(key in series for _, key in names):
         raise StackbenchError(f"no durations stored for the {suite} runs of these kernels")
     label, op_w = "Duration", max(len(n) for n, _ in names)
-    lines = header(ds, len(label) + 1 + op_w, FIELD)
+    lines = header(ds, len(label) + 1 + op_w, field)
     for title, key in names:
         s = series.get(key)
         values = [s.best(k.id, False) if s else None for k in ds.kernels]
-        lines.append(f"{label} {title:<{op_w}}" + "".join(f"{_num(v):{FIELD}.2f}" for v in values))
+        lines.append(f"{label} {title:<{op_w}}" + "".join(f"{_num(v):{field}.2f}" for v in values))
     return "\n".join(lines) + "\n"
 
 
@@ -355,6 +355,11 @@ def render(ds: query.Dataset, table: str = "latency", monitor: str | None = None
             raise StackbenchError(f"unknown mmtests monitor '{monitor}' (want duration or vmstat)")
         suite = _pick_suite(ds, (*THP_SUITES, "stress-highalloc"))
         if monitor == "duration":
+            if suite in ("thpchallenge", "thpcompact"):
+                # later mmtests print every value 18 wide (Extract.pm's default)
+                from stackbench.resultsdb.tables import mmtests_ci
+
+                return render_duration(ds, suite, mmtests_ci.ERAS[suite].field)
             return render_duration(ds, suite)
         from stackbench.resultsdb.tables import mmtests_vmstat
 
