@@ -442,12 +442,6 @@ def _resolve_thpchallenge(job: JobDef, p: dict[str, Any], mem_mb: int, cpus: int
 def _resolve_thpcompact(job: JobDef, p: dict[str, Any], mem_mb: int, cpus: int) -> dict[str, Any]:
     threads = _threads(p, cpus)
     _per_thread_check(job, "anon_fraction", p["anon_fraction"], mem_mb, max(threads))
-    if p["anon_fraction"] + p["file_fraction"] > 0.9:
-        raise InputError(
-            job.path or job.name,
-            f"params.file_fraction: anon {p['anon_fraction']} + file {p['file_fraction']} "
-            "of memory leaves the guest nothing of its own (at most 0.9 together)",
-        )
     return {
         "THREADS": " ".join(map(str, threads)),
         "ANON_PERMILLE": _permille(p["anon_fraction"]),

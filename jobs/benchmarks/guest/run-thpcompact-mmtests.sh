@@ -48,11 +48,11 @@ cp "$up/thpcompact/thpcompact" $mm/work/sources/thpcompact-0-installed/thpcompac
 cat > $mnt/root/stackbench.config << EOF2
 export MMTESTS="thpcompact"
 export RUN_MONITOR=no
-export THPCHALLENGE_BACKGROUND=none
-export THPCHALLENGE_MIN_THREADS=1
-export THPCHALLENGE_MAX_THREADS=$max
-export THPCHALLENGE_THP_WSETSIZE=$mapsize
-export THPCHALLENGE_MADV_HUGEPAGE=$madv
+export THPCOMPACT_MIN_THREADS=1
+export THPCOMPACT_MAX_THREADS=$max
+export THPCOMPACT_ANONSIZE=$anon
+export THPCOMPACT_FILESIZE=$filesize
+export THPCOMPACT_MADV_HUGEPAGE=$madv
 EOF2
 
 echo "mmtests: run-mmtests.sh thpcompact, threads 1..$max, anon $((anon / 1048576)) MB"
