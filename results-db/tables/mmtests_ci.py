@@ -14,12 +14,16 @@ value and gain), with what changed since:
   ``cidiff`` of base and new; a mean is starred when that ratio exceeds 1 in size, and
   ``--print-significance`` adds ``Significant`` rows with the 0/1 flag and the ratio;
 - thpchallenge's rows follow the order its extraction first saw each operation (per thread
-  count: the size of the first fault, fault-both, then the other size), its value field is
-  18 wide, and its counts table (``huge-N``) is a multi-sample table of the per-iteration
-  percentages, lower preferred as the shellpack declares nothing else. Its locality
-  extraction prints no line breaks upstream, so compare-kernels has no locality table for it
-  and neither do we. thpcompact keeps thpscale's grouped order and single-value counts and
-  locality tables (mmtests.py renders those).
+  count: the size of the first fault, fault-both, then the other size), its values are
+  printed ``%18.2f``, and its counts table (``huge-N``) is a multi-sample table of the
+  per-iteration percentages, lower preferred as the shellpack declares nothing else. Its
+  locality extraction prints no line breaks upstream, so compare-kernels has no locality
+  table for it and neither do we.
+- thpcompact keeps thpscale's grouped order; its Perl extraction modules print ``%18.8f``
+  (ExtractFactory's 8 decimals for extraction modules) and its counts and locality tables
+  are single values, the best iteration's, higher preferred. compare-kernels at 526d3138
+  never reaches those two (its ``-a`` switch selects nothing for a Perl module and the
+  latency table is printed again); we print what the modules print when run by name.
 """
 
 from __future__ import annotations
