@@ -92,8 +92,9 @@ def logs(tmp_path_factory) -> dict[str, Path]:
     out = {}
     for suite in ("thpchallenge", "thpcompact"):
         root = tmp_path_factory.mktemp(f"log-{suite}")
-        # base: every fault of 5 threads huge; new: no huge fault at 1 thread
-        write_run(root, KERNELS[0], suite, seed=11, iterations=3, huge_share={5: 1.0})
+        # base: few huge faults at 1 thread (its first fault is a base page, so thpchallenge
+        # lists fault-base-1 first), every fault of 5 threads huge; new: no huge at 1 thread
+        write_run(root, KERNELS[0], suite, seed=11, iterations=3, huge_share={1: 0.1, 5: 1.0})
         write_run(root, KERNELS[1], suite, seed=12, iterations=2, huge_share={1: 0.0})
         for kernel in KERNELS:
             for it in (root / kernel).glob("iter-*"):
@@ -145,8 +146,13 @@ def test_table_matches_real_compare(eng, upstream, logs, suite, ours, theirs):
 
 def test_cases_cover_the_special_rows(eng, upstream, logs):
     """The logs reach the rows the rules treat specially: a size that never occurred (its
-    one 0 sample) and a starred mean."""
+    one 0 sample), a starred mean, and in thpchallenge's first-seen order a thread count
+    whose first fault was a base page and one whose first was huge."""
     text = _real(upstream, "thpcompact", logs["thpcompact"], ["-b", "thpcompact"])
     assert "Amean     fault-base-5" in text and "*" in text
     base_5 = next(ln for ln in text.splitlines() if ln.startswith("Min       fault-base-5"))
     assert base_5.split()[2] == "0.00000000"
+    text = _real(upstream, "thpchallenge", logs["thpchallenge"], ["-b", "thpchallenge"])
+    ops = [ln.split()[1] for ln in text.splitlines() if ln.startswith("Min ")]
+    assert ops[:3] == ["fault-base-1", "fault-both-1", "fault-huge-1"], ops
+    assert ops[-3:] == ["fault-huge-5", "fault-both-5", "fault-base-5"], ops

@@ -39,9 +39,9 @@ THP_SUITES = ("thpscale", "thpchallenge", "thpcompact")
 
 _FAULT = re.compile(r"^fault-(base|huge|both)-(\d+)$")
 _COUNT = re.compile(r"^Percentage huge-(\d+)$")
-_LOCALITY = re.compile(r"^(local-base|local-huge|remote-base|remote-huge|uncertain)-(\d+)$")
+LOCALITY = re.compile(r"^(local-base|local-huge|remote-base|remote-huge|uncertain)-(\d+)$")
 _PASS = re.compile(r"^pass(\d+)$")
-_LOCALITY_ORDER = ["local-base", "local-huge", "remote-base", "remote-huge", "uncertain"]
+LOCALITY_ORDER = ["local-base", "local-huge", "remote-base", "remote-huge", "uncertain"]
 _SIZE_ORDER = {"base": 0, "huge": 1, "both": 2}
 
 
@@ -308,13 +308,13 @@ def render_counts(ds: query.Dataset, suite: str) -> str:
 
 def render_locality(ds: query.Dataset, suite: str) -> str:
     series = collect(ds, suite)
-    ops = [n for n in series if _LOCALITY.match(n)]
+    ops = [n for n in series if LOCALITY.match(n)]
     if not ops:
         raise StackbenchError(f"no {suite} locality values stored for these kernels")
 
     def key(n: str) -> tuple[int, int]:
-        m = _LOCALITY.match(n)
-        return int(m[2]), _LOCALITY_ORDER.index(m[1])
+        m = LOCALITY.match(n)
+        return int(m[2]), LOCALITY_ORDER.index(m[1])
 
     return _single_table(ds, "Percentage", sorted(ops, key=key), series)
 

@@ -60,15 +60,33 @@ class Era:
 
 
 ERAS = {
-    "thpchallenge": Era("638401e0", 18, 2, (95,), "BAmean.{}", True, True, True, False),
-    "thpcompact": Era("526d3138", 18, 8, (50, 95, 99), "BAmean-{}", False, False, False, True),
+    "thpchallenge": Era(
+        commit="638401e0",
+        field=18,
+        precision=2,
+        bests=(95,),
+        best_name="BAmean.{}",
+        first_seen_order=True,
+        multi_counts=True,
+        guard_missing_ci=True,
+        locality=False,
+    ),
+    "thpcompact": Era(
+        commit="526d3138",
+        field=18,
+        precision=8,
+        bests=(50, 95, 99),
+        best_name="BAmean-{}",
+        first_seen_order=False,
+        multi_counts=False,
+        guard_missing_ci=False,
+        locality=True,
+    ),
 }
 SUITES = tuple(ERAS)
 
 _FAULT = re.compile(r"^fault-(base|huge|both)-(\d+)$")
 _COUNT = re.compile(r"^Percentage huge-(\d+)$")
-_LOCALITY = mmtests._LOCALITY
-_LOCALITY_ORDER = mmtests._LOCALITY_ORDER
 
 
 def _perl_f(x: float, width: int, precision: int = 2) -> str:
@@ -101,13 +119,13 @@ def summarise(data: np.ndarray, bests: tuple[int, ...]) -> Summary:
     if not n:
         nan = st.NAN
         return Summary([nan] * (5 + len(bests)), nan, None)
-    mean = st._seqsum(d) / n
-    sd = math.sqrt(st._seqsum((d - mean) ** 2) / (n - 1)) if n > 1 else st.NAN
+    mean = st.seqsum(d) / n
+    sd = math.sqrt(st.seqsum((d - mean) ** 2) / (n - 1)) if n > 1 else st.NAN
     cv = (0.0 if math.isnan(sd) else sd) * 100 / mean if mean else 0.0
     values = [float(d[0]), mean, sd, cv, float(d[-1])]
     for pct in bests:
         count = max(1, int(n * pct / 100))
-        values.append(st._seqsum(d[:count]) / count)
+        values.append(st.seqsum(d[:count]) / count)
     ci = None
     if not math.isnan(sd):
         q = _r_quantile(sd)
@@ -274,12 +292,12 @@ def render_locality(ds: query.Dataset, suite: str) -> str:
         )
     series = mmtests.collect(ds, suite)
     base_id = ds.kernels[0].id
-    ops = [n for n in series if _LOCALITY.match(n) and series[n].runs.get(base_id)]
+    ops = [n for n in series if mmtests.LOCALITY.match(n) and series[n].runs.get(base_id)]
     if not ops:
         raise StackbenchError(f"no {suite} locality values stored for the base kernel")
 
     def key(n: str) -> tuple[int, int]:
-        m = _LOCALITY.match(n)
-        return int(m[2]), _LOCALITY_ORDER.index(m[1])
+        m = mmtests.LOCALITY.match(n)
+        return int(m[2]), mmtests.LOCALITY_ORDER.index(m[1])
 
     return _single(ds, era, [(op, series[op]) for op in sorted(ops, key=key)])
