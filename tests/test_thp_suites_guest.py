@@ -101,3 +101,55 @@ def test_builtin_twins_in_the_guest(monkeypatch, tmp_path, eng):
         assert "Amean     fault-both-4" in table
         counts = render.render(eng, ["base"], style="mmtests", suite=suite, table="counts")
         assert "huge-4" in counts
+
+
+def _upstream_plan(suite: str, image: bool) -> list[d.SubJob]:
+    defn = d.load(suite)
+    params = {**defn.params, "max_threads": 2, "suite_source": "upstream"}
+    if image:
+        params["image"] = "debian"
+    data = {
+        "suite": suite,
+        "runs": 1,
+        "timeout": 900,
+        "params": params,
+        "upstream": {"url": defn.upstream.url, "commit": defn.upstream.commit},
+    }
+    return d.expand(d.parse(data, path=f"{suite}.yaml"), guest_mem_mb=GUEST_MEM_MB,
+                    guest_cpus=GUEST_CPUS)  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.long
+@pytest.mark.timeout(3600)
+@pytest.mark.parametrize("suite", SUITES)
+def test_run_mmtests_in_the_image(monkeypatch, tmp_path, suite):
+    """mmtests' own run-mmtests.sh of the pinned commit in the Debian image, beside our
+    runner of the same upstream program, in one boot of a debian-guest kernel: the same
+    metric names, and the files run-mmtests.sh itself leaves."""
+    from test_image import built_image, debian_kernel
+    from test_suites import UPSTREAM, need_bundles
+
+    from stackbench.jobs.benchmarks import suites
+    from stackbench.jobs.driver import pipeline
+
+    need_bundles()
+    monkeypatch.setenv(suites.MIRROR_ENV, str(UPSTREAM))
+    suites._reachable.cache_clear()
+    built_image(monkeypatch)
+    res = debian_kernel(monkeypatch)
+    plan = [*_upstream_plan(suite, False), *_upstream_plan(suite, True)]
+    kernel = KernelSpec(commit=res.commit, name="base", config_hash=res.config_hash,
+                        compiler=res.compiler, config_name="debian-guest")  # fmt: skip
+    settings = pipeline.Settings(cpus=GUEST_CPUS, mem_mb=GUEST_MEM_MB, accel="tcg")
+    boot, runs = pipeline.run_kernel(res.bzimage, res.modules, plan, kernel=kernel,
+                                     settings=settings, workdir=tmp_path / "vm",
+                                     boot_id="thp-image-test")  # fmt: skip
+    assert boot is not None and boot.status == "ok", boot and boot.console_tail
+    problems = [(r.job.params, r.status, r.error) for r in runs if r.status != "done"]
+    assert len(runs) == 2 and all(r.status == "done" for r in runs), problems
+    plain, mm = sorted(runs, key=lambda r: "image" in r.job.params)
+    names = {k for k in mm.samples if k.startswith(f"{suite}.")}
+    assert names and names == {k for k in plain.samples if k.startswith(f"{suite}.")}
+    assert mm.meta["upstream"]["commit"] == d.load(suite).upstream.commit
+    assert "mmtests/tests-timestamp" in mm.logs and "mmtests/threads-1.time" in mm.logs
