@@ -31,13 +31,16 @@ RULES: tuple[tuple[re.Pattern[str], MetricInfo], ...] = tuple(
         # kcompactd's CPU time over a run (jobs/benchmarks/collect.py): more work is not better or worse
         (r"^(scenario-)?kcompactd\.cpu_s$", MetricInfo("s", None, "duration")),
         (
-            r"^(thpscale|thpchallenge)\.(local|remote)-(base|huge)-\d+$",
+            r"^(thpscale|thpchallenge|thpcompact)\.(local|remote)-(base|huge)-\d+$",
             MetricInfo("%", None, "percent"),
         ),
-        (r"^(thpscale|thpchallenge)\.uncertain-\d+$", MetricInfo("%", False, "percent")),
-        (r"^(thpscale|thpchallenge)\.Percentage huge-\d+$", MetricInfo("%", True, "percent")),
+        (r"^(thpscale|thpchallenge|thpcompact)\.uncertain-\d+$", MetricInfo("%", False, "percent")),
         (
-            r"^(thpscale|thpchallenge)\.fault-(huge|base|both)-\d+$",
+            r"^(thpscale|thpchallenge|thpcompact)\.Percentage huge-\d+$",
+            MetricInfo("%", True, "percent"),
+        ),
+        (
+            r"^(thpscale|thpchallenge|thpcompact)\.fault-(huge|base|both)-\d+$",
             MetricInfo("usecs", False, "latency"),
         ),
         (r"^stress-highalloc\.pass\d+$", MetricInfo("%", True, "percent")),

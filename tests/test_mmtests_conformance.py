@@ -1,4 +1,5 @@
-"""Conformance with the real compare-mmtests.pl (mmtests b0b1d143, thpscale era).
+"""Conformance with the real compare-mmtests.pl (mmtests b0b1d143, thpscale era; and
+638401e0 for thpchallenge).
 
 For every golden output in ../shared/fixtures/mmtests/golden-thpscale-b0b1d143/, importing
 its work-log runs with ``stackbench import mmtests`` and running the matching
@@ -100,20 +101,48 @@ def test_extract_head():
     assert rows[: len(expected)] == expected
 
 
-def test_thpchallenge_layout_imports(eng):
-    """Current mmtests (thpchallenge) writes the same log format: it imports as its own
-    suite (its tables, a later mmtests era, are not rendered)."""
-    from sqlalchemy import text
+GOLDEN_CHALLENGE = ("mmtests", "golden-thpchallenge-638401e0")
+# golden file -> extra compare arguments (compare-latency-print-ratio.txt: --print-ratio is
+# not a table of ours)
+CASES_CHALLENGE = {
+    "compare-latency.txt": [],
+    "compare-counts.txt": ["--table", "counts"],
+    "compare-latency-print-significance.txt": ["--table", "significance"],
+    "monitor-duration.txt": ["--monitor", "duration"],
+    "monitor-mmtests-vmstat.txt": ["--monitor", "vmstat"],
+}
 
-    root = shared_fixtures("mmtests", "golden-thpchallenge-638401e0")
-    rc, out = _cli(["import", "mmtests", str(root / "work-log" / "baseline")])
+
+@pytest.mark.parametrize("golden", sorted(CASES_CHALLENGE))
+def test_thpchallenge_matches_golden(eng, golden):
+    """Current mmtests (thpchallenge, 638401e0): the same log format imported as its own
+    suite, and its tables (CI significance, first-seen row order, multi-sample counts) as
+    that commit's compare-mmtests.pl printed them, trailing spaces included."""
+    root = shared_fixtures(*GOLDEN_CHALLENGE)
+    for run in ("baseline", "patches"):
+        rc, out = _cli(["import", "mmtests", str(root / "work-log" / run)])
+        assert rc == 0, out
+        assert "of thpchallenge" in out
+    rc, out = _cli(
+        ["compare", "--style", "mmtests", "baseline", "patches", *CASES_CHALLENGE[golden]]
+    )
     assert rc == 0
-    assert "of thpchallenge" in out
-    with eng.connect() as conn:
-        n = conn.execute(
-            text(
-                "SELECT count(*) FROM sample s JOIN metric m ON m.id = s.metric_id "
-                "WHERE m.name = 'thpchallenge.fault-huge-1'"
-            )
-        ).scalar_one()
-    assert n > 0
+    expected = (root / golden).read_text()
+    if golden.startswith("monitor-"):
+        assert _lines(out) == _lines(expected)
+    else:
+        assert out == expected
+
+
+def test_thpchallenge_has_no_locality_table(eng):
+    """Upstream's thpchallenge locality extraction prints no line breaks, so compare-kernels
+    has no locality table for it: a one-line error, not a made-up table."""
+    root = shared_fixtures(*GOLDEN_CHALLENGE)
+    rc, _ = _cli(["import", "mmtests", str(root / "work-log" / "baseline")])
+    assert rc == 0
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        rc, _ = _cli(["compare", "--style", "mmtests", "baseline", "--table", "locality"])
+    assert rc != 0
+    assert "prints no locality table" in err.getvalue()
+    assert len(err.getvalue().strip().splitlines()) == 1

@@ -210,7 +210,7 @@ def test_table_without_its_data(loaded):
     rc, _, err = cli("compare", "--style", "mmtests", "ha-base", "ha-new", "--table", "counts")
     assert rc == 1
     assert err.strip() == (
-        "stackbench: error: no thpscale or thpchallenge results for these kernels "
+        "stackbench: error: no thpscale or thpchallenge or thpcompact results for these kernels "
         "(stored: stress-highalloc)"
     )
 

@@ -266,14 +266,17 @@ def samples_vm_scalability(run_dir: Path, sj: SubJob) -> dict[str, list[float]]:
 
 
 def samples_thpscale(run_dir: Path, sj: SubJob) -> dict[str, list[float]]:
+    """thpscale's threads-N.log files; thpchallenge and thpcompact write the same ones and
+    their metrics are named the same under their own suite."""
+    prefix = f"{sj.suite}."
     out: dict[str, list[float]] = {}
     for n in (int(t) for t in str(sj.resolved["THREADS"]).split()):
         name = f"threads-{n}.log"
         text = _text(run_dir, name)
         raw = thpscale.parse_log(text, n, name)
         if f"fault-both-{n}" not in raw:
-            raise RunFailed("failed", f"{name}: no fault lines (thpscale cut short?)")
-        out.update({thpscale.PREFIX + k: v for k, v in raw.items()})
+            raise RunFailed("failed", f"{name}: no fault lines ({sj.suite} cut short?)")
+        out.update({prefix + k: v for k, v in raw.items()})
     return out
 
 
@@ -290,6 +293,8 @@ def samples_highalloc(run_dir: Path, sj: SubJob) -> dict[str, list[float]]:
 SAMPLERS = {
     "vm-scalability": samples_vm_scalability,
     "thpscale": samples_thpscale,
+    "thpchallenge": samples_thpscale,
+    "thpcompact": samples_thpscale,
     "stress-highalloc": samples_highalloc,
 }
 

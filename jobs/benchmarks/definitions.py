@@ -42,12 +42,20 @@ HPAGE_MB = 2
 HPAGE_ORDER = 9
 HIGHALLOC_PASSES = 3
 
-SUITES = ("vm-scalability", "thpscale", "stress-highalloc")
+SUITES = ("vm-scalability", "thpscale", "thpchallenge", "thpcompact", "stress-highalloc")
 
 # defaults filled into params so equal jobs get equal identities however they were written
 DEFAULTS: dict[str, dict[str, Any]] = {
     "vm-scalability": {"nr_task": "100%", "runtime": "300s", "mem_fraction": 0.5},
     "thpscale": {"max_threads": "auto", "mapsize_fraction": 0.8, "madvise": True},
+    # mmtests' own defaults: 0.8 of memory, no MADV_HUGEPAGE (its configs pass no --madv-huge)
+    "thpchallenge": {"max_threads": "auto", "mapsize_fraction": 0.8, "madvise": False},
+    "thpcompact": {
+        "max_threads": "auto",
+        "anon_fraction": 0.8,
+        "file_fraction": 0.2,
+        "madvise": False,
+    },
     "stress-highalloc": {
         "gfp": "movable",
         "pace_ms": 125,
@@ -65,6 +73,8 @@ SUITE_SOURCES: dict[str, tuple[str, ...]] = {
         "guest/run-vm-scalability.sh",
     ),
     "thpscale": ("workloads/thpscale.c", "guest/run-thpscale.sh"),
+    "thpchallenge": ("workloads/thpfaults.c", "guest/run-thpchallenge.sh"),
+    "thpcompact": ("workloads/thpfaults.c", "guest/run-thpcompact.sh"),
     "stress-highalloc": (
         "workloads/highalloc",
         "workloads/usemem.c",
@@ -88,6 +98,8 @@ SCENARIO_SOURCES = ("workloads/fragment.c", "guest/scenario.sh")
 UPSTREAM_RUNNERS: dict[str, tuple[str, ...]] = {
     "vm-scalability": ("guest/run-vm-scalability-upstream.sh", "guest/upstream-bin"),
     "thpscale": ("guest/run-thpscale-upstream.sh",),
+    "thpchallenge": ("guest/run-thpchallenge-upstream.sh",),
+    "thpcompact": ("guest/run-thpcompact-upstream.sh",),
 }
 
 
@@ -401,6 +413,43 @@ def _resolve_thpscale(job: JobDef, p: dict[str, Any], mem_mb: int, cpus: int) ->
     }
 
 
+def _threads(p: dict[str, Any], cpus: int) -> list[int]:
+    mt = p["max_threads"]
+    return thread_counts(min(4 * cpus, 32) if mt == "auto" else mt)
+
+
+def _per_thread_check(job: JobDef, key: str, fraction: float, mem_mb: int, threads: int) -> None:
+    # every thread faults half its share: below 8 MB a share gives one or two faults
+    per_thread_mb = mem_mb * fraction / threads
+    if per_thread_mb < 4 * HPAGE_MB:
+        raise InputError(
+            job.path or job.name,
+            f"params.{key}: {fraction} of {mem_mb} MB gives {per_thread_mb:.1f} MB per "
+            f"thread at {threads} threads; need 8 MB",
+        )
+
+
+def _resolve_thpchallenge(job: JobDef, p: dict[str, Any], mem_mb: int, cpus: int) -> dict[str, Any]:
+    threads = _threads(p, cpus)
+    _per_thread_check(job, "mapsize_fraction", p["mapsize_fraction"], mem_mb, max(threads))
+    return {
+        "THREADS": " ".join(map(str, threads)),
+        "MAP_PERMILLE": _permille(p["mapsize_fraction"]),
+        "MADVISE": int(bool(p["madvise"])),
+    }
+
+
+def _resolve_thpcompact(job: JobDef, p: dict[str, Any], mem_mb: int, cpus: int) -> dict[str, Any]:
+    threads = _threads(p, cpus)
+    _per_thread_check(job, "anon_fraction", p["anon_fraction"], mem_mb, max(threads))
+    return {
+        "THREADS": " ".join(map(str, threads)),
+        "ANON_PERMILLE": _permille(p["anon_fraction"]),
+        "FILE_PERMILLE": _permille(p["file_fraction"]),
+        "MADVISE": int(bool(p["madvise"])),
+    }
+
+
 def _resolve_highalloc(job: JobDef, p: dict[str, Any], mem_mb: int, cpus: int) -> dict[str, Any]:
     # order, attempts and passes are only in params when given (older jobs keep their ids)
     return {
@@ -418,6 +467,8 @@ def _resolve_highalloc(job: JobDef, p: dict[str, Any], mem_mb: int, cpus: int) -
 RESOLVERS = {
     "vm-scalability": _resolve_vms,
     "thpscale": _resolve_thpscale,
+    "thpchallenge": _resolve_thpchallenge,
+    "thpcompact": _resolve_thpcompact,
     "stress-highalloc": _resolve_highalloc,
 }
 

@@ -1,11 +1,12 @@
 """Where a job's benchmark programs come from: upstream sources or stackbench's builtin ones.
 
-``suite_source`` is a parameter of vm-scalability and thpscale jobs:
+``suite_source`` is a parameter of vm-scalability and mmtests' THP jobs (thpscale,
+thpchallenge, thpcompact):
 
 - ``upstream``: the suite's public git repository at the commit pinned in the job definition
   (``upstream: {url, commit}``), fetched with git at run time, built on the host into static
-  binaries for the guest (usemem with vm-scalability's own Makefile, thpscale.c as mmtests'
-  thpscale-install compiles it, with libnuma linked statically) and cached by commit under
+  binaries for the guest (usemem with vm-scalability's own Makefile, thpscale.c, thpchallenge.c or
+  thpcompact.c as mmtests' install steps compile them, with libnuma linked statically) and cached by commit under
   ``$STACKBENCH_HOME/suites``. Nothing from upstream is part of this project.
 - ``builtin``: the programs under jobs/benchmarks/workloads (the offline fallback).
 
@@ -23,6 +24,7 @@ network point it at git bundles of the public mirrors. ``STACKBENCH_SUITE_URL_<R
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import re
@@ -37,12 +39,17 @@ from stackbench import config, gitcmd, proc
 from stackbench.errors import InputError, StackbenchError
 
 SOURCES = ("upstream", "builtin")
-UPSTREAM_SUITES = ("vm-scalability", "thpscale")
+UPSTREAM_SUITES = ("vm-scalability", "thpscale", "thpchallenge", "thpcompact")
 MIRROR_ENV = "STACKBENCH_SUITE_MIRROR"
 LS_REMOTE_TIMEOUT_S = 20
 # thpscale's own compile line (mmtests' thpscale-install) plus -static for the initramfs
 THPSCALE_CFLAGS = ("-Wall", "-static", "-pthread")
-THPSCALE_SRC = "shellpack_src/src/thpscale/thpscale.c"
+# each mmtests THP program's source in its tree (one file; the same compile line)
+THP_SOURCES = {
+    "thpscale": "shellpack_src/src/thpscale/thpscale.c",
+    "thpchallenge": "shellpack_src/src/thpchallenge/thpchallenge.c",
+    "thpcompact": "shellpack_src/src/thpcompact/thpcompact.c",
+}
 # vm-scalability files the guest needs besides usemem: the environment every case reads
 VMS_SUPPORT = ("hw_vars",)
 # bump when the way upstream sources are built or run changes without their commit changing
@@ -206,15 +213,23 @@ def _build_vm_scalability(src: Path, out: Path) -> None:
     shutil.rmtree(work)
 
 
-def _build_thpscale(src: Path, out: Path) -> None:
+def _build_thp(suite: str, src: Path, out: Path) -> None:
     if not Path("/usr/include/numaif.h").is_file():
-        raise StackbenchError("thpscale: numaif.h not found (install libnuma-dev)")
-    dest = out / "thpscale"
+        raise StackbenchError(f"{suite}: numaif.h not found (install libnuma-dev)")
+    dest = out / suite
     dest.mkdir()
+    source = src / THP_SOURCES[suite]
+    if not source.is_file():
+        raise StackbenchError(f"{suite}: {THP_SOURCES[suite]} is not in this mmtests commit")
     try:
-        proc.run(["gcc", *THPSCALE_CFLAGS, "-o", dest / "thpscale", src / THPSCALE_SRC, "-lnuma"])
+        proc.run(["gcc", *THPSCALE_CFLAGS, "-o", dest / suite, source, "-lnuma"])
     except StackbenchError as exc:
-        raise StackbenchError(f"thpscale: building thpscale.c failed: {_last_line(exc)}") from None
+        raise StackbenchError(
+            f"{suite}: building {source.name} failed: {_last_line(exc)}"
+        ) from None
 
 
-BUILDERS = {"vm-scalability": _build_vm_scalability, "thpscale": _build_thpscale}
+BUILDERS = {
+    "vm-scalability": _build_vm_scalability,
+    **{suite: functools.partial(_build_thp, suite) for suite in THP_SOURCES},
+}

@@ -1,4 +1,5 @@
-"""compare-mmtests.pl's tables, as printed by mmtests b0b1d143 (the thpscale era).
+"""compare-mmtests.pl's tables, as printed by mmtests b0b1d143 (the thpscale era);
+thpchallenge's and thpcompact's, from later mmtests commits, are in mmtests_ci.py.
 
 Layout (FORMATS.md section 6): two header rows with each run name split at its first ``-``
 (a ``-rcN`` stays in the first part; a name without ``-`` shows as the name minus its last
@@ -34,13 +35,13 @@ VMSTAT_FIELD = 15
 
 TABLES = ("latency", "counts", "locality", "significance", "highalloc")
 MONITORS = ("duration", "vmstat")
-THP_SUITES = ("thpscale", "thpchallenge")
+THP_SUITES = ("thpscale", "thpchallenge", "thpcompact")
 
 _FAULT = re.compile(r"^fault-(base|huge|both)-(\d+)$")
 _COUNT = re.compile(r"^Percentage huge-(\d+)$")
-_LOCALITY = re.compile(r"^(local-base|local-huge|remote-base|remote-huge|uncertain)-(\d+)$")
+LOCALITY = re.compile(r"^(local-base|local-huge|remote-base|remote-huge|uncertain)-(\d+)$")
 _PASS = re.compile(r"^pass(\d+)$")
-_LOCALITY_ORDER = ["local-base", "local-huge", "remote-base", "remote-huge", "uncertain"]
+LOCALITY_ORDER = ["local-base", "local-huge", "remote-base", "remote-huge", "uncertain"]
 _SIZE_ORDER = {"base": 0, "huge": 1, "both": 2}
 
 
@@ -307,13 +308,13 @@ def render_counts(ds: query.Dataset, suite: str) -> str:
 
 def render_locality(ds: query.Dataset, suite: str) -> str:
     series = collect(ds, suite)
-    ops = [n for n in series if _LOCALITY.match(n)]
+    ops = [n for n in series if LOCALITY.match(n)]
     if not ops:
         raise StackbenchError(f"no {suite} locality values stored for these kernels")
 
     def key(n: str) -> tuple[int, int]:
-        m = _LOCALITY.match(n)
-        return int(m[2]), _LOCALITY_ORDER.index(m[1])
+        m = LOCALITY.match(n)
+        return int(m[2]), LOCALITY_ORDER.index(m[1])
 
     return _single_table(ds, "Percentage", sorted(ops, key=key), series)
 
@@ -330,17 +331,17 @@ def render_highalloc(ds: query.Dataset) -> str:
 # ---------------------------------------------------------------- monitors
 
 
-def render_duration(ds: query.Dataset, suite: str) -> str:
+def render_duration(ds: query.Dataset, suite: str, field: int = FIELD) -> str:
     series = collect(ds, suite, prefix="duration.")
     names = [("User", "user"), ("System", "system"), ("Elapsed", "elapsed")]
     if not any(key in series for _, key in names):
         raise StackbenchError(f"no durations stored for the {suite} runs of these kernels")
     label, op_w = "Duration", max(len(n) for n, _ in names)
-    lines = header(ds, len(label) + 1 + op_w, FIELD)
+    lines = header(ds, len(label) + 1 + op_w, field)
     for title, key in names:
         s = series.get(key)
         values = [s.best(k.id, False) if s else None for k in ds.kernels]
-        lines.append(f"{label} {title:<{op_w}}" + "".join(f"{_num(v):{FIELD}.2f}" for v in values))
+        lines.append(f"{label} {title:<{op_w}}" + "".join(f"{_num(v):{field}.2f}" for v in values))
     return "\n".join(lines) + "\n"
 
 
@@ -354,6 +355,11 @@ def render(ds: query.Dataset, table: str = "latency", monitor: str | None = None
             raise StackbenchError(f"unknown mmtests monitor '{monitor}' (want duration or vmstat)")
         suite = _pick_suite(ds, (*THP_SUITES, "stress-highalloc"))
         if monitor == "duration":
+            if suite in ("thpchallenge", "thpcompact"):
+                # later mmtests print every value 18 wide (Extract.pm's default)
+                from stackbench.resultsdb.tables import mmtests_ci
+
+                return render_duration(ds, suite, mmtests_ci.ERAS[suite].field)
             return render_duration(ds, suite)
         from stackbench.resultsdb.tables import mmtests_vmstat
 
@@ -366,6 +372,15 @@ def render(ds: query.Dataset, table: str = "latency", monitor: str | None = None
         _pick_suite(ds, ("stress-highalloc",))
         return render_highalloc(ds)
     suite = _pick_suite(ds, THP_SUITES)
+    if suite != "thpscale":
+        # a later mmtests: the tables of the commit the suite's jobs pin
+        from stackbench.resultsdb.tables import mmtests_ci
+
+        if table == "counts":
+            return mmtests_ci.render_counts(ds, suite)
+        if table == "locality":
+            return mmtests_ci.render_locality(ds, suite)
+        return mmtests_ci.render_latency(ds, suite, significance=table == "significance")
     if table == "counts":
         return render_counts(ds, suite)
     if table == "locality":

@@ -83,7 +83,7 @@ def _memo(kind: str, data: Sequence[float], compute: Callable[[], float]) -> flo
     return got[1]
 
 
-def _seqsum(data: np.ndarray) -> float:
+def seqsum(data: np.ndarray) -> float:
     """mmtests' running sum, left to right."""
     return float(np.cumsum(data)[-1])
 
@@ -95,7 +95,7 @@ def _array(data: Sequence[float]) -> np.ndarray:
 def amean(data: Sequence[float]) -> float:
     if not len(data):
         return NAN
-    return _memo("amean", data, lambda: _seqsum(_array(data)) / len(data))
+    return _memo("amean", data, lambda: seqsum(_array(data)) / len(data))
 
 
 def hmean(data: Sequence[float]) -> float:
@@ -104,7 +104,7 @@ def hmean(data: Sequence[float]) -> float:
     arr = _array(data)
     if (arr <= 0).any():
         return -1.0  # mmtests' marker for a harmonic mean that does not exist
-    return len(arr) / _seqsum(1 / arr)
+    return len(arr) / seqsum(1 / arr)
 
 
 def stddev(data: Sequence[float]) -> float:
@@ -117,7 +117,7 @@ def stddev(data: Sequence[float]) -> float:
 
 def _stddev(arr: np.ndarray) -> float:
     m = amean(arr)
-    return math.sqrt(_seqsum((arr - m) ** 2) / (len(arr) - 1))
+    return math.sqrt(seqsum((arr - m) ** 2) / (len(arr) - 1))
 
 
 def coeffvar(data: Sequence[float]) -> float:

@@ -33,17 +33,22 @@ PROGRAMS: dict[str, tuple[str, ...]] = {
     "usemem": ("usemem.c",),
     "readfile": ("readfile.c",),
     "thpscale": ("thpscale.c",),
+    "thpfaults": ("thpfaults.c",),
     "fragment": ("fragment.c",),
     "clockres": ("clockres.c",),
 }
 RUNNERS = (
     "run-vm-scalability.sh",
     "run-thpscale.sh",
+    "run-thpchallenge.sh",
+    "run-thpcompact.sh",
     "run-stress-highalloc.sh",
     "scenario.sh",
     "run-vm-scalability-upstream.sh",
     "run-thpscale-upstream.sh",
-    mmtests_image.RUNNER,
+    "run-thpchallenge-upstream.sh",
+    "run-thpcompact-upstream.sh",
+    *mmtests_image.RUNNERS.values(),
 )
 # commands the upstream case scripts call that busybox lacks or spells differently
 UPSTREAM_BIN = GUEST_DIR / "upstream-bin"

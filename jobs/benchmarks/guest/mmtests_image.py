@@ -1,10 +1,11 @@
-"""thpscale run by mmtests' own ``run-mmtests.sh`` in the Debian guest image (``image=debian``).
+"""mmtests' THP benchmarks run by mmtests' own ``run-mmtests.sh`` in the Debian guest image
+(``image=debian``): thpscale, thpchallenge and thpcompact, each with its runner here.
 
-A thpscale job with ``image=debian`` (and ``suite_source=upstream``, the default where the
+A job of one of them with ``image=debian`` (and ``suite_source=upstream``, the default where the
 source is there) boots with the Debian image (image.py) as its disk; the initramfs carries
 the whole mmtests tree of the pinned commit under /stackbench/upstream/mmtests, and
-``run-thpscale-mmtests.sh`` runs mmtests' ``run-mmtests.sh`` on a thpscale config in a chroot
-of the image. The parsers are the thpscale ones: same files, same metric names.
+``run-<suite>-mmtests.sh`` runs mmtests' ``run-mmtests.sh`` on a config of that benchmark in a
+chroot of the image. The parsers are the thpscale ones: same files, same metric names.
 
 The job's identity carries ``image=debian`` (a separate job from plain upstream thpscale,
 never pooled with it), its suite version the runner's hash and the image's content key.
@@ -20,9 +21,9 @@ from stackbench.errors import InputError, StackbenchError
 from stackbench.jobs.benchmarks import suites
 from stackbench.jobs.benchmarks.guest import image
 
-RUNNER = "run-thpscale-mmtests.sh"
-RUNNER_PATH = Path(__file__).resolve().parent / RUNNER
-SUITES = ("thpscale",)
+RUNNERS = {suite: f"run-{suite}-mmtests.sh" for suite in ("thpscale", "thpchallenge", "thpcompact")}
+RUNNER = RUNNERS["thpscale"]
+SUITES = tuple(RUNNERS)
 # the kernel config fragment that has what the image needs (virtio-blk, ext4)
 KCONFIG = "debian-guest"
 TREE_DIR = "mmtests"
@@ -50,11 +51,12 @@ def setup_subjob(
             "params.image: the image runs mmtests' own run-mmtests.sh, which needs "
             "suite_source=upstream (and its source)",
         )
-    resolved["SB_RUNNER"] = RUNNER
+    resolved["SB_RUNNER"] = RUNNERS[suite]
     resolved["SB_IMAGE"] = name
     if not setup.kconfig:
         setup.kconfig = KCONFIG
-    runner = hashlib.sha256(RUNNER_PATH.read_bytes()).hexdigest()[:8]
+    runner_path = Path(__file__).resolve().parent / RUNNERS[suite]
+    runner = hashlib.sha256(runner_path.read_bytes()).hexdigest()[:8]
     return f"{version}+mmtests-{runner}+{name}-{image.key()}"
 
 

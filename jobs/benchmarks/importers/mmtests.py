@@ -3,7 +3,8 @@ benchmark, stored under the kernel named RUNNAME (or ``--name``).
 
 Per iteration the importer reads ``tests-timestamp`` (durations), ``tests-sysstate`` (the
 /proc/vmstat snapshots before and after each benchmark) and the benchmark's ``logs/``:
-thpscale (and its successor thpchallenge, same log format) and stress-highalloc. Everything
+thpscale (and its successors thpcompact and thpchallenge, same log format) and
+stress-highalloc. Everything
 is parsed and checked before the first row is written, so a bad file stops the import with
 its path and what is wrong, and the database is left as it was.
 
@@ -32,6 +33,7 @@ from stackbench.resultsdb.rundata import JobSpec, KernelSpec, MachineSpec, RunDa
 SUITE_VERSIONS = {
     "thpscale": "mmtests-b0b1d143",
     "thpchallenge": "mmtests-638401e0",
+    "thpcompact": "mmtests-526d3138",
     "stress-highalloc": "mmtests-highalloc",
 }
 RUNNER = "mmtests"
@@ -89,7 +91,8 @@ def _benchmarks(iter_dir: Path, notes: list[str] | None = None) -> dict[str, Pat
     if not found:
         raise InputError(
             iter_dir,
-            "no benchmark results (want thpscale/logs, thpchallenge/logs or stress-highalloc/logs)",
+            "no benchmark results (want thpscale/logs, thpchallenge/logs, thpcompact/logs "
+            "or stress-highalloc/logs)",
         )
     return found
 
