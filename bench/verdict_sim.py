@@ -16,8 +16,9 @@ Noises: normal boot offsets; t with 3 degrees of freedom (heavy tails, same CoV)
 round by round, or of the host's speed boot by boot.
 
 Each pair is judged as :func:`stackbench.resultsdb.tables.verdict.compare` judges it: paired
-by round (:func:`stackbench.resultsdb.blocks.pair`: the pair's rounds ran on several boxes)
-or unpaired on one host, by :func:`stackbench.resultsdb.verdict.decide_batch`. Per cell:
+by round wherever at least ``blocks.MIN_ROUNDS`` rounds hold both kernels
+(:func:`stackbench.resultsdb.blocks.pair`, on the lab's boxes and on the one host alike), by
+:func:`stackbench.resultsdb.verdict.decide_batch`. Per cell:
 
 * A/A: share of unchanged commits called changed at the end (floor <= 1%);
 * power: a commit 5% worse called worse within 10 boots (floor >= 90%, >= 80% with outlier
@@ -38,7 +39,7 @@ import time
 
 import numpy as np
 
-from stackbench.resultsdb import query, verdict
+from stackbench.resultsdb import blocks, query, verdict
 from stackbench.resultsdb.tables import verdict as table
 
 BOXES = 8
@@ -143,8 +144,8 @@ def _final(x: np.ndarray, box: np.ndarray, rounds_of: list, setting: str, pol) -
         paired_idx, unpaired_idx = [], []
         for t in range(trials):
             both = sorted(set(rounds_of[t][0]) & set(rounds_of[t][kk]))
-            # the design decides: several boxes, paired; one host, unpaired
-            if setting == "lab" and len(set(box[t, both].tolist())) >= 2 and len(both) >= 3:
+            # the design decides: rounds holding both kernels, paired (blocks.pair)
+            if len(both) >= blocks.MIN_ROUNDS:
                 paired_idx.append((t, both))
             else:
                 unpaired_idx.append(t)

@@ -7,14 +7,15 @@ decides how the two sides are compared, and every view (``compare``, the series 
 comparison page, mails, the API, the adaptive rounds) goes through it via
 :func:`stackbench.resultsdb.tables.verdict.compare`.
 
-Each round of a plan boots every kernel once, whole on one box. Where the pair's rounds ran
-on several boxes, a box's offset falls on both kernels of a round alike, so the pair is
-compared by round: the trimmed paired test on the per-round differences of boot means
-(:func:`stackbench.resultsdb.verdict.decide_batch` with ``paired``), the base's and the
-kernel's noise both in those differences and no other kernel's. On one host there is no box
-offset to take out and pairing would only halve the degrees of freedom, so the boots are
-compared unpaired (Yuen's trimmed Welch test, each side's variance its own). The choice is
-made from where the rounds ran (the design), never from the values.
+Each round of a plan boots every kernel once, whole on one box, within minutes. A box's
+offset, and a host's slow drift, fall on both kernels of a round alike, so wherever at least
+``MIN_ROUNDS`` rounds hold the pair it is compared by round: the paired test on the per-round
+differences of boot means (:func:`stackbench.resultsdb.verdict.decide_batch` with
+``paired``), the base's and the kernel's noise both in those differences and no other
+kernel's. That holds on several boxes and on one host alike (on one drifting host, pairing
+took power at a 5% change from 79-85% to 91-93%: docs/verdict.md). With fewer rounds, or
+without rounds (imports), the boots are compared unpaired (Welch's test, each side's
+variance its own). The choice is made from the rounds (the design), never from the values.
 """
 
 from __future__ import annotations
@@ -68,10 +69,8 @@ class Pair:
     def test(self, test: str) -> str:
         """The verdict's test as a table names it: paired, or unpaired and why."""
         if self.paired:
-            return f"{PAIRED} ({self.boxes} boxes)"
-        if self.rounds < MIN_ROUNDS and self.boxes > 1:
-            return f"{test}, unpaired ({self.rounds} rounds hold both kernels)"
-        return f"{test}, unpaired (one box)"
+            return f"{PAIRED} ({self.boxes} box{'es' if self.boxes != 1 else ''})"
+        return f"{test}, unpaired ({self.rounds} rounds hold both kernels)"
 
 
 def _single(side: Mapping[Hashable, Sequence[float]], block_of: Mapping) -> dict:
@@ -93,12 +92,12 @@ def pair(
     ``block_of``: {boot: its round}; ``box``: {round: its box}, default :func:`box_of`). A
     round holds the pair when it has exactly one boot of each (adaptive rounds for other
     kernels, a lost boot, or the runs of another series on a reused build hold nothing).
-    Paired when at least ``MIN_ROUNDS`` such rounds ran on two or more boxes; the warm-up
-    rule is then decided on the pair's own boots, as the unpaired test decides it."""
+    Paired when at least ``MIN_ROUNDS`` such rounds exist, on any number of boxes; the
+    warm-up rule is then decided on the pair's own boots, as the unpaired test decides it."""
     at_b, at_n = _single(base, block_of), _single(new, block_of)
     both = [r for r, kb in at_b.items() if kb is not None and at_n.get(r) is not None]
     where = {box.get(r) if box is not None else box_of(r) for r in both}
-    if len(both) < MIN_ROUNDS or len(where) < 2:
+    if len(both) < MIN_ROUNDS:
         return Pair(base, new, False, len(both), len(where))
     bb, nb = [base[at_b[r]] for r in both], [new[at_n[r]] for r in both]
     drop = any(len(x) > 1 for x in (*bb, *nb)) and boots.warmup_detected(

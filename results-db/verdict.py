@@ -12,9 +12,9 @@ The verdict of a kernel against its base is a function of those two kernels' boo
 view of a pair shows the same verdict. The rule is a group-sequential design:
 
 * The looks are ``Policy.schedule()`` (default 3, 5 and 10 boots per side, the plan's first
-  rounds and the adaptive looks). The false-positive budget ``alpha`` (1% per metric over all
-  looks) is spent O'Brien-Fleming-type (Lan-DeMets): :meth:`Policy.look_alpha` is the share
-  of one look, almost nothing at 3 boots, nearly all of it at the cap, where the power is.
+  rounds and the adaptive looks). The false-positive budget ``alpha`` (0.75% per metric over
+  all looks; docs/verdict.md says why not 1%) is spent O'Brien-Fleming-type (Lan-DeMets):
+  :meth:`Policy.look_alpha` is one look's share, nearly all of it at the cap.
 * The interval shown is the decision's: at confidence ``1 - look_alpha`` (``Verdict.level``).
   **changed** when it excludes 0, the estimate is at least the kind's minimum effect, and the
   change survives Benjamini-Hochberg within its family (the pair's own metrics of one job,
@@ -22,15 +22,14 @@ view of a pair shows the same verdict. The rule is a group-sequential design:
   effect (the equivalence margin IS the minimum effect); **undecided** otherwise:
   ``runs_wanted`` names the next look, 0 at the cap.
 
-Tests, chosen by the metric's kind and the design: Yuen's trimmed Welch test
-(``scipy.stats.ttest_ind(trim=TRIM, equal_var=False)``, each kernel's variance its own) on the
-boot means for throughputs, percentages and counts, or, when the pair's rounds ran on several
-boxes (:func:`stackbench.resultsdb.blocks.pair`), the trimmed paired test on its per-round
-differences (the box offset cancels); trimming 10% per end leaves 3 and 5 boots whole and
-drops one boot per end of ten, so one bad boot neither decides nor hides a change. For
-latencies the exact Mann-Whitney test with the Hodges-Lehmann ratio and its distribution-free
-interval at the same level (it cannot decide before 10 boots: the best exact p of 5 per side
-is 2/252). ``bench/verdict_sim.py`` measures false positives, power and the agreement of views.
+Tests, chosen by the metric's kind and the design: for throughputs, percentages and counts,
+the paired t on the per-round differences of boot means wherever the pair's rounds hold it
+(:func:`stackbench.resultsdb.blocks.pair`: a box's offset or a host's drift cancels), else
+Welch's test (``scipy.stats.ttest_ind(trim=TRIM, equal_var=False)``, each kernel's variance
+its own); both trim one boot per end from 20 boots per side (``TRIM``). For latencies the
+exact Mann-Whitney test with the Hodges-Lehmann ratio and its distribution-free interval at
+the same level (it cannot decide before 10 boots: the best exact p of 5 per side is 2/252).
+``bench/verdict_sim.py`` measures false positives, power and the agreement of views.
 """
 
 from __future__ import annotations
@@ -71,9 +70,9 @@ def _default_min_effect() -> dict[str, float]:
     }
 
 
-# Boots trimmed per end by the two-sample and paired tests: int(TRIM * n), so 3 and 5 boots
-# stay whole and one of ten is set aside at each end (Yuen's trimmed means).
-TRIM = 0.1
+# Boots trimmed per end by both tests: int(TRIM * n). Not 10% (one of ten): at the cap that
+# cost more power than bad boots cost the untrimmed test (docs/verdict.md: 87% against 94%).
+TRIM = 0.05
 # The one power figure the smallest detectable change is quoted at (evidence.py, aa.py).
 POWER = 0.8
 
@@ -85,7 +84,7 @@ class Policy:
     minimum effect is also the equivalence margin: "~" never hides a change that "changed"
     would report."""
 
-    alpha: float = 0.006  # per-metric false "changed" rate over all looks together
+    alpha: float = 0.0075  # per-metric false "changed" rate over all looks together
     fdr_q: float = 0.05  # Benjamini-Hochberg level across the metrics of one family
     min_effect: dict[str, float] = field(default_factory=_default_min_effect)
     absolute_kinds: tuple[str, ...] = ("percent", "variability")
@@ -320,8 +319,9 @@ def _yuen(base: np.ndarray, new: np.ndarray, alpha: float) -> tuple[np.ndarray, 
 
 
 def _paired(base: np.ndarray, new: np.ndarray, alpha: float) -> tuple[np.ndarray, ...]:
-    """The trimmed paired test on per-round differences (Tukey-McLaughlin: trimmed mean,
-    winsorized variance, n - 2g - 1 degrees of freedom): scipy has no trimmed one-sample t."""
+    """The paired test on per-round differences: scipy's paired t below 20 rounds (g = 0),
+    from 20 on trimmed (Tukey-McLaughlin: trimmed mean, winsorized variance, n - 2g - 1
+    degrees of freedom): scipy has no trimmed one-sample t."""
     diff = np.sort(new - base, axis=1)
     n = diff.shape[1]
     g = int(TRIM * n)
@@ -381,13 +381,14 @@ def decide_batch(
         inside = (res.ci_low_pct > -bound) & (res.ci_high_pct < bound)
     else:
         absolute = kind in policy.absolute_kinds
-        d, half, p = (_paired if paired else _yuen)(base, new, alpha)
         scale = np.abs(stats.trim_mean(base, TRIM, axis=1))
+        d, half, p = (_paired if paired else _yuen)(base, new, alpha)
+        lo, hi = d - half, d + half
         test = "paired by round" if paired else "yuen-welch"
-        res = _batch(d, d - half, d + half, p, scale, floor, absolute, 1 - alpha, test)
+        res = _batch(d, lo, hi, p, scale, floor, absolute, 1 - alpha, test)
         margin = policy.equivalence_margin(kind) * (1.0 if absolute else scale)
         # identical sides (all zeros included, where no relative margin exists) are equal
-        inside = ((d - half > -margin) & (d + half < margin)) | ((d == 0) & (half == 0))
+        inside = ((lo > -margin) & (hi < margin)) | ((d == 0) & (lo == 0) & (hi == 0))
     excludes = (res.ci_low_pct > 0) | (res.ci_high_pct < 0)
     sig = (res.p_value <= alpha) & excludes
     res.outcome = np.where(sig & res.big, CHANGED, np.where(inside, UNCHANGED, UNDECIDED))

@@ -213,7 +213,7 @@ def test_fdr_keeps_false_calls_rare_across_many_null_metrics():
 def test_fdr_demotes_a_lone_call_among_many_metrics():
     rng = np.random.default_rng(7)
     p20 = Policy(max_runs=20, looks=(3, 5, 10, 20))
-    base, new = noisy(rng, 1e4, 0.02, 10), noisy(rng, 0.95e4, 0.02, 10)
+    base, new = noisy(rng, 1e4, 0.02, 10), noisy(rng, 0.96e4, 0.02, 10)
     alone = judge(base, new, higher_is_better=True, kind="throughput", policy=p20)
     assert alone.outcome == "changed" and alone.q_value > DEFAULT.fdr_q / 1000
     crowd = {"it": (base, new, True, "throughput")}

@@ -12,9 +12,10 @@ first, and one line counting the rows it hides; ``all_rows`` lists every metric 
   independent; see :mod:`stackbench.resultsdb.boots`). Base and new mean are the means of
   the runs.
 * Each kernel is judged against the base on the two kernels' boots alone
-  (:func:`blocks.pair`): paired by round where the pair's rounds ran on several boxes,
-  unpaired on one box; the other kernels of the table never enter it, so a pair reads the
-  same here, in ``compare BASE K``, on the series page, in mails and in the API.
+  (:func:`blocks.pair`): paired by round wherever at least three rounds hold both (a box's
+  offset, or a host's drift, falls on both kernels of a round alike), unpaired otherwise;
+  the other kernels of the table never enter it, so a pair reads the same here, in
+  ``compare BASE K``, on the series page, in mails and in the API.
 * change is the relative difference of (trimmed) means with the decision's interval at the
   confidence printed beside it (1 - the look's alpha, :meth:`verdict.Policy.look_alpha`);
   for latencies (the rank path) it is the Hodges-Lehmann ratio with its distribution-free
@@ -214,20 +215,18 @@ def _designed(v: verdict.Verdict, p: blocks.Pair) -> verdict.Verdict:
 
 def blocking(ds: query.Dataset, judged: list | None = None) -> str:
     """One line saying how many boxes contributed and how the verdicts treated the rounds:
-    paired by round where a pair's rounds ran on several boxes (each round ran whole on one
-    box, so the box's offset falls on both kernels of it alike), unpaired on one box or with
-    too few rounds; "" when no run carries a round (imports: every boot stands alone)."""
+    paired by round where at least three rounds hold the pair (each round ran whole on one
+    box, so the box's offset and the host's drift fall on both kernels of it alike),
+    unpaired with fewer; "" when no run carries a round (imports: every boot stands
+    alone)."""
     if not any(blocks.round_of(r) for r in ds.runs.values()):
         return ""
     found = [v for _j, _k, rows in (judged or compare(ds)) for *_x, v in rows]
     n_paired = sum(v.test.startswith(blocks.PAIRED) for v in found)
-    n_one = sum(v.test.endswith("unpaired (one box)") for v in found)
     n_few = sum("rounds hold both kernels)" in v.test for v in found)
     boxes = ds.boxes()
     where = f"{len(boxes)} box{'' if len(boxes) == 1 else 'es'} ({', '.join(boxes)})"
     out = f"pairs: {n_paired} of {len(found)} rows paired by round, on {where}"
-    if n_one:
-        out += f"; {n_one} unpaired: one box (no box offset to take out)"
     if n_few:
         out += f"; {n_few} unpaired: fewer than {blocks.MIN_ROUNDS} rounds hold both kernels"
     return out
@@ -316,9 +315,10 @@ def render(
         undecided = max(undecided, verdict.runs_needed([r[3] for r in rows], policy))
     lines.append("")
     lines.append(
-        "change: difference of (10%-trimmed) boot means relative to the base, with the "
-        "decision's interval at the confidence shown (Yuen's Welch test, or paired by round "
-        "across boxes; latency: Hodges-Lehmann ratio, rank test)"
+        "change: difference of boot means (5%-trimmed: one per end from 20 boots) relative to "
+        "the base, with the decision's interval at the confidence shown (paired by round: "
+        "the paired t on the rounds' differences; without rounds, Welch's test; latency: "
+        "Hodges-Lehmann ratio, rank test)"
     )
     lines.append(
         "boots: base/new boots, the unit of the test (the runs of a boot are averaged first; "
