@@ -381,6 +381,47 @@ def test_a_postgresql_restart_keeps_the_dispatcher_and_the_watcher_running(stack
     wait_for("the web's pages again", lambda: get(stack["web"] + "/jobs")[0] == 200, 60)
 
 
+def test_a_killed_supervisor_is_said_by_status_and_up_takes_over(stack, capsys):
+    """supervisord itself SIGKILLed: its programs run on, unsupervised; ``status`` says so
+    and names them; ``up`` stops them and starts everything under a new supervisord."""
+    from stackbench.cli import main
+
+    before = {i["name"]: i["pid"] for i in supervision.rpc().supervisor.getAllProcessInfo()}
+
+    def noted() -> bool:  # the health check noted every program's pid
+        try:
+            state = json.loads(services.health_file().read_text())
+        except (OSError, ValueError):
+            return False  # not written yet
+        return all(state.get(n, {}).get("pid") == p for n, p in before.items() if n != "health")
+
+    wait_for("the health check to note the pids", noted, timeout=30)
+    os.kill(int((supervision.supervisor_dir() / "supervisord.pid").read_text()), signal.SIGKILL)
+    wait_for("supervisord to be gone", lambda: not supervision.supervisor_running(), 30)
+    left = [n for n, p in before.items() if n != "health"]
+    assert all(_alive(before[n]) for n in left)  # nothing stopped them
+    capsys.readouterr()
+    assert main(["status"]) == 1
+    out = capsys.readouterr().out
+    assert "supervisor: DOWN" in out and f"web (pid {before['web']})" in out, out
+    assert main(["up"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("left running by a supervisor that died") == len(left), out
+    after = {i["name"]: i for i in supervision.rpc().supervisor.getAllProcessInfo()}
+    assert {n: i["statename"] for n, i in after.items()} == dict.fromkeys(before, "RUNNING")
+    wait_for("the old programs to be gone",
+             lambda: not [p for p in before.values() if _alive(p) and not _zombie(p)], 30)  # fmt: skip
+    assert get(stack["web"] + "/healthz") == (200, b"ok\n")
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
 def test_the_systemd_health_check_restarts_the_unit_that_stops_answering(tmp_path):
     """What the Ansible roles' stackbench-*-health units run: three failed GETs in a row,
     then ``systemctl restart`` of that unit (a stub here: it records its arguments)."""
