@@ -157,6 +157,10 @@ PROBE_FAILURES = 3
 PROBE_TIMEOUT_S = 3.0
 # a program just started is not probed yet: a master loads its configuration first
 PROBE_GRACE_S = 15.0
+# until a program started anew first answers, failed probes do not count, this long at most:
+# gunicorn's workers import the app for 19 s on a loaded host, and one restarted while
+# loading only starts loading again
+STARTUP_LIMIT_S = 120.0
 # supervisord gives up after STARTRETRIES quick exits (FATAL); the check starts it again
 FATAL_RETRY_S = 60.0
 DOWN_STATES = ("EXITED", "BACKOFF", "FATAL")
@@ -248,7 +252,10 @@ class HealthCheck:
             failed = probe(url)
             if failed is None:
                 e["failures"], e["down_since"] = 0, None
+                e["answered"] = info["start"]  # this run of it has answered
                 continue
+            if e.get("answered") != info["start"] and now - info["start"] < STARTUP_LIMIT_S:
+                continue  # still starting
             e["failures"] += 1
             e["down_since"] = e["down_since"] or now
             e["last_failure"] = f"{url}: {failed}"
