@@ -16,7 +16,7 @@ from typing import Any
 
 from stackbench import config
 from stackbench.errors import InputError, NotFoundError, StackbenchError
-from stackbench.httpclient import Client, HttpError
+from stackbench.httpclient import Client, HttpError, with_retries
 
 
 class ApiError(StackbenchError):
@@ -44,12 +44,19 @@ class ApiClient:
         body: Any = None,
         params: dict[str, Any] | None = None,
         accept: str = "application/json",
+        retry: bool = False,
     ) -> Any:
+        """One request; with ``retry`` (a request safe to send again) transient failures
+        are retried for httpclient's budget."""
         headers = {"Accept": accept, "User-Agent": "stackbench-cli"}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
+
+        def attempt() -> Any:
+            return self._http.send(method, path, json_body=body, params=params, headers=headers)
+
         try:
-            resp = self._http.send(method, path, json_body=body, params=params, headers=headers)
+            resp = with_retries(f"stackbench at {self.base_url}", attempt) if retry else attempt()
         except HttpError as exc:
             msg, fields = exc.json_error()
             if exc.status == 404:
@@ -128,7 +135,10 @@ class ApiClient:
         items = [r if isinstance(r, dict) else run_to_json(r) for r in runs]
         answers: list[dict[str, Any]] = []
         for batch in _batches(items, UPLOAD_BATCH_BYTES):
-            answers += self.post("/api/runs", {"runs": batch})["runs"]
+            # each run's idempotency key makes the upload safe to send again: a web being
+            # restarted (nginx answering 502, a connection reset) is waited for, and the
+            # boot that measured the runs does not fail for it
+            answers += self.request("POST", "/api/runs", body={"runs": batch}, retry=True)["runs"]
         return answers
 
 

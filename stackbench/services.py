@@ -91,6 +91,9 @@ def _registered() -> list[Service]:
 
 def up(db_only: bool = False, workers: int = 0) -> Iterator[str]:
     """Start every service; ``workers``: at least that many local Buildbot workers."""
+    if not supervisor_running():
+        for name, pid in stop_orphans().items():
+            yield f"{name}: stopped pid {pid}, left running by a supervisor that died"
     yield _db_up()
     if db_only:
         return
@@ -136,6 +139,9 @@ def local_web_url() -> str:
 
 
 def down() -> Iterator[str]:
+    if not supervisor_running():
+        for name, pid in stop_orphans().items():
+            yield f"{name}: stopped pid {pid}, left running by a supervisor that died"
     for _name, _start, stop in reversed(_registered()):
         yield stop()
     if stop_programs([HEALTH]):
@@ -151,6 +157,10 @@ PROBE_FAILURES = 3
 PROBE_TIMEOUT_S = 3.0
 # a program just started is not probed yet: a master loads its configuration first
 PROBE_GRACE_S = 15.0
+# until a program started anew first answers, failed probes do not count, this long at most:
+# gunicorn's workers import the app for 19 s on a loaded host, and one restarted while
+# loading only starts loading again
+STARTUP_LIMIT_S = 120.0
 # supervisord gives up after STARTRETRIES quick exits (FATAL); the check starts it again
 FATAL_RETRY_S = 60.0
 DOWN_STATES = ("EXITED", "BACKOFF", "FATAL")
@@ -219,8 +229,18 @@ class HealthCheck:
         elif new == "STOPPED" and not e.get("restarting"):
             e["down_since"] = None  # stopped on purpose ('down')
 
-    def on_tick(self, now: float) -> None:
+    def note_pids(self) -> dict[str, dict[str, Any]]:
+        """Each program's pid and start: what a new supervisord must stop should this one
+        die (see :func:`stop_orphans`). The infos by name."""
         infos = {i["name"]: i for i in self.sup.getAllProcessInfo()}
+        for name, info in infos.items():
+            if info["statename"] in ("RUNNING", "STARTING") and info["pid"]:
+                e = self.entry(name)
+                e["pid"], e["started"] = int(info["pid"]), float(info["start"])
+        return infos
+
+    def on_tick(self, now: float) -> None:
+        infos = self.note_pids()
         for name, info in infos.items():
             if info["statename"] == "FATAL" and now - info["stop"] >= FATAL_RETRY_S:
                 self.restart(name, "supervisord gave up; started again", now)
@@ -232,7 +252,10 @@ class HealthCheck:
             failed = probe(url)
             if failed is None:
                 e["failures"], e["down_since"] = 0, None
+                e["answered"] = info["start"]  # this run of it has answered
                 continue
+            if e.get("answered") != info["start"] and now - info["start"] < STARTUP_LIMIT_S:
+                continue  # still starting
             e["failures"] += 1
             e["down_since"] = e["down_since"] or now
             e["last_failure"] = f"{url}: {failed}"
@@ -270,6 +293,9 @@ def health_listener(probes: dict[str, str]) -> None:
     from supervisor import childutils
 
     check = HealthCheck(probes, childutils.getRPCInterface(os.environ).supervisor)
+    with contextlib.suppress(OSError, xmlrpc.client.Error):
+        check.note_pids()  # the programs up before it, started without an event to it
+        _save_health(check.state)
     while True:
         headers, payload = childutils.listener.wait(sys.stdin, sys.stdout)
         event = headers["eventname"]
@@ -316,6 +342,57 @@ def systemd_health_loop(probes: dict[str, str], every: float = 5.0, rounds: int 
                 failures[unit], restarted[unit] = 0, time.monotonic()
         done += 1
         time.sleep(every)
+
+
+# -- programs a dead supervisord left behind ---------------------------------------------------
+
+
+def orphans() -> dict[str, int]:
+    """With no supervisord running, the programs the last one started that still run (it
+    was killed, so it stopped nothing): name -> pid. A pid is taken only when the process
+    started when the program did (a pid is reused) and leads its process group."""
+    if supervisor_running():
+        return {}
+    out = {}
+    for name, e in _load_health().items():
+        pid, started = e.get("pid"), e.get("started")
+        if name == HEALTH or not pid or not started:
+            continue
+        born = _started_at(int(pid))
+        with contextlib.suppress(ProcessLookupError):
+            if born is not None and abs(born - float(started)) < 2.0 and os.getpgid(pid) == pid:
+                out[name] = int(pid)
+    return out
+
+
+def _started_at(pid: int) -> float | None:
+    """When process ``pid`` started (epoch seconds), None when there is none."""
+    try:
+        ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))  # fmt: skip
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def stop_orphans(grace_s: float = 60.0) -> dict[str, int]:
+    """Stop what :func:`orphans` finds, as supervisord would have (SIGTERM to the process
+    group; PostgreSQL's postmaster alone, a fast shutdown), SIGKILL after ``grace_s``."""
+    found = orphans()
+    for name, pid in found.items():
+        with contextlib.suppress(ProcessLookupError):
+            if name == "postgres":
+                os.kill(pid, signal.SIGINT)
+            else:
+                os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(_started_at(p) for p in found.values()):
+        time.sleep(0.2)
+    for pid in found.values():
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+    return found
 
 
 def status() -> list[dict[str, Any]] | None:

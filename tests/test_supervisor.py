@@ -8,8 +8,11 @@ One ``up`` serves the whole module: it takes about a minute on 2 loaded cores.""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
+import re
 import signal
 import socket
 import struct
@@ -25,7 +28,7 @@ pytest.importorskip("buildbot")
 pytest.importorskip("buildbot_worker")
 pytest.importorskip("supervisor")
 
-from test_lifecycle_support import wait_for  # noqa: E402
+from test_lifecycle_support import git, wait_for  # noqa: E402
 
 from stackbench import services, supervision  # noqa: E402
 
@@ -68,13 +71,27 @@ def stack(tmp_path_factory):
         mp.delenv("STACKBENCH_DATABASE_URL", raising=False)
         mp.delenv("STACKBENCH_BUILDBOT_URL", raising=False)
         db.reset()
+        trees = tiny_tree(home / "src")
+        mp.setenv("STACKBENCH_TREES", str(trees))
+        # dry boots and builds: the series of this module reach 'done' in seconds
+        cpus, mem = bb.machine_size()
+        worker = {"name": bb.LOCAL_WORKER, "kind": "qemu", "cpus": cpus, "memory_mb": mem}
+        extra = {"dry_kernel": True, "dry_seconds": 2, "jobs": [JOB], "runs": 2}
+        bb.create_master(bb.buildbot_dir() / "master", [{**worker, "pool": "local"}], extra=extra)
         try:
-            assert main(["up"]) == 0
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                assert main(["up"]) == 0
+            print(out.getvalue())
             cfg = yaml.safe_load((bb.buildbot_dir() / "master" / "stackbench.yaml").read_text())
+            # the port up says it serves, as a user reads it
+            printed = re.search(r"web: started on http://127.0.0.1:(\d+)/", out.getvalue())
             yield {
                 "home": home,
                 "web": f"http://127.0.0.1:{port}",
+                "printed_port": int(printed.group(1)),
                 "master": f"http://127.0.0.1:{cfg['www_port']}",
+                "work": trees.parent / "work",
             }
         finally:
             pids = [i["pid"] for i in supervision.rpc().supervisor.getAllProcessInfo()]
@@ -97,7 +114,31 @@ def running_anew(name: str, old: int):
     return info["statename"] == "RUNNING" and info["pid"] not in (0, old) and info["pid"]
 
 
-KILLED = ["web", "dispatcher", "lists", "buildbot-worker-local", "buildbot-master"]
+KILLED = ["web", "proxy", "dispatcher", "lists", "buildbot-worker-local", "buildbot-master"]
+JOB = "vm-scalability"
+
+
+def tiny_tree(root):
+    """A kernel tree ``tiny`` (tag v0) and a clone ``work`` with two mm patches on top; the
+    folder of tree definitions naming it."""
+    repo, work = root / "tiny", root / "work"
+    (repo / "mm").mkdir(parents=True)
+    (repo / "mm" / "compaction.c").write_text("int compaction;\n")
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
+    git(repo, "tag", "v0")
+    git(root, "clone", "-q", str(repo), str(work))
+    for i in (1, 2):
+        with open(work / "mm" / "compaction.c", "a") as fh:
+            fh.write(f"int step{i};\n")
+        git(work, "commit", "-q", "-am", f"mm/compaction: step {i}\n\nBecause {i}.")
+    defs = root / "trees"
+    defs.mkdir()
+    (defs / "tiny.yaml").write_text(
+        f"name: tiny\ndescription: test tree\nsource:\n  path: {repo}\ndefault_base: v0\n"
+    )
+    return defs
 
 
 def test_up_runs_every_service_under_the_supervisor(stack, capsys):
@@ -105,11 +146,85 @@ def test_up_runs_every_service_under_the_supervisor(stack, capsys):
 
     names = {i["name"]: i["statename"] for i in supervision.rpc().supervisor.getAllProcessInfo()}
     assert names == dict.fromkeys([*KILLED, "postgres", "health"], "RUNNING")
+    assert get(stack["web"] + "/_proxy/healthz") == (200, b"ok\n")  # nginx serves the port
     assert get(stack["web"] + "/healthz") == (200, b"ok\n")
     capsys.readouterr()
     assert main(["status"]) == 0
     out = capsys.readouterr().out
     assert all(f"{n} " in out for n in names) and " DOWN " not in out, out
+
+
+def test_64_slow_clients_on_the_port_up_prints_hold_up_nobody(stack):
+    """Clients that send a header line every 5 s, as many as 64, on the port ``up`` says it
+    serves (nginx, in front of gunicorn): every normal GET is answered meanwhile."""
+    from test_web_slow_clients import SlowClient
+
+    port = stack["printed_port"]
+    clients = [SlowClient(port, every=5.0) for _ in range(64)]
+    try:
+        time.sleep(1.0)  # every one connected and a header line in
+        took = []
+        for _ in range(10):
+            began = time.monotonic()
+            assert get(f"http://127.0.0.1:{port}/api/", timeout=5)[0] == 200
+            took.append(time.monotonic() - began)
+        assert all(c.cut_after is None for c in clients)  # still held open, still trickling
+    finally:
+        for c in clients:
+            c.close()
+    print(f"64 slow clients: GET /api/ took at most {max(took):.3f} s (bench floor 1 s)")
+
+
+def add_token(name: str) -> str:
+    from stackbench.mail import accounts
+    from stackbench.resultsdb import db
+
+    with db.session() as s:
+        user = accounts.create_user(s, name, password=f"pw-{name}-1", email=f"{name}@example.org")
+        return accounts.create_token(s, user, f"token of {name}")
+
+
+def post_series(web: str, token: str, mbox: str) -> int:
+    body = {"mbox": mbox, "tree": "tiny", "jobs": [JOB], "runs": 2}
+    req = urllib.request.Request(
+        f"{web}/api/series", data=json.dumps(body).encode(), method="POST",
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )  # fmt: skip
+    with urllib.request.urlopen(req, timeout=30) as r:
+        assert r.status == 201
+        return int(json.loads(r.read())["id"])
+
+
+def series_api(web: str, sid: int) -> dict:
+    return json.loads(get(f"{web}/api/series/{sid}", timeout=30)[1])
+
+
+def test_a_series_on_an_unreachable_master_says_so_and_ends_done(stack):
+    """The master stops answering (SIGSTOP) while a series' builds are there: its page and
+    API say since when Buildbot is unreachable; the health check restarts the master and
+    the series goes on to 'done'."""
+    web = stack["web"]
+    wait_for("the master to answer", lambda: answers(stack["master"] + "/api/v2/masters"), 60)
+    mbox = git(stack["work"], "format-patch", "--stdout", "v0..HEAD") + "\n"
+    sid = post_series(web, add_token("unreach"), mbox)
+    wait_for(f"series {sid} handed to Buildbot",
+             lambda: series_api(web, sid)["state"] in ("building", "running"), timeout=120)  # fmt: skip
+    old = pid_of("buildbot-master")
+    os.kill(old, signal.SIGSTOP)
+    try:
+        said = wait_for("the page to say the master is unreachable",
+                        lambda: re.search(r"Buildbot unreachable since [0-9-]+ [0-9:]+ UTC, retrying",
+                                          get(f"{web}/series/{sid}")[1].decode()), timeout=90)  # fmt: skip
+        assert series_api(web, sid)["waiting_on"] == said.group(0)
+        wait_for("a new master", lambda: running_anew("buildbot-master", old), timeout=90)
+    finally:
+        if _alive(old):
+            os.kill(old, signal.SIGCONT)
+    x = wait_for(f"series {sid} to end",
+                 lambda: (d := series_api(web, sid))["state"] in ("done", "failed") and d, 400)  # fmt: skip
+    assert x["state"] == "done", x
+    assert x["waiting_on"] is None
+    assert "Buildbot answers again" in get(f"{web}/series/{sid}")[1].decode()
 
 
 @pytest.mark.parametrize("name", KILLED)
@@ -264,6 +379,47 @@ def test_a_postgresql_restart_keeps_the_dispatcher_and_the_watcher_running(stack
     wait_for("every service running after the restart", all_running, timeout=60)
     assert pid_of("dispatcher") == dispatcher  # it connected again instead of exiting
     wait_for("the web's pages again", lambda: get(stack["web"] + "/jobs")[0] == 200, 60)
+
+
+def test_a_killed_supervisor_is_said_by_status_and_up_takes_over(stack, capsys):
+    """supervisord itself SIGKILLed: its programs run on, unsupervised; ``status`` says so
+    and names them; ``up`` stops them and starts everything under a new supervisord."""
+    from stackbench.cli import main
+
+    before = {i["name"]: i["pid"] for i in supervision.rpc().supervisor.getAllProcessInfo()}
+
+    def noted() -> bool:  # the health check noted every program's pid
+        try:
+            state = json.loads(services.health_file().read_text())
+        except (OSError, ValueError):
+            return False  # not written yet
+        return all(state.get(n, {}).get("pid") == p for n, p in before.items() if n != "health")
+
+    wait_for("the health check to note the pids", noted, timeout=30)
+    os.kill(int((supervision.supervisor_dir() / "supervisord.pid").read_text()), signal.SIGKILL)
+    wait_for("supervisord to be gone", lambda: not supervision.supervisor_running(), 30)
+    left = [n for n, p in before.items() if n != "health"]
+    assert all(_alive(before[n]) for n in left)  # nothing stopped them
+    capsys.readouterr()
+    assert main(["status"]) == 1
+    out = capsys.readouterr().out
+    assert "supervisor: DOWN" in out and f"web (pid {before['web']})" in out, out
+    assert main(["up"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("left running by a supervisor that died") == len(left), out
+    after = {i["name"]: i for i in supervision.rpc().supervisor.getAllProcessInfo()}
+    assert {n: i["statename"] for n, i in after.items()} == dict.fromkeys(before, "RUNNING")
+    wait_for("the old programs to be gone",
+             lambda: not [p for p in before.values() if _alive(p) and not _zombie(p)], 30)  # fmt: skip
+    assert get(stack["web"] + "/healthz") == (200, b"ok\n")
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
 
 
 def test_the_systemd_health_check_restarts_the_unit_that_stops_answering(tmp_path):

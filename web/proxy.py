@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 from stackbench.errors import StackbenchError
 
 # git pushes are the largest bodies (the app's GIT_MAX_CONTENT_LENGTH); the app refuses
 # larger ones per route, nginx only bounds what it buffers
 MAX_BODY_MB = 512
+HEALTH_PATH = "/_proxy/healthz"
 
 
 def nginx_conf(
@@ -28,9 +30,12 @@ def nginx_conf(
     header_timeout: int = 10,
     body_timeout: int = 30,
     max_body_mb: int = MAX_BODY_MB,
+    one_process: bool = False,
 ) -> str:
     """The nginx configuration: ``listen`` and ``upstream`` are HOST:PORT; nginx keeps its
-    pid file and buffers under ``state_dir``."""
+    pid file and buffers under ``state_dir``. ``one_process``: no worker process beside the
+    master (``stackbench up``'s supervisor): a worker outlives a SIGKILLed master and keeps
+    the port, so the master started again could not listen."""
     for what, value in (("listen", listen), ("upstream", upstream)):
         host, _, port = value.rpartition(":")
         if not host or not port.isdigit() or any(c in value for c in " ;{}'\"\n"):
@@ -38,6 +43,7 @@ def nginx_conf(
     temp = {name: state_dir / name for name in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")}
     return f"""# written by stackbench proxy (stackbench/web/proxy.py); edits are overwritten
 worker_processes 1;
+master_process {"off" if one_process else "on"};
 pid {state_dir / "nginx.pid"};
 error_log stderr warn;
 daemon off;
@@ -76,6 +82,11 @@ http {{
 
     server {{
         listen {listen};
+        # nginx's own health, answered without gunicorn: a busy gunicorn is not nginx's fault
+        location = {HEALTH_PATH} {{
+            default_type text/plain;
+            return 200 "ok\n";
+        }}
         location / {{
             proxy_pass http://stackbench_web;
             proxy_set_header Connection "";
@@ -90,12 +101,17 @@ http {{
 """
 
 
-def prepare(listen: str, upstream: str, state_dir: Path, **kw: int) -> list[str]:
-    """Write the configuration and the buffer folders; the nginx command that serves it in
-    the foreground."""
-    nginx = shutil.which("nginx") or next(
+def nginx_path() -> str | None:
+    """nginx's executable (Debian keeps it in /usr/sbin, off a user's PATH), None without."""
+    return shutil.which("nginx") or next(
         (p for p in ("/usr/sbin/nginx", "/sbin/nginx") if Path(p).exists()), None
     )
+
+
+def prepare(listen: str, upstream: str, state_dir: Path, **kw: Any) -> list[str]:
+    """Write the configuration and the buffer folders; the nginx command that serves it in
+    the foreground."""
+    nginx = nginx_path()
     if nginx is None:
         raise StackbenchError("proxy: nginx is not installed (Debian: apt-get install nginx-light)")
     state_dir.mkdir(parents=True, exist_ok=True)

@@ -1,8 +1,14 @@
-"""The web UI as an embedded service of ``stackbench up``/``down``: gunicorn on 127.0.0.1,
-run by the supervisor, its log under $STACKBENCH_HOME."""
+"""The web UI as an embedded service of ``stackbench up``/``down``, run by the supervisor:
+nginx (:mod:`stackbench.web.proxy`, program ``proxy``) serves the port and buffers every
+request whole before gunicorn (program ``web``, on a loopback port of its own) sees it, so
+slow clients hold no gunicorn thread: with 64 clients sending a header line every 5 s on
+the port gunicorn answered nothing, behind nginx every other request is answered at once
+(bench/README.md). Without nginx installed gunicorn serves the port itself, and says so.
+Their logs are under $STACKBENCH_HOME."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import os
 import sys
@@ -15,6 +21,7 @@ from stackbench.services import SERVICES, local_web_url
 from stackbench.supervision import Program
 
 PROGRAM = "web"
+PROXY = "proxy"
 
 
 def address() -> tuple[str, int]:
@@ -69,42 +76,69 @@ def running_pid() -> int | None:
     return supervision.program_pid(PROGRAM)
 
 
-def program() -> Program:
-    """gunicorn in the foreground, as the supervisor runs it; its log is $HOME/web.log."""
+def backend_port() -> int:
+    """gunicorn's port behind nginx: a free loopback port picked once per home and kept
+    (a new one at every ``up`` would make supervisord restart gunicorn each time)."""
+    import socket
+
+    path = supervision.supervisor_dir() / "web-backend.port"
+    with contextlib.suppress(OSError, ValueError):
+        return int(path.read_text().strip())
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"{port}\n")
+    return port
+
+
+def programs() -> list[Program]:
+    """gunicorn, and nginx in front of it when installed, in the foreground as the
+    supervisor runs them; their logs are $HOME/web.log and $HOME/proxy.log."""
+    from stackbench.web import proxy
+
     host, port = address()
     env = {}
     if not config.database_url():
         from stackbench.resultsdb import db
 
         env["STACKBENCH_DATABASE_URL"] = db.resolve_url(start=False)
-    return Program(
-        PROGRAM,
-        gunicorn_argv(host, port),
-        env=env,
-        log=logfile(),
-        priority=30,
-        startsecs=2,
-        probe=local_web_url() + "/healthz",
-    )
+    if proxy.nginx_path() is None:
+        web = Program(PROGRAM, gunicorn_argv(host, port), env=env, log=logfile(), priority=30,
+                      probe=local_web_url() + "/healthz")  # fmt: skip
+        return [web]
+    backend = f"127.0.0.1:{backend_port()}"
+    # the app reads the client's address from the header our nginx appends
+    env["STACKBENCH_TRUSTED_PROXIES"] = str(config.get_int("STACKBENCH_TRUSTED_PROXIES") + 1)
+    web = Program(PROGRAM, gunicorn_argv("127.0.0.1", backend_port()), env=env, log=logfile(),
+                  priority=30, probe=f"http://{backend}/healthz")  # fmt: skip
+    listen = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    argv = proxy.prepare(listen, backend, config.home() / "proxy", one_process=True)
+    nginx = Program(PROXY, argv, log=config.home() / "proxy.log", priority=31,
+                    inherit_env=False, probe=local_web_url() + proxy.HEALTH_PATH)  # fmt: skip
+    return [web, nginx]
 
 
 def start() -> str:
     host, port = address()
-    pid = running_pid()
-    if pid:
-        return f"web: already running (pid {pid}) on http://{host}:{port}/"
     # the database is up (stackbench up starts it first) and migrated before workers fork
     from stackbench.resultsdb import db
 
     db.engine()
-    supervision.start_programs([program()])
+    progs = programs()
+    pid = running_pid()
+    if pid and all(supervision.program_pid(p.name) for p in progs):
+        return f"web: already running (pid {pid}) on http://{host}:{port}/"
+    supervision.start_programs(progs)
+    how = ("behind nginx" if len(progs) > 1
+           else "gunicorn alone: nginx is not installed, slow clients can hold its threads")  # fmt: skip
     # gunicorn listens before its workers have loaded the app: "started" means a request
     # is answered, so the first one of a caller is not reset
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         pid = running_pid()
         if pid and _answers():
-            return f"web: started on http://{host}:{port}/ (pid {pid}, log {logfile()})"
+            return f"web: started on http://{host}:{port}/ ({how}; pid {pid}, log {logfile()})"
         time.sleep(0.2)
     return f"web: gunicorn did not start; see {logfile()}"
 
@@ -112,8 +146,8 @@ def start() -> str:
 def _answers() -> bool:
     try:
         Client(local_web_url(), timeout=10).send("GET", "/api/")
-    except HttpError:
-        return True  # the app answered
+    except HttpError as exc:
+        return exc.status < 500  # the app answered, not nginx on its behalf
     except (OSError, http.client.HTTPException):
         return False
     return True
@@ -121,7 +155,7 @@ def _answers() -> bool:
 
 def stop() -> str:
     pid = running_pid()
-    if not supervision.stop_programs([PROGRAM]) or not pid:
+    if not supervision.stop_programs([PROXY, PROGRAM]) or not pid:
         return "web: not running"
     return f"web: stopped (pid {pid})"
 

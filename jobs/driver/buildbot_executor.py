@@ -23,6 +23,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from stackbench.errors import StackbenchError
+from stackbench.httpclient import Transient
 from stackbench.jobs.driver import lifecycle
 from stackbench.jobs.driver.apply_stage import kernel_name
 from stackbench.jobs.driver.journey import Batch, Journey, Kernel, Progress
@@ -52,8 +53,10 @@ class BuildbotExecutor:
 
     name = "buildbot"
 
-    def __init__(self, master: Any) -> None:
+    def __init__(self, master: Any, unreachable: Callable[[str], None] | None = None) -> None:
         self.master = master
+        # told when the master could not be reached (the dispatcher stops asking it for a while)
+        self._unreachable = unreachable or (lambda why: None)
         self._builders: dict[int, str] = {}
         self._workers: dict[int, str] = {}
         self._bs_sub: dict[int, str] = {}
@@ -75,6 +78,8 @@ class BuildbotExecutor:
             bsid = self.submit(sid, submission, kernels, journey.jobs, journey.runs)
         except StackbenchError as exc:
             # the master is down or restarting: the series waits, said once on its page
+            if isinstance(exc, Transient):
+                self._unreachable(str(exc))
             if sid not in self._warned:
                 self._warned.add(sid)
                 lifecycle.event(eng, sid, f"series:{sid}", "applied",
@@ -108,6 +113,8 @@ class BuildbotExecutor:
             pending = self.pending(d.submission)
         except StackbenchError as exc:
             log.warning("series %s: Buildbot not reachable: %s", sid, exc)
+            if isinstance(exc, Transient):
+                self._unreachable(str(exc))
             return None
         names = {b["buildid"]: self.builder(b["builderid"]) for b in every}
         kernel_builds = [b for b in every if names[b["buildid"]].startswith("build-")]
@@ -178,6 +185,15 @@ class BuildbotExecutor:
         return reasons
 
     # -- the master's REST API
+
+    def ping(self) -> None:
+        """One small request: raises when the master does not answer."""
+        self.master.get("masters")
+
+    def submission_of_build(self, buildid: int) -> str:
+        """The submission key of a build the reporter named (its series'), "" if none."""
+        builds = self.master.get(f"builds/{buildid}?property=submission")["builds"]
+        return str(_props(builds[0]).get("submission") or "") if builds else ""
 
     def builder(self, builderid: int) -> str:
         if builderid not in self._builders:

@@ -11,6 +11,13 @@
   ``running k/M``) and ends with its last build: ``failed`` with every reason (log tails and
   addresses, ``build-failed`` kernels, crashed runs) or ``done``, and its report is queued.
 
+What the master did is learnt from its reporter's NOTIFY (``build <id> started|finished``):
+only the series that build belongs to is read back over REST; without news a series at
+Buildbot is read every SLOW_LOOK_S (a NOTIFY sent while the database was away is lost). Each
+look starts with one small request saying whether the master answers at all: while it does
+not, nothing else is asked of it (it is asked again with backoff), and each series whose
+work is there says on its page since when it is unreachable (the series' ``host_fault``).
+
 One dispatcher works on a database at a time (an advisory lock): a second waits.
 """
 
@@ -42,6 +49,9 @@ DISPATCH_RETRY_S = 5.0  # how long one Buildbot request of the dispatcher retrie
 # between looks when nothing woke it: a submission, the end of local work and the master's
 # reporter (every build's start and end, jobs.executors.buildbot.reporter) NOTIFY it at once
 POLL_S = 10.0
+# a series at Buildbot read back without news from the reporter: the one look a lost NOTIFY costs
+SLOW_LOOK_S = 60.0
+MASTER_TIMEOUT_S = 10.0  # one request to a master that accepts but does not answer (SIGSTOP)
 STOP_CHECK_S = 0.5  # how soon a stopped dispatcher notices, while it waits for news
 RECONNECT_MIN_S, RECONNECT_MAX_S = 0.5, 30.0  # backoff of a dispatcher that lost its database
 
@@ -55,6 +65,9 @@ class Dispatcher:
         self._queued: set[int] = set()
         self._retry_at: dict[int, float] = {}  # series waiting on a host fault: next try
         self._backoff: dict[int, float] = {}
+        self._news: set[int] = set()  # builds the reporter said started or ended
+        self._looked: dict[int, float] = {}  # series at Buildbot: when last read back
+        self._master_down: dict[str, Any] | None = None  # since (epoch s), retry_at, wait
         self.stop = threading.Event()
         self._thread = threading.Thread(target=self._local_worker, daemon=True)
 
@@ -108,8 +121,8 @@ class Dispatcher:
                 self._wait_for_news(conn, poll)
                 # what came meanwhile too: one look sees a burst (a wave of rounds ending
                 # and the next starting is eight builds' events, all on the busy master)
-                for _ in conn.notifies(timeout=0.0):
-                    pass
+                for n in conn.notifies(timeout=0.0):
+                    self._note_news(n.payload)
         finally:
             with suppress(Exception):
                 conn.close()
@@ -123,23 +136,127 @@ class Dispatcher:
             left = deadline - time.monotonic()
             if left <= 0:
                 return
-            for _ in conn.notifies(timeout=min(left, STOP_CHECK_S), stop_after=1):
+            for n in conn.notifies(timeout=min(left, STOP_CHECK_S), stop_after=1):
+                self._note_news(n.payload)
                 return
 
+    def _note_news(self, payload: str) -> None:
+        """Keep the build id of the reporter's ``build <id> started|finished``."""
+        word, _, rest = (payload or "").partition(" ")
+        buildid = rest.split(" ", 1)[0]
+        if word == "build" and buildid.isdigit():
+            self._news.add(int(buildid))
+
     def tick(self) -> None:
+        news, self._news = self._news, set()
+        reachable: bool | None = None  # asked once a tick, when a series needs the master
+
+        def master_answers() -> bool:
+            nonlocal reachable
+            if reachable is None:
+                reachable = self._master_answers()
+            return reachable
+
+        at_master = []
         for sid, state, meta, how in self._active():
+            waits = ((meta or {}).get("host_fault") or {}).get("step") == BUILDBOT_STEP
             if state in ("new", "applying") and not how:
                 self._enqueue("apply", sid)
             elif state == "applied" and not how and meta.get("push") and "fetched" not in meta:
                 self._enqueue("fetch", sid)
             elif state == "applied" and not how:
-                self._hand_over(sid)
+                if master_answers():
+                    self._hand_over(sid)
+                self._say_master(sid, waits)
             elif how == "buildbot" and state in ("building", "running"):
-                self._reconcile(sid)
+                if master_answers():
+                    at_master.append(sid)
+                self._say_master(sid, waits)
             elif how == "in-process" and state in ("applied", "building", "running"):
                 self._enqueue("run", sid)  # a dispatcher stopped mid-run: run it again
+        owners = self._owners(news) if at_master and news else set()
+        now = time.monotonic()
+        for sid in at_master:
+            looked = self._looked.get(sid)
+            if owners is None or sid in owners or looked is None or now - looked >= SLOW_LOOK_S:
+                self._looked[sid] = now
+                self._reconcile(sid)
         for sid in self._unreported():  # finished while no dispatcher was there to report
             self._report(sid, "finished")
+
+    # -- the master's reachability, said on the pages of the series waiting on it
+
+    def _master_answers(self) -> bool:
+        """Whether the master answers one small request; while it does not, it is asked
+        again only after a growing wait (2 s doubling to 300 s), and nothing else is."""
+        bb = self._buildbot()
+        if bb is None:
+            return True  # no master: the series run in this process
+        down = self._master_down
+        if down is not None and time.monotonic() < down["retry_at"]:
+            return False
+        try:
+            bb.ping()
+        except StackbenchError as exc:
+            self.master_unreachable(str(exc))
+            return False
+        if down is not None:
+            log.info("dispatcher: Buildbot answers again (unreachable since %s)",
+                     _when(down["since"]))  # fmt: skip
+        self._master_down = None
+        return True
+
+    def master_unreachable(self, why: str) -> None:
+        """Note the master as down (a request to it failed): since when, and when to ask."""
+        down = self._master_down or {"since": time.time(), "wait": None}
+        down["wait"] = next_wait(down["wait"])
+        down["retry_at"] = time.monotonic() + down["wait"]
+        if self._master_down is None:
+            log.warning("dispatcher: Buildbot unreachable, retrying: %s", why.splitlines()[0])
+        self._master_down = down
+
+    def _say_master(self, sid: int, said: bool) -> None:
+        """The series' note of an unreachable master (its ``host_fault``, through the
+        lifecycle): written once an outage, removed with an event once it answers again."""
+        down = self._master_down
+        if down is None:
+            if said:
+                fault = lifecycle.update_meta(self.eng, sid).get("host_fault") or {}
+                if fault.get("step") == BUILDBOT_STEP:
+                    lifecycle.update_meta(self.eng, sid, host_fault=None)
+                    lifecycle.event(self.eng, sid, f"series:{sid}", "resumed",
+                                    f"Buildbot answers again ({fault.get('error')})")  # fmt: skip
+            return
+        error = f"Buildbot unreachable since {_when(down['since'])}, retrying"
+        fault = lifecycle.update_meta(self.eng, sid).get("host_fault") or {}
+        if fault.get("error") == error:
+            return
+        lifecycle.update_meta(self.eng, sid, host_fault={
+            "error": error, "step": BUILDBOT_STEP, "since": down["since"]})  # fmt: skip
+        lifecycle.event(self.eng, sid, f"series:{sid}", "waiting", error)
+
+    def _owners(self, builds: set[int]) -> set[int] | None:
+        """The series the builds the reporter named belong to (a small request each for its
+        submission property); None when that is not known (then every series is read)."""
+        bb = self._buildbot()
+        if bb is None:
+            return None
+        with db.session(self.eng) as s:
+            by_submission = {}
+            for sid, _state, _meta, how in series_runs_store.active(s, lifecycle.PENDING):
+                d = series_runs_store.dispatch(s, sid) if how == "buildbot" else None
+                if d is not None and d.submission:
+                    by_submission[d.submission] = sid
+        owners = set()
+        try:
+            for buildid in sorted(builds):
+                sub = bb.submission_of_build(buildid)
+                if sub in by_submission:
+                    owners.add(by_submission[sub])
+        except StackbenchError as exc:
+            self.master_unreachable(str(exc))
+            return None
+        return owners
 
     def _active(self) -> list[tuple[int, str, dict[str, Any], str]]:
         # only series a front door handed over (an open attempt): a foreground
@@ -267,7 +384,10 @@ class Dispatcher:
             # loop (and every other series) for the interactive clients' retry budget
             if getattr(master, "budget_s", "absent") is None:
                 master.budget_s = DISPATCH_RETRY_S
-            self._executor = BuildbotExecutor(master)
+            http = getattr(master, "_http", None)
+            if http is not None:
+                http.timeout = MASTER_TIMEOUT_S
+            self._executor = BuildbotExecutor(master, unreachable=self.master_unreachable)
         return self._executor
 
     def _hand_over(self, sid: int) -> None:
@@ -294,6 +414,13 @@ class Dispatcher:
         key = lifecycle.publish_comparison(self.eng, sid)
         log.info("series %s: %s; comparison %s; %s", sid, state, key or "none",
                  lifecycle.queue_report(self.eng, sid))  # fmt: skip
+
+
+BUILDBOT_STEP = "buildbot"  # the host_fault step of a series waiting on an unreachable master
+
+
+def _when(epoch: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(epoch))
 
 
 def clean_up() -> None:

@@ -28,9 +28,18 @@ def run(args: argparse.Namespace) -> int:
     from stackbench import services
 
     rows = services.status()
+    left = services.orphans() if rows is None else {}
     if args.json:
-        print(json.dumps({"supervisor": rows is not None, "services": rows or []}, indent=1))
+        print(json.dumps({"supervisor": rows is not None, "services": rows or [],
+                          "unsupervised": left}, indent=1))  # fmt: skip
         return 0 if rows and all(r["up"] for r in rows) else 1
+    if rows is None and left:
+        print(
+            "supervisor: DOWN (supervisord is gone): nothing restarts what exits; still "
+            "running unsupervised: " + ", ".join(f"{n} (pid {p})" for n, p in left.items())
+        )
+        print("'stackbench up' stops them and starts everything under a new supervisor")
+        return 1
     if rows is None:
         print("no services running here ('stackbench up' starts them)")
         return 1

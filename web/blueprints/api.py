@@ -70,6 +70,10 @@ def series_json(
         "runs": (x.meta or {}).get("runs"),
         "progress": step or None,
         "report_mail": (x.meta or {}).get("report_mail"),
+        # what the series waits on that is not its doing (a full disk, an unreachable master)
+        "waiting_on": ((x.meta or {}).get("host_fault") or {}).get("error")
+        if x.state in progress.PENDING_SERIES
+        else None,
         "created_at": _iso(x.created_at),
         "patches": [
             {
