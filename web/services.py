@@ -11,7 +11,7 @@ from pathlib import Path
 
 from stackbench import config, supervision
 from stackbench.httpclient import Client, HttpError
-from stackbench.services import SERVICES, local_web_url
+from stackbench.services import local_web_url
 from stackbench.supervision import Program
 
 PROGRAM = "web"
@@ -124,6 +124,3 @@ def stop() -> str:
     if not supervision.stop_programs([PROGRAM]) or not pid:
         return "web: not running"
     return f"web: stopped (pid {pid})"
-
-
-SERVICES.append(("web", start, stop))
