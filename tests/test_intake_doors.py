@@ -28,7 +28,7 @@ pytest_plugins = ["test_web_support"]
 
 ROOT = Path(__file__).resolve().parent.parent
 MBOX = (ROOT / "tests" / "data" / "web" / "series.mbox").read_bytes()
-REFUSAL = "refused by the test's intake"
+REFUSAL = "refused by the intake under test"
 DOORS = {
     "web/submission.py": "web",
     "stackbench/cli/submit.py": "mbox",
