@@ -212,3 +212,38 @@ def test_the_static_check_finds_a_door_that_bypasses_the_intake(tmp_path, monkey
     monkeypatch.setattr(f"{__name__}.ROOT", tmp_path)
     assert who_calls("create_series") == {"stackbench/door.py"}
     assert who_calls("intake.take") == set()
+
+
+# ---- options the path cannot honour are refused, the others reach the run ------------------
+
+
+@pytest.mark.parametrize("command", ["demo", "submit"])
+def test_a_guest_size_for_the_dispatchers_workers_is_refused_in_one_line(
+    eng, tmp_path, capsys, monkeypatch, command
+):
+    from stackbench.cli import _follow
+
+    monkeypatch.setattr(_follow, "buildbot_installed", lambda: True)  # the default path
+    f = tmp_path / "s.mbox"
+    f.write_bytes(MBOX)
+    add_tree(eng, "mm")
+    argv = {"demo": ["demo", "--no-serve"], "submit": ["submit", "--mbox", str(f), "--tree", "mm"]}
+    assert main([*argv[command], "--cpus", "4", "--accel", "tcg"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("stackbench: error: cpus: only a series run in this process"), err
+    assert "accel: only" in err and len(err.splitlines()) == 1
+    assert _series(eng) == []
+
+
+def test_the_demos_guest_and_cap_reach_an_in_process_run(eng, monkeypatch, capsys):
+    from stackbench.cli import demo
+
+    ran = {}
+    monkeypatch.setattr(demo, "run_here", lambda eng, sid, settings, **k: ran.update(
+        sid=sid, settings=settings) or "done")  # fmt: skip
+    argv = ["demo", "--no-serve", "--in-process", "--cpus", "4", "--mem-mb", "2048"]
+    assert main([*argv, "--accel", "tcg", "--max-boots", "6"]) == 0
+    got = ran["settings"]
+    assert (got.cpus, got.mem_mb, got.accel) == (4, 2048, "tcg")
+    with db.session(eng) as s:
+        assert s.get(Series, ran["sid"]).meta["max_runs"] == 6  # jobs.driver.adaptive's cap
