@@ -80,7 +80,8 @@ def main() -> int:
 
 
 def run(args: argparse.Namespace, figures: list[tuple[str, float, str]]) -> int:
-    from stackbench.jobs.driver import pipeline
+    from stackbench.jobs.driver import intake, pipeline
+    from stackbench.jobs.executors.progress import StderrProgress
     from stackbench.kernels import trees
     from stackbench.patches import stacks
     from stackbench.resultsdb import db
@@ -92,11 +93,16 @@ def run(args: argparse.Namespace, figures: list[tuple[str, float, str]]) -> int:
     figures.append(("unpack tree", unpack, "unpacked" if args.unpack else "present"))
 
     eng = db.engine()
-    sid = pipeline.submit(eng, stacks.stack_mbox(args.stack), jobs=JOBS, runs=args.runs)
+    sub = intake.Submission(
+        source="bench", tree="linux-6.1", mbox=stacks.stack_mbox(args.stack),
+        options={"jobs": JOBS, "runs": args.runs}, runner=intake.HERE,
+    )  # fmt: skip
+    with db.session(eng) as s:
+        sid = intake.take(s, sub).series.id
     if args.path == "buildbot":
         return measure_buildbot(eng, sid, args, None)
     t0 = time.monotonic()
-    state = pipeline.run_series(eng, sid, progress=pipeline.StderrProgress())
+    state = pipeline.run_series(eng, sid, progress=StderrProgress())
     total = time.monotonic() - t0
     from sqlalchemy.orm import Session
 

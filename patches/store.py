@@ -41,7 +41,8 @@ def create_series(
     parsed: ParsedSeries,
     *,
     tree: str | None,
-    base: str | None,
+    base_ref: str,
+    key: str,
     source: str = "mbox",
     owner_id: int | None = None,
     jobs: list[str] | None = None,
@@ -51,8 +52,10 @@ def create_series(
 ) -> series_store.Series:
     """Store a parsed series and its patches (``new``, the model's first state / ``pending``).
 
-    Submitting the same series again (same Message-ID, patches, tree and base) returns the
-    stored one unchanged, also when two submissions race. ``jobs`` and ``runs`` go to
+    ``base_ref`` and ``key`` are the submission's :func:`resolve_base` and :func:`series_key`,
+    resolved once by the intake (stackbench.jobs.driver.intake.take, the one caller).
+    Submitting the same series again (same key) returns the stored one unchanged, also
+    when two submissions race. ``jobs`` and ``runs`` go to
     ``series.meta``, as do extra ``meta`` facts. ``mbox`` is the submission as received,
     kept so the patches are applied from the very bytes that were sent.
     """
@@ -61,8 +64,6 @@ def create_series(
     if runs is not None and runs < 1:
         raise InputError("series", f"runs must be at least 1, not {runs}")
     tree_row = _tree(session, tree) if tree else None
-    base_ref = resolve_base(parsed, base, tree_row.default_base if tree_row else None)
-    key = series_key(parsed, tree, base_ref)
     existing = series_store.by_key(session, key)
     if existing is not None:
         return existing

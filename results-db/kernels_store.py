@@ -17,6 +17,7 @@ from sqlalchemy import Connection, func, select, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
+from stackbench.errors import NotFoundError
 from stackbench.resultsdb.models import KernelBuild, Patch, Run, Series
 
 
@@ -51,6 +52,14 @@ def built_kernels(s: Session, series: Series) -> list[KernelBuild]:
         if row is not None:
             out.append(row)
     return out
+
+
+def series_kernels(s: Session, series_id: int) -> list[KernelBuild]:
+    """:func:`built_kernels` of the series by its id; NotFoundError when there is none."""
+    series = s.get(Series, series_id)
+    if series is None:
+        raise NotFoundError(f"no series {series_id}")
+    return built_kernels(s, series)
 
 
 def latest_configured_build(s: Session, commit: str) -> KernelBuild | None:

@@ -6,9 +6,9 @@ dispatcher, the list watcher and the health check (``stackbench health-check``, 
 listener that restarts a program that stops answering and counts restarts). supervisord
 starts again whatever exits, with backoff; ``stackbench down`` stops it all.
 
-Components add their services through :data:`SERVICES`, each a name and start/stop
-callables returning a status line; a start declares its :class:`Program` s with
-:func:`stackbench.supervision.start_programs`.
+Each service is a name and start/stop callables returning a status line, listed where the
+commands start them (stackbench.cli._services); a start declares its :class:`Program` s
+with :func:`stackbench.supervision.start_programs`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import signal
 import sys
 import time
 import xmlrpc.client
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,6 @@ from stackbench.supervision import (
 )
 
 Service = tuple[str, Callable[..., str], Callable[[], str]]
-SERVICES: list[Service] = []
 log = logging.getLogger(__name__)
 
 
@@ -72,32 +71,15 @@ def _db_down() -> str:
     return "database: stopped" if stopped else "database: not running"
 
 
-def _registered() -> list[Service]:
-    # optional components register themselves on import
-    import importlib
-    import importlib.util
-
-    # in start order: the dispatcher hands series to the master and stops first
-    mods = (
-        "stackbench.jobs.executors.services",
-        "stackbench.web.services",
-        "stackbench.jobs.driver.dispatcher_service",
-    )
-    for mod in mods:
-        if importlib.util.find_spec(mod) is not None:
-            importlib.import_module(mod)
-    return SERVICES
-
-
-def up(db_only: bool = False, workers: int = 0) -> Iterator[str]:
-    """Start every service; ``workers``: at least that many local Buildbot workers."""
+def up(services: Sequence[Service], db_only: bool = False, workers: int = 0) -> Iterator[str]:
+    """Start the database and ``services`` in order; ``workers``: at least that many local
+    Buildbot workers."""
     if not supervisor_running():
         for name, pid in stop_orphans().items():
             yield f"{name}: stopped pid {pid}, left running by a supervisor that died"
     yield _db_up()
     if db_only:
         return
-    services = _registered()
     # the local workers post their runs to the web UI started beside them, as a lab's boxes do
     web = local_web_url() if any(name == "web" for name, _s, _t in services) else None
     for name, start, _stop in services:
@@ -138,11 +120,11 @@ def local_web_url() -> str:
     return f"http://{host}:{config.get_int('STACKBENCH_WEB_PORT')}"
 
 
-def down() -> Iterator[str]:
+def down(services: Sequence[Service]) -> Iterator[str]:
     if not supervisor_running():
         for name, pid in stop_orphans().items():
             yield f"{name}: stopped pid {pid}, left running by a supervisor that died"
-    for _name, _start, stop in reversed(_registered()):
+    for _name, _start, stop in reversed(services):
         yield stop()
     if stop_programs([HEALTH]):
         yield "health: stopped"

@@ -26,7 +26,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from stackbench import proc
-from stackbench.jobs.driver import pipeline
+from stackbench.jobs.executors.settings import Settings
 from stackbench.jobs.tracking import nightly
 from stackbench.jobs.tracking.lab import LocalLab
 from stackbench.resultsdb.models import Bisect, KernelBuild, MailOutbox, Metric, Regression
@@ -176,7 +176,7 @@ def test_nightly_detects_and_bisect_names_the_planted_commit(
     repo, base, branch, nonce, created = scratch_branch
     monkeypatch.setenv("STACKBENCH_MAIL_LIST", "linux-mm@kvack.example")
     started = time.monotonic()
-    settings = pipeline.Settings(cpus=2, mem_mb=1024, init_timeout_s=180, accel="tcg")
+    settings = Settings(cpus=2, mem_mb=1024, init_timeout_s=180, accel="tcg")
     lab = LocalLab(settings=settings)
     tracked = [nightly.Tracked(tree=TREE, branch=branch, jobs=[JOB])]
 

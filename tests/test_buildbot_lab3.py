@@ -25,13 +25,14 @@ from sqlalchemy import text
 pytest.importorskip("buildbot")
 pytest.importorskip("buildbot_worker")
 
+from intake_support import submit_series  # noqa: E402
 from kernelkit import require_kernel_tools, use_kernel_cache  # noqa: E402
 from test_buildbot_fanout import kill_machine, start_web  # noqa: E402
 from test_buildbot_lab import _names, _running_round  # noqa: E402
 from test_ground_truth import VMS, verdicts  # noqa: E402
 from test_lifecycle_support import finished, wait_for  # noqa: E402
 
-from stackbench.jobs.driver import dispatcher_service, lifecycle  # noqa: E402
+from stackbench.jobs.driver import dispatcher_service, intake, lifecycle  # noqa: E402
 from stackbench.jobs.executors import services  # noqa: E402
 from stackbench.jobs.executors.buildbot import client  # noqa: E402
 from stackbench.patches import stacks  # noqa: E402
@@ -46,17 +47,14 @@ MAX_BOOTS = 10
 
 
 def test_demo_stack_on_three_real_workers_survives_a_lost_worker(eng, tmp_path, monkeypatch):
-    from stackbench.cli.demo import store
-
     require_kernel_tools()
     use_kernel_cache(monkeypatch)
     for var in ("STACKBENCH_BUILDBOT_URL", "STACKBENCH_URL"):
         monkeypatch.delenv(var, raising=False)  # the embedded master's, found in the home
     server, web_url = start_web(tmp_path)
     stack = "compaction-demo"
-    sid = store(eng, stacks.stack_mbox(stack), stack, tree="linux-6.1", base=None, jobs=[VMS],
-                runs=RUNS)  # fmt: skip
-    lifecycle.update_meta(eng, sid, max_runs=MAX_BOOTS)
+    sid = submit_series(eng, stacks.stack_mbox(stack), source="demo", runner=intake.WATCHER,
+                        jobs=[VMS], runs=RUNS, max_boots=MAX_BOOTS)  # fmt: skip
     root = services.buildbot_dir()
     try:
         assert lifecycle.hand_over(eng, sid, source="test", fresh=True) == "handed-over"

@@ -7,12 +7,13 @@ from __future__ import annotations
 import threading
 
 import pytest
+from intake_support import submit_series
 from sqlalchemy import create_engine, func, select
 from sqlalchemy.orm import Session
 from test_lifecycle_support import git
 
 from stackbench.errors import StackbenchError
-from stackbench.jobs.driver import lifecycle, watch
+from stackbench.jobs.driver import intake, lifecycle, watch
 from stackbench.resultsdb import series_runs_store
 from stackbench.resultsdb.models import Event, Series
 
@@ -22,15 +23,8 @@ pytest_plugins = ["test_lifecycle_support"]
 def _store_foreground(eng, work, base) -> int:
     """A series as `stackbench demo` stores it: created by the one front-door code, marked
     as run by its client until the client hands it over."""
-    from stackbench.patches.parser import parse_mbox
-
     data = (git(work, "format-patch", "--stdout", f"{base}..HEAD") + "\n").encode()
-    with Session(eng) as s, s.begin():
-        checked = lifecycle.check(s, tree="tiny", runs=1)
-        series = lifecycle.create(
-            s, parse_mbox(data), checked, source="demo", mbox=data, foreground=True
-        )
-        return series.id
+    return submit_series(eng, data, tree="tiny", source="demo", runner=intake.WATCHER, runs=1)
 
 
 def _measured(eng, sid: int) -> None:

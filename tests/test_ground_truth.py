@@ -16,12 +16,14 @@ a test of their own. Both stack tests run for over ten minutes, so they are mark
 from __future__ import annotations
 
 import pytest
+from intake_support import submit_series
 from kernelkit import require_kernel_tools, use_kernel_cache
 from sqlalchemy import text
 
 from stackbench.jobs.driver import pipeline
+from stackbench.jobs.executors.settings import Settings
 from stackbench.patches import stacks
-from stackbench.resultsdb import query
+from stackbench.resultsdb import db, kernels_store, query
 from stackbench.resultsdb.tables.verdict import compare
 
 pytestmark = pytest.mark.slow
@@ -36,9 +38,9 @@ def kernel_env(monkeypatch):
     use_kernel_cache(monkeypatch)
 
 
-def _settings(**kw) -> pipeline.Settings:
+def _settings(**kw) -> Settings:
     kw.setdefault("adaptive", False)
-    return pipeline.Settings(cpus=2, mem_mb=1024, init_timeout_s=120, accel="tcg", **kw)
+    return Settings(cpus=2, mem_mb=1024, init_timeout_s=120, accel="tcg", **kw)
 
 
 def verdicts(eng, sid: int) -> dict[tuple[str, str], tuple[str, float | None]]:
@@ -46,7 +48,8 @@ def verdicts(eng, sid: int) -> dict[tuple[str, str], tuple[str, float | None]]:
     the headline rows and their boot means are printed (pytest -s) for the record."""
     from stackbench.resultsdb import boots
 
-    builds = pipeline.series_kernels(eng, sid)
+    with db.session(eng) as s:
+        builds = kernels_store.series_kernels(s, sid)
     kernels = [query.Kernel(b.id, b.commit, b.name, b.config_name, b.compiler) for b in builds]
     with eng.connect() as conn:
         ds = query.load(conn, kernels)
@@ -117,7 +120,7 @@ diff --git a/mm/compaction.c b/mm/compaction.c
 def test_a_comment_only_patch_is_never_judged_better_or_worse(eng, kernel_env):
     """A/A: the base and a comment-only commit (the same code) at 5 runs per side, each run
     in its own boot; no metric may come out better or worse."""
-    sid = pipeline.submit(eng, COMMENT_ONLY, jobs=[VMS], runs=5)
+    sid = submit_series(eng, COMMENT_ONLY, jobs=[VMS], runs=5)
     assert pipeline.run_series(eng, sid, settings=_settings(), seed=5) == "done"
     out = verdicts(eng, sid)
     changed = {k: v for k, v in out.items() if v[0] in ("better", "worse", "changed")}
@@ -131,7 +134,7 @@ def test_the_demo_stack_throughput_verdicts_hold_and_repeat(eng, kernel_env):
     twice) is judged worse on vm-scalability throughput. Measured twice on fresh runs (the
     first measurement's runs deleted), the two measurements' verdicts agree: the same
     verdict on the headline metric, and no metric judged the other way."""
-    sid = pipeline.submit(eng, stacks.stack_mbox("compaction-demo"), jobs=[VMS], runs=5)
+    sid = submit_series(eng, stacks.stack_mbox("compaction-demo"), jobs=[VMS], runs=5)
     # TCG's boot-to-boot spread varies with the host (one CI run: boot means of the base
     # 309k-443k, and 3/3's -36% still undecided at 10 boots, its q raised by every side
     # metric in the FDR control): undecided headline metrics may earn rounds up to 15
@@ -166,7 +169,7 @@ def test_the_demo_stack_thp_verdicts_hold(eng, kernel_env):
     """3/3 is judged worse on thpscale fault-huge latency; 2/3 is not judged worse on the
     huge-page success; nothing of 1/3 is better or worse. Adaptive rounds from 5 boots to the
     cap of 10, as every series gets them."""
-    sid = pipeline.submit(eng, stacks.stack_mbox("compaction-demo"), jobs=[THP], runs=5)
+    sid = submit_series(eng, stacks.stack_mbox("compaction-demo"), jobs=[THP], runs=5)
     assert pipeline.run_series(eng, sid, settings=_settings(adaptive=True), seed=3) == "done"
     out = verdicts(eng, sid)
     assert not [k for k, v in out.items() if k[0].startswith("1/") and v[0] in ("better", "worse")]

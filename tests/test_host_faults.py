@@ -149,11 +149,12 @@ def test_a_full_disk_under_the_build_leaves_the_series_building(eng, disk_tree, 
     """The in-process pipeline meets a full disk where the kernel is built: it stops with
     the host's reason and no kernel is recorded build-failed; the series is not failed."""
     from stackbench.jobs.driver import pipeline
+    from stackbench.jobs.driver.apply_stage import apply_only
     from stackbench.jobs.executors.faults import host_fault
 
     disk, work, base = disk_tree
     sid = _submit(tmp_path, work, base, eng)
-    pipeline.apply_only(eng, sid)
+    apply_only(eng, sid)
     filler = fill(disk)
     with pytest.raises(Exception) as raised:
         pipeline.run_series(eng, sid, executor="in-process")

@@ -201,7 +201,8 @@ def test_image_boots_with_its_tools(monkeypatch, tmp_path):
 @pytest.mark.long
 @pytest.mark.timeout(2400)
 def test_run_mmtests_thpscale_in_the_image(monkeypatch, tmp_path):
-    from stackbench.jobs.driver import pipeline
+    from stackbench.jobs.executors.boot_stage import run_kernel
+    from stackbench.jobs.executors.settings import Settings
     from stackbench.resultsdb.rundata import KernelSpec
 
     _upstream_env(monkeypatch)
@@ -215,8 +216,8 @@ def test_run_mmtests_thpscale_in_the_image(monkeypatch, tmp_path):
         commit=res.commit, name="base", config_hash=res.config_hash, compiler=res.compiler,
         config_name="debian-guest",
     )  # fmt: skip
-    settings = pipeline.Settings(cpus=GUEST_CPUS, mem_mb=GUEST_MEM_MB, accel="tcg")
-    boot, runs = pipeline.run_kernel(
+    settings = Settings(cpus=GUEST_CPUS, mem_mb=GUEST_MEM_MB, accel="tcg")
+    boot, runs = run_kernel(
         res.bzimage, res.modules, plan, kernel=kernel, settings=settings,
         workdir=tmp_path / "vm", boot_id="image-test",
     )  # fmt: skip
@@ -239,7 +240,8 @@ def test_run_mmtests_thpscale_in_the_image(monkeypatch, tmp_path):
 
 
 def test_image_job_on_a_kernel_without_disk_support_fails_with_the_reason(monkeypatch, tmp_path):
-    from stackbench.jobs.driver import pipeline
+    from stackbench.jobs.executors.boot_stage import run_kernel
+    from stackbench.jobs.executors.settings import Settings
     from stackbench.resultsdb.rundata import KernelSpec
 
     _upstream_env(monkeypatch)
@@ -253,8 +255,8 @@ def test_image_job_on_a_kernel_without_disk_support_fails_with_the_reason(monkey
     )  # fmt: skip
     (art / "bzImage").write_bytes(b"not booted: the job is refused before")
     kernel = KernelSpec(commit="1" * 40, name="tiny", config_hash="c" * 64, compiler="gcc")
-    settings = pipeline.Settings(accel="tcg")
-    boot, runs = pipeline.run_kernel(
+    settings = Settings(accel="tcg")
+    boot, runs = run_kernel(
         art / "bzImage", {}, in_image, kernel=kernel, settings=settings,
         workdir=tmp_path / "vm", boot_id="refused",
     )  # fmt: skip

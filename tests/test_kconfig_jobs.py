@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from intake_support import submit_series
 
 from stackbench.errors import NotFoundError
 from stackbench.jobs.benchmarks import definitions as d
@@ -118,6 +119,7 @@ def test_a_fragment_the_tree_cannot_honour_fails_its_kernels_with_the_reason(
     from test_pipeline_e2e import first_patch
 
     from stackbench.jobs.driver import pipeline
+    from stackbench.jobs.executors.settings import Settings
     from stackbench.resultsdb.models import KernelBuild, Series
 
     require_kernel_tools()
@@ -128,10 +130,10 @@ def test_a_fragment_the_tree_cannot_honour_fails_its_kernels_with_the_reason(
     # CONFIG_INET needs CONFIG_NET, which tinyconfig leaves off: Kconfig drops it
     (d / "ghost.config").write_text("CONFIG_STACKBENCH_GHOST=y\nCONFIG_INET=y\n")
     monkeypatch.setattr(config, "CONFIGS_DIR", d)
-    sid = pipeline.submit(
+    sid = submit_series(
         eng, first_patch("compaction-demo"), jobs=["thpscale[kconfig=ghost,max_threads=1]"], runs=1
     )
-    assert pipeline.run_series(eng, sid, settings=pipeline.Settings()) == "failed"
+    assert pipeline.run_series(eng, sid, settings=Settings()) == "failed"
     with Session(eng) as s:
         series = s.get(Series, sid)
         rows = list(s.scalars(select(KernelBuild).where(KernelBuild.series_id == sid)))
@@ -185,19 +187,20 @@ def test_a_job_fragment_builds_boots_and_stays_apart(eng, monkeypatch, capsys):
     from test_pipeline_e2e import first_patch, runs_of
 
     from stackbench.jobs.driver import pipeline
+    from stackbench.jobs.executors.settings import Settings
     from stackbench.resultsdb.models import Job, KernelBuild
     from stackbench.resultsdb.tables import render
 
     require_kernel_tools()
     use_kernel_cache(monkeypatch)
     job = "stress-highalloc[passes=1,load_fraction=0,alloc_fraction=0.05,pace_ms=0{}]"
-    sid = pipeline.submit(
+    sid = submit_series(
         eng,
         first_patch("compaction-demo"),
         jobs=[job.format(""), job.format(",kconfig=debug-vm")],
         runs=1,
     )
-    settings = pipeline.Settings(cpus=2, mem_mb=1024, init_timeout_s=120)
+    settings = Settings(cpus=2, mem_mb=1024, init_timeout_s=120)
     assert pipeline.run_series(eng, sid, settings=settings) == "done"
     with Session(eng) as s:
         rows = {

@@ -14,7 +14,7 @@ from stackbench.jobs.benchmarks import collect as c
 from stackbench.jobs.benchmarks import definitions as d
 from stackbench.jobs.benchmarks import knobs
 from stackbench.jobs.benchmarks.parsers import buddyinfo
-from stackbench.jobs.driver.pipeline import parse_job_spec
+from stackbench.jobs.executors.jobspecs import parse_job_spec
 
 SEED_001 = (
     "stress-highalloc[thp_enabled=madvise,thp_defrag=madvise,"

@@ -7,6 +7,7 @@ to its low threshold (seed 001). Uses the kernel tests' cache."""
 from __future__ import annotations
 
 import pytest
+from intake_support import submit_series
 from kernelkit import base_kernel
 from test_guest_boot import highalloc_module
 
@@ -193,14 +194,16 @@ def test_knob_jobs_on_the_demo_stack_and_the_seed_tables(eng, monkeypatch, tmp_p
     from test_pipeline_e2e import builds_by_label, first_patch, runs_of
 
     from stackbench.jobs.driver import pipeline
+    from stackbench.jobs.executors.boot_stage import run_job
+    from stackbench.jobs.executors.settings import Settings
     from stackbench.resultsdb import ingest as ig
     from stackbench.resultsdb.models import Job
     from stackbench.resultsdb.tables import per_run, render
 
     require_kernel_tools()
     use_kernel_cache(monkeypatch)
-    settings = pipeline.Settings(cpus=2, mem_mb=1024, init_timeout_s=120, adaptive=False)
-    sid = pipeline.submit(eng, first_patch("compaction-demo"), jobs=DEMO_JOBS, runs=2)
+    settings = Settings(cpus=2, mem_mb=1024, init_timeout_s=120, adaptive=False)
+    sid = submit_series(eng, first_patch("compaction-demo"), jobs=DEMO_JOBS, runs=2)
     assert pipeline.run_series(eng, sid, settings=settings) == "done"
     b = builds_by_label(eng, sid)
     refs = [b["base"].commit, b["1"].commit]
@@ -242,7 +245,7 @@ def test_knob_jobs_on_the_demo_stack_and_the_seed_tables(eng, monkeypatch, tmp_p
         kernel = ig.KernelSpec(k.commit, name=k.name, config_hash=k.config_hash,
                                compiler=k.compiler)  # fmt: skip
         machine = ig.MachineSpec(name="qemu-steady", kind="qemu", cpus=2, memory_mb=1024)
-        out = pipeline.run_job(
+        out = run_job(
             artifact=k.artifact_path, job=STEADY_JOB, runs=50, kernel=kernel, machine=machine,
             settings=settings, workdir=tmp_path / k.commit[:8],
         )  # fmt: skip

@@ -5,6 +5,7 @@ configured, to ``failed`` with the reason when a kernel does not build."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select, text
@@ -217,22 +218,21 @@ def _state(eng, sid: int) -> str:
 
 
 def test_pushed_commits_that_are_gone_fail_the_series_with_the_reason(eng, tree, tmp_path):
-    from stackbench.jobs.driver import lifecycle
-    from stackbench.patches import intake
-    from stackbench.patches.apply import ApplyResult
+    from stackbench.jobs.driver import intake
+    from stackbench.resultsdb import series_store
 
     _repo, work, base = tree
     head = git(work, "rev-parse", "HEAD")
-    parsed = intake.series_from_push(work, "tiny", base, head)
     gone = tmp_path / "intake-that-was-removed.git"
+    pushed = intake.Pushed(repo=Path(work), ref=f"refs/for/tiny/{base}", new=head)
     with Session(eng) as s, s.begin():
-        checked = lifecycle.check(s, tree="tiny", jobs=["thpscale"], runs=1)
-        checked.base = base
-        result = ApplyResult(base_sha=base, commits=[p.commit_sha for p in parsed.patches], ok=True)
-        sid = lifecycle.create(
-            s, parsed, checked, source="push", applied=result,
-            meta={"push": {"repo": str(gone), "ref": "refs/for/tiny/x", "head": head}},
-        ).id  # fmt: skip
+        sub = intake.Submission(
+            source="push", pushed=pushed, options={"jobs": ["thpscale"], "runs": 1}
+        )
+        x = intake.take(s, sub).series
+        # the intake repository is removed after the push
+        series_store.merge_meta(x, push={"repo": str(gone), "ref": "refs/for/tiny/x", "head": head})
+        sid = x.id
     _dispatch_until(eng, lambda: _state(eng, sid) == "failed", master=lambda: None)
     with Session(eng) as s:
         x = s.get(Series, sid)

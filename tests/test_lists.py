@@ -271,7 +271,7 @@ def test_a_series_without_base_commit_is_applied_on_the_trees_base(eng, archive,
     the tree's configured base."""
     from test_lifecycle_support import git
 
-    from stackbench.jobs.driver import pipeline
+    from stackbench.jobs.driver.apply_stage import apply_only
 
     repo, work, base = tree
     out = archive.dir.parent / "mails"
@@ -285,7 +285,7 @@ def test_a_series_without_base_commit_is_applied_on_the_trees_base(eng, archive,
     with db.session(eng) as s:
         x = s.get(Series, sid)
         assert (x.base_ref, x.base_commit) == ("v0", None)  # tiny.yaml's default_base
-    kernels = pipeline.apply_only(eng, sid)
+    kernels = apply_only(eng, sid)
     assert kernels is not None and kernels[0][0] == base
     with db.session(eng) as s:
         x = s.get(Series, sid)

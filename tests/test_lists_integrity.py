@@ -58,9 +58,9 @@ def forged(real: bytes, *, message_id: str | None = None) -> bytes:
 
 
 def applies_the_real_patches(eng, sid: int, repo, work) -> None:
-    from stackbench.jobs.driver import pipeline
+    from stackbench.jobs.driver.apply_stage import apply_only
 
-    kernels = pipeline.apply_only(eng, sid)
+    kernels = apply_only(eng, sid)
     assert kernels is not None
     with db.session(eng) as s:
         x = s.get(Series, sid)
@@ -244,7 +244,7 @@ def test_an_in_body_from_is_the_commits_author_on_the_page_and_in_the_api(
     eng, tree, client, tmp_path
 ):
     from stackbench.cli import main
-    from stackbench.jobs.driver import pipeline
+    from stackbench.jobs.driver.apply_stage import apply_only
 
     _repo, work, base = tree
     out = tmp_path / "m"
@@ -261,7 +261,7 @@ def test_an_in_body_from_is_the_commits_author_on_the_page_and_in_the_api(
     assert main(["submit", "--mbox", str(mbox), "--tree", "tiny", "--no-wait"]) == 0
     with db.session(eng) as s:
         sid = s.execute(select(Series.id)).scalar_one()
-    assert pipeline.apply_only(eng, sid) is not None
+    assert apply_only(eng, sid) is not None
     first, second = client.get(f"/api/series/{sid}/patches").get_json()["patches"]
     assert (first["author"], first["author_email"]) == ("Carol Kernel", "carol@example.org")
     assert first["subject"] == "mm/compaction: step one, as Carol wrote it"

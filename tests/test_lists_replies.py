@@ -250,7 +250,8 @@ def test_a_list_series_that_does_not_apply_is_apply_failed_on_its_page(eng, arch
 
     from test_lifecycle_support import git
 
-    from stackbench.jobs.driver import lifecycle, pipeline
+    from stackbench.jobs.driver import lifecycle
+    from stackbench.jobs.driver.apply_stage import apply_only
     from stackbench.resultsdb.models import MailOutbox
 
     _repo, work, base = tree
@@ -267,7 +268,7 @@ def test_a_list_series_that_does_not_apply_is_apply_failed_on_its_page(eng, arch
     lst = list_def(str(archive.dir), tree="tiny")
     (sid,) = list_watch.fetch(eng, lst, own_sender=ROBOT).series
     # what the dispatcher does with a new series: apply it, then the short reply if asked
-    assert pipeline.apply_only(eng, sid) is None
+    assert apply_only(eng, sid) is None
     assert lifecycle.report_apply_failed(eng, sid) is None
     with db.session(eng) as s:
         x = s.get(Series, sid)

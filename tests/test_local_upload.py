@@ -48,11 +48,9 @@ def test_up_gives_the_local_workers_its_web_ui(monkeypatch):
     monkeypatch.setenv("STACKBENCH_WEB_HOST", "0.0.0.0")
     monkeypatch.setenv("STACKBENCH_WEB_PORT", "8181")
     with_web = [("buildbot", buildbot, None), ("web", lambda: "web: started", None)]
-    monkeypatch.setattr(up_services, "_registered", lambda: with_web)
-    assert list(up_services.up(workers=3))[-1] == "web: started"
+    assert list(up_services.up(with_web, workers=3))[-1] == "web: started"
     assert seen == {"workers": 3, "results_url": "http://127.0.0.1:8181"}
-    monkeypatch.setattr(up_services, "_registered", lambda: with_web[:1])
-    list(up_services.up())
+    list(up_services.up(with_web[:1]))
     assert seen == {"workers": 1, "results_url": None}  # no web here: into the database
 
 

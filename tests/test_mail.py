@@ -10,6 +10,7 @@ from email import policy
 
 import pytest
 from aiosmtpd.controller import Controller
+from intake_support import submit_series
 from listmail import runs
 from sqlalchemy import text
 
@@ -270,17 +271,16 @@ MBOX = (
 
 
 def _ended_by_the_service(eng, owner: str, posted: dict | None = None) -> int:
-    """A series from a front door (lifecycle.create, the git push door: applied on BASE),
+    """A series from a front door (the one intake, applied on BASE as a push's commits are),
     the mbox's From: VICTIM, owned by no account, an account whose address is ``verified``
     or ``unverified``; taken through the moves the journey makes to ``done``, then looked
     at by the dispatcher, which queues the report of every finished series."""
     from sqlalchemy.orm import Session
 
-    from stackbench.jobs.driver import lifecycle
+    from stackbench.jobs.driver import intake, lifecycle
     from stackbench.jobs.driver.dispatch import Dispatcher
     from stackbench.mail import accounts
     from stackbench.patches.apply import ApplyResult
-    from stackbench.patches.parser import parse_mbox
 
     with Session(eng) as s, s.begin():
         owner_id = None
@@ -288,13 +288,13 @@ def _ended_by_the_service(eng, owner: str, posted: dict | None = None) -> int:
             user = accounts.create_user(s, "dev", email="dev@example.com")
             user.email_verified = owner == "verified"
             owner_id = user.id
-        checked = lifecycle.check(s, tree="linux-6.1", jobs=["stress-highalloc"], runs=1)
-        checked.base = BASE
-        sid = lifecycle.create(
-            s, parse_mbox(MBOX), checked, source="push", owner_id=owner_id,
+        sub = intake.Submission(
+            source="push", tree="linux-6.1", base=BASE, mbox=MBOX, owner_id=owner_id,
+            options={"jobs": ["stress-highalloc"], "runs": 1},
             meta={"list": posted} if posted else None,
-            applied=ApplyResult(base_sha=BASE, commits=[C1], ok=True),
-        ).id  # fmt: skip
+        )  # fmt: skip
+        sid = intake.take(s, sub).series.id
+        lifecycle.record_apply(s, sid, ApplyResult(base_sha=BASE, commits=[C1], ok=True))
     lifecycle.set_state(eng, sid, "building", "handed over", progress="0/2")
     lifecycle.set_state(eng, sid, "running", "1 round", progress="0/2")
     lifecycle.set_state(eng, sid, "done", "2 kernels built, 2 benchmarks measured", error="")
@@ -372,7 +372,6 @@ def test_requeued_reports_go_by_the_same_rule(eng, monkeypatch, capsys):
 def test_comma_in_an_mbox_from_neither_crashes_nor_reaches_a_header(eng, monkeypatch, capsys):
     """From: Eve <a,evil@example.com> was accepted at intake and crashed
     `stackbench mail series ID` with a ValueError traceback."""
-    from stackbench.jobs.driver import pipeline
     from stackbench.patches.parser import parse_mbox
 
     mbox = (
@@ -383,7 +382,7 @@ def test_comma_in_an_mbox_from_neither_crashes_nor_reaches_a_header(eng, monkeyp
     parsed = parse_mbox(mbox)
     assert parsed.submitter_email == "" and parsed.patches[0].author_email == ""
     assert "evil" in parsed.submitter  # kept as the name, shown but never mailed
-    sid = pipeline.submit(eng, mbox, jobs=["stress-highalloc"], runs=1)
+    sid = submit_series(eng, mbox, jobs=["stress-highalloc"], runs=1)
     monkeypatch.setenv("STACKBENCH_MAIL_LIST", "linux-mm@kvack.example")
     assert cli.main(["mail", "series", str(sid)]) == 0
     assert capsys.readouterr().out.startswith("queued mail ")

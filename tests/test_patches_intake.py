@@ -157,7 +157,7 @@ def test_push_options_set_jobs_and_runs(eng, setup):
         (["topic:refs/for/no-such-tree/main"], "unknown tree (known: linux-6.1)"),
         (["topic:refs/for/linux-6.1/no-such-base"], "base 'no-such-base' is not a branch"),
         (["main:refs/for/linux-6.1/main"], "adds no commits to 'main'"),
-        (["-o", "color=red", "topic:refs/for/linux-6.1/main"], "push option 'color'"),
+        (["-o", "color=red", "topic:refs/for/linux-6.1/main"], "color: no such option"),
         # the same validation as the web form, the API and the CLI
         (["-o", "runs=31", "topic:refs/for/linux-6.1/main"], "runs: must be between 1 and 30"),
         (["-o", "jobs=no-such-job", "topic:refs/for/linux-6.1/main"], "no job definition"),

@@ -1,5 +1,5 @@
-"""create_series and the apply outcomes (stored by patches.store, the series moved by the
-lifecycle) on a real PostgreSQL database."""
+"""create_series (the intake's store) and the apply outcomes (stored by patches.store, the
+series moved by the lifecycle) on a real PostgreSQL database."""
 
 from __future__ import annotations
 
@@ -24,6 +24,13 @@ def parsed(name: str = "no-cover.mbox"):
     return parse_mbox((DATA / name).read_bytes(), source=name)
 
 
+def create(s, p, *, tree, base, **kw):
+    """create_series as the intake calls it: the base and key resolved once before."""
+    base_ref = store.resolve_base(p, base, None)
+    key = store.series_key(p, tree, base_ref)
+    return store.create_series(s, p, tree=tree, base_ref=base_ref, key=key, **kw)
+
+
 def count(eng, model) -> int:
     with Session(eng) as s:
         return s.scalar(select(func.count()).select_from(model))
@@ -31,7 +38,7 @@ def count(eng, model) -> int:
 
 def test_create_series_stores_series_and_patches(eng):
     with Session(eng) as s, s.begin():
-        series = store.create_series(
+        series = create(
             s, parsed("cover-v2.mbox"), tree="linux-6.1", base="v6.1", jobs=["thpscale"], runs=3
         )
         sid = series.id
@@ -58,14 +65,14 @@ def test_create_series_stores_series_and_patches(eng):
 
 def test_resubmitting_the_same_mbox_returns_the_existing_series(eng):
     with Session(eng) as s, s.begin():
-        first = store.create_series(s, parsed(), tree="linux-6.1", base=None).id
+        first = create(s, parsed(), tree="linux-6.1", base=None).id
     with Session(eng) as s, s.begin():
-        again = store.create_series(s, parsed(), tree="linux-6.1", base=None, runs=9).id
+        again = create(s, parsed(), tree="linux-6.1", base=None, runs=9).id
     assert again == first
     assert count(eng, Series) == 1 and count(eng, Patch) == 3 and count(eng, Tree) == 1
     # the same series aimed at another base is a different submission
     with Session(eng) as s, s.begin():
-        other = store.create_series(s, parsed(), tree="linux-6.1", base="v6.2").id
+        other = create(s, parsed(), tree="linux-6.1", base="v6.2").id
     assert other != first and count(eng, Series) == 2
 
 
@@ -74,10 +81,10 @@ def test_series_without_message_id_is_keyed_by_content(eng):
     b = parsed("single-base.mbox")
     a.message_id = b.message_id = None
     with Session(eng) as s, s.begin():
-        first = store.create_series(s, a, tree=None, base=None).id
-        assert store.create_series(s, b, tree=None, base=None).id == first
+        first = create(s, a, tree=None, base=None).id
+        assert create(s, b, tree=None, base=None).id == first
         b.patches[0].diff += "+more\n"
-        assert store.create_series(s, b, tree=None, base=None).id != first
+        assert create(s, b, tree=None, base=None).id != first
 
 
 def test_bad_tree_name_writes_nothing(eng):
@@ -86,13 +93,13 @@ def test_bad_tree_name_writes_nothing(eng):
         Session(eng) as s,
         s.begin(),
     ):
-        store.create_series(s, parsed(), tree="../etc", base=None)
+        create(s, parsed(), tree="../etc", base=None)
     assert count(eng, Series) == 0 and count(eng, Tree) == 0
 
 
 def _series(eng, name="no-cover.mbox") -> int:
     with Session(eng) as s, s.begin():
-        return store.create_series(s, parsed(name), tree="linux-6.1", base="main").id
+        return create(s, parsed(name), tree="linux-6.1", base="main").id
 
 
 def test_record_apply_success(eng):

@@ -6,11 +6,22 @@ import io
 import re
 
 import pytest
+from intake_support import submit_series
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from stackbench.errors import InputError, NotFoundError
-from stackbench.jobs.driver import pipeline
+from stackbench.jobs.driver import intake
+from stackbench.jobs.driver.apply_stage import _apply, mail_from_patch
+from stackbench.jobs.executors.jobspecs import (
+    parse_job_spec,
+    plan_for,
+    resolve_jobs,
+    split_job_specs,
+)
+from stackbench.jobs.executors.progress import Eta, ProgressEvent, StderrProgress
+from stackbench.jobs.executors.series_state import KernelTask, SeriesRun
+from stackbench.jobs.executors.settings import Settings
 from stackbench.patches import stacks
 from stackbench.patches.parser import parse_mbox
 from stackbench.resultsdb.models import Series
@@ -18,7 +29,7 @@ from stackbench.resultsdb.models import Series
 
 def test_split_job_specs_keeps_bracketed_commas():
     text = "thpscale[madvise=false,max_threads=2], stress-highalloc ,vm-scalability"
-    assert pipeline.split_job_specs(text) == [
+    assert split_job_specs(text) == [
         "thpscale[madvise=false,max_threads=2]",
         "stress-highalloc",
         "vm-scalability",
@@ -26,12 +37,12 @@ def test_split_job_specs_keeps_bracketed_commas():
 
 
 def test_parse_job_spec_overrides_and_runs():
-    job = pipeline.parse_job_spec("thpscale[madvise=false,max_threads=2]", runs=2)
+    job = parse_job_spec("thpscale[madvise=false,max_threads=2]", runs=2)
     assert job.name == "thpscale"
     assert job.params["madvise"] is False
     assert job.params["max_threads"] == 2
     assert job.runs == 2
-    vms = pipeline.parse_job_spec("vm-scalability[test=anon-w-seq|anon-w-rand]")
+    vms = parse_job_spec("vm-scalability[test=anon-w-seq|anon-w-rand]")
     assert vms.params["test"] == ["anon-w-seq", "anon-w-rand"]
 
 
@@ -46,17 +57,17 @@ def test_parse_job_spec_overrides_and_runs():
 )
 def test_bad_job_specs(spec, message):
     with pytest.raises(InputError, match=message):
-        pipeline.parse_job_spec(spec)
+        parse_job_spec(spec)
 
 
 def test_unknown_job():
     with pytest.raises(NotFoundError, match="no job definition 'nope'"):
-        pipeline.parse_job_spec("nope")
+        parse_job_spec("nope")
 
 
 def test_plan_is_resolved_for_the_guest():
-    jobs = pipeline.resolve_jobs(["vm-scalability[test=anon-w-seq]", "stress-highalloc"], 2)
-    plan = pipeline.plan_for(jobs, pipeline.Settings(cpus=2, mem_mb=1024))
+    jobs = resolve_jobs(["vm-scalability[test=anon-w-seq]", "stress-highalloc"], 2)
+    plan = plan_for(jobs, Settings(cpus=2, mem_mb=1024))
     assert [sj.suite for sj in plan] == ["vm-scalability", "stress-highalloc"]
     assert all(sj.runs == 2 for sj in plan)
     assert plan[0].resolved["NR_TASK"] == 2
@@ -64,7 +75,7 @@ def test_plan_is_resolved_for_the_guest():
 
 def test_runs_must_be_positive():
     with pytest.raises(InputError, match="at least 1"):
-        pipeline.resolve_jobs(None, 0)
+        resolve_jobs(None, 0)
 
 
 def _count(eng, model) -> int:
@@ -74,8 +85,8 @@ def _count(eng, model) -> int:
 
 def test_submit_stores_once_with_raw_mails(eng):
     mbox = stacks.stack_mbox("compaction-demo")
-    sid = pipeline.submit(eng, mbox, jobs=["stress-highalloc"], runs=2)
-    assert pipeline.submit(eng, mbox, jobs=["stress-highalloc"], runs=2) == sid
+    sid = submit_series(eng, mbox, jobs=["stress-highalloc"], runs=2)
+    assert submit_series(eng, mbox, jobs=["stress-highalloc"], runs=2) == sid
     with Session(eng) as s:
         series = s.get(Series, sid)
         assert series.state == "new"
@@ -92,30 +103,33 @@ def test_submit_stores_once_with_raw_mails(eng):
     [
         ({"jobs": ["nope"]}, "no job definition"),
         ({"jobs": ["thpscale[max_threads=0]"]}, "max_threads"),
-        ({"runs": 0}, "at least 1"),
-        ({"tree": "linux-9.9"}, "no kernel tree named"),
+        ({"runs": 0}, "runs: must be between 1 and 30, not 0"),
+        ({"tree": "linux-9.9"}, "unknown tree"),
+        ({"cpus": 4, "runner": intake.DISPATCHER}, "cpus: only a series run in this process"),
+        ({"max_boots": 0}, "max_boots: must be between 1"),
+        ({"colour": "red"}, "colour: no such option"),
     ],
 )
 def test_submit_rejects_bad_input_before_writing(eng, kwargs, message):
-    with pytest.raises((InputError, NotFoundError), match=message):
-        pipeline.submit(eng, stacks.stack_mbox("compaction-demo"), **kwargs)
+    with pytest.raises(intake.SubmissionErrors, match=message):
+        submit_series(eng, stacks.stack_mbox("compaction-demo"), **kwargs)
     assert _count(eng, Series) == 0
 
 
 def test_submit_rejects_a_non_mbox(eng):
-    with pytest.raises(InputError):
-        pipeline.submit(eng, b"this is not a patch\n", filename="notes.txt")
+    with pytest.raises(intake.SubmissionErrors, match="^mbox: "):
+        submit_series(eng, b"this is not a patch\n", filename="notes.txt")
     assert _count(eng, Series) == 0
 
 
 def test_mail_from_patch_round_trips(eng):
     """Series stored by other front ends (no raw mails kept) are rebuilt from their rows."""
     mbox = stacks.stack_mbox("compaction-demo")
-    sid = pipeline.submit(eng, mbox)
+    sid = submit_series(eng, mbox)
     with Session(eng) as s:
         series = s.get(Series, sid)
         rebuilt = b"\n".join(
-            b"From stackbench Mon Sep 17 00:00:00 2001\n" + pipeline.mail_from_patch(p)
+            b"From stackbench Mon Sep 17 00:00:00 2001\n" + mail_from_patch(p)
             for p in sorted(series.patches, key=lambda p: p.idx)
         )
         again = parse_mbox(rebuilt, source="rebuilt")
@@ -124,7 +138,7 @@ def test_mail_from_patch_round_trips(eng):
 
 
 def test_eta_scales_with_observed_speed():
-    eta = pipeline.Eta()
+    eta = Eta()
     eta.plan("a", 100)
     eta.plan("b", 100)
     assert eta.remaining() == 200
@@ -134,9 +148,7 @@ def test_eta_scales_with_observed_speed():
 
 def test_stderr_progress_line():
     buf = io.StringIO()
-    pipeline.StderrProgress(buf)(
-        pipeline.ProgressEvent("build", 2, 4, "1/3 mm: x", "built (5s)", 65, 190)
-    )
+    StderrProgress(buf)(ProgressEvent("build", 2, 4, "1/3 mm: x", "built (5s)", 65, 190))
     assert buf.getvalue() == "[ 1m05s] build 2/4  1/3 mm: x  built (5s)  (eta 3m10s)\n"
 
 
@@ -188,12 +200,12 @@ def test_rebuilt_mails_apply_with_git_am(eng, tmp_path):
         proc.run(["git", "-C", repo, "commit", "-q", "-am", msg], env=env)
     want = proc.run(["git", "-C", repo, "rev-parse", "HEAD^{tree}"]).stdout.strip()
     mbox = proc.run(["git", "-C", repo, "format-patch", "--stdout", f"{base}..HEAD"]).stdout
-    sid = pipeline.submit(eng, mbox.encode())
+    sid = submit_series(eng, mbox.encode())
     proc.run(["git", "-C", repo, "checkout", "-q", "--detach", base])
     with Session(eng) as s:
         series = s.get(Series, sid)
         for p in sorted(series.patches, key=lambda p: p.idx):
-            proc.run(["git", "-C", repo, "am", "-q"], input=pipeline.mail_from_patch(p), env=env)
+            proc.run(["git", "-C", repo, "am", "-q"], input=mail_from_patch(p), env=env)
     got = proc.run(["git", "-C", repo, "rev-parse", "HEAD^{tree}"]).stdout.strip()
     assert got == want
     subjects = proc.run(["git", "-C", repo, "log", "--format=%s|%an", "-2"]).stdout.split("\n")
@@ -207,9 +219,7 @@ def test_pushed_series_builds_the_commits_as_pushed(eng, tmp_path):
     """A series that came by git push is not re-applied: its commits are fetched from the
     intake repository into the tree, with the pushed shas."""
     from stackbench import proc
-    from stackbench.jobs.driver import lifecycle
-    from stackbench.patches import intake, store
-    from stackbench.patches.apply import ApplyResult
+    from stackbench.resultsdb import db
 
     env = GIT_ENV
     tree = tmp_path / "tree"
@@ -221,24 +231,13 @@ def test_pushed_series_builds_the_commits_as_pushed(eng, tmp_path):
             fh.write(f"int p{i};\n")
         proc.run(["git", "-C", pushed, "commit", "-q", "-am", f"mm/compaction: p{i}"], env=env)
     head = proc.run(["git", "-C", pushed, "rev-parse", "HEAD"]).stdout.strip()
-    parsed = intake.series_from_push(pushed, "linux-6.1", base, head)
-    shas = [p.commit_sha for p in parsed.patches]
-    with Session(eng) as s, s.begin():
-        series = store.create_series(
-            s,
-            parsed,
-            tree="linux-6.1",
-            base=base,
-            source="push",
-            meta={"push": {"repo": str(pushed), "ref": "refs/for/linux-6.1/main", "head": head}},
-        )
-        sid = series.id
-    with Session(eng) as s, s.begin():
-        lifecycle.record_apply(s, sid, ApplyResult(base_sha=base, commits=shas, ok=True))
+    push = intake.Pushed(repo=pushed, ref=f"refs/for/linux-6.1/{base}", new=head)
+    with db.session(eng) as s:
+        taken = intake.take(s, intake.Submission(source="push", pushed=push, runner=intake.HERE))
+        sid = taken.series.id
+        shas = [p.commit_sha for p in taken.parsed.patches]
     assert proc.run(["git", "-C", tree, "cat-file", "-e", head], check=False).returncode != 0
-    tasks = pipeline._apply(
-        eng, pipeline.SeriesRun(sid, pipeline.Settings(), None), tree, base, None
-    )
+    tasks = _apply(eng, SeriesRun(sid, Settings(), None), tree, base, None)
     assert [t.commit for t in tasks] == [base, *shas]
     assert proc.run(["git", "-C", tree, "cat-file", "-e", head], check=False).returncode == 0
     with Session(eng) as s:
@@ -259,7 +258,7 @@ def test_a_kernel_of_no_series_is_recorded_by_the_build_stage(eng, tmp_path):
     missing = "0123456789abcdef" * 2 + "01234567"
     ids = []
     for _ in range(2):
-        t = pipeline.KernelTask(label="", name=missing[:12], commit=missing)
+        t = KernelTask(label="", name=missing[:12], commit=missing)
         build_kernel(eng, repo, tree, t, config="tiny-guest", make_jobs=1, meta={"subject": "x"})
         assert t.outcome == "build-failed" and t.error, t
         ids.append(t.build_id)

@@ -11,11 +11,14 @@ import re
 from pathlib import Path
 
 import pytest
+from intake_support import submit_series
 from kernelkit import require_kernel_tools, use_kernel_cache
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from stackbench.jobs.driver import pipeline
+from stackbench.jobs.executors.progress import ProgressEvent
+from stackbench.jobs.executors.settings import Settings
 from stackbench.patches import stacks
 from stackbench.resultsdb.models import Event, KernelBuild, Run, RunLog, Sample, Series
 from stackbench.resultsdb.tables import render
@@ -38,11 +41,11 @@ def kernel_env(monkeypatch):
     use_kernel_cache(monkeypatch)
 
 
-def settings(**kw) -> pipeline.Settings:
+def settings(**kw) -> Settings:
     kw.setdefault("init_timeout_s", 60)
     # these tests check the plan and the failure paths, not verdicts: no extra rounds
     kw.setdefault("adaptive", False)
-    return pipeline.Settings(cpus=2, mem_mb=1024, **kw)
+    return Settings(cpus=2, mem_mb=1024, **kw)
 
 
 def first_patch(name: str) -> bytes:
@@ -76,8 +79,8 @@ def events(eng, sid: int) -> list[tuple[str, str]]:
 
 
 def test_base_and_one_commit_end_to_end(eng, kernel_env, capsys):
-    seen: list[pipeline.ProgressEvent] = []
-    sid = pipeline.submit(eng, first_patch("compaction-demo"), jobs=SHORT_JOBS, runs=1)
+    seen: list[ProgressEvent] = []
+    sid = submit_series(eng, first_patch("compaction-demo"), jobs=SHORT_JOBS, runs=1)
     state = pipeline.run_series(eng, sid, progress=seen.append, settings=settings())
     assert state == "done"
     b = builds_by_label(eng, sid)
@@ -114,7 +117,7 @@ def test_base_and_one_commit_end_to_end(eng, kernel_env, capsys):
 
 
 def test_broken_apply_builds_nothing(eng, kernel_env):
-    sid = pipeline.submit(eng, stacks.stack_mbox("broken-apply"), jobs=QUICK_JOBS, runs=1)
+    sid = submit_series(eng, stacks.stack_mbox("broken-apply"), jobs=QUICK_JOBS, runs=1)
     assert pipeline.run_series(eng, sid, settings=settings()) == "apply-failed"
     with Session(eng) as s:
         series = s.get(Series, sid)
@@ -125,7 +128,7 @@ def test_broken_apply_builds_nothing(eng, kernel_env):
 
 
 def test_broken_build_fails_that_commit_only(eng, kernel_env):
-    sid = pipeline.submit(eng, stacks.stack_mbox("broken-build"), jobs=QUICK_JOBS, runs=1)
+    sid = submit_series(eng, stacks.stack_mbox("broken-build"), jobs=QUICK_JOBS, runs=1)
     assert pipeline.run_series(eng, sid, settings=settings()) == "failed"
     b = builds_by_label(eng, sid)
     assert b["1"].status == "build-failed"
@@ -142,7 +145,7 @@ def test_broken_build_fails_that_commit_only(eng, kernel_env):
 
 
 def test_panic_boot_is_crashed_with_console_tail(eng, kernel_env):
-    sid = pipeline.submit(eng, stacks.stack_mbox("panic-boot"), jobs=QUICK_JOBS, runs=1)
+    sid = submit_series(eng, stacks.stack_mbox("panic-boot"), jobs=QUICK_JOBS, runs=1)
     assert pipeline.run_series(eng, sid, settings=settings()) == "failed"
     b = builds_by_label(eng, sid)
     assert b["1"].status == "built"
@@ -175,7 +178,7 @@ def _qemu_running_under(path: Path) -> bool:
 
 
 def test_hang_boot_times_out_and_vm_is_killed(eng, kernel_env, tmp_path):
-    sid = pipeline.submit(eng, stacks.stack_mbox("hang-boot"), jobs=QUICK_JOBS, runs=1)
+    sid = submit_series(eng, stacks.stack_mbox("hang-boot"), jobs=QUICK_JOBS, runs=1)
     assert pipeline.run_series(eng, sid, settings=settings(init_timeout_s=60)) == "failed"
     b = builds_by_label(eng, sid)
     runs = runs_of(eng, b["1"].id)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from intake_support import submit_series
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -108,13 +109,15 @@ def test_the_in_process_executor_boots_each_kernel_once_per_round(eng, monkeypat
     from test_pipeline_e2e import QUICK_JOBS, first_patch
 
     from stackbench.jobs.driver import pipeline
+    from stackbench.jobs.executors.progress import ProgressEvent
+    from stackbench.jobs.executors.settings import Settings
     from stackbench.resultsdb.models import Event, KernelBuild, Series
 
     require_kernel_tools()
     use_kernel_cache(monkeypatch)
-    sid = pipeline.submit(eng, first_patch("compaction-demo"), jobs=QUICK_JOBS, runs=3)
-    seen: list[pipeline.ProgressEvent] = []
-    settings = pipeline.Settings(cpus=2, mem_mb=1024, init_timeout_s=60, adaptive=False)
+    sid = submit_series(eng, first_patch("compaction-demo"), jobs=QUICK_JOBS, runs=3)
+    seen: list[ProgressEvent] = []
+    settings = Settings(cpus=2, mem_mb=1024, init_timeout_s=60, adaptive=False)
     assert pipeline.run_series(eng, sid, progress=seen.append, settings=settings, seed=11) == (
         "done"
     )

@@ -21,7 +21,9 @@ from stackbench.jobs.benchmarks import definitions as d
 from stackbench.jobs.benchmarks import suites
 from stackbench.jobs.benchmarks.guest import initramfs
 from stackbench.jobs.benchmarks.parsers import thpscale, vm_scalability
-from stackbench.jobs.driver import pipeline
+from stackbench.jobs.executors.boot_stage import run_kernel
+from stackbench.jobs.executors.jobspecs import parse_job_spec, plan_for
+from stackbench.jobs.executors.settings import Settings
 
 UPSTREAM = SHARED / "upstream"
 VMS_COMMIT = "96c94369e0cb36933c462c400a0e9e01f1caaf49"
@@ -69,7 +71,7 @@ def mirror(monkeypatch, built):
 
 
 def expand(spec: str) -> list[d.SubJob]:
-    return pipeline.plan_for([pipeline.parse_job_spec(spec, 1)], pipeline.Settings())
+    return plan_for([parse_job_spec(spec, 1)], Settings())
 
 
 # ---- choosing the source --------------------------------------------------------------------
@@ -317,9 +319,9 @@ def test_run_kernel_fails_upstream_jobs_whose_source_does_not_build(monkeypatch,
     plan = d.expand(job, guest_mem_mb=1024, guest_cpus=2)
     bzimage = tmp_path / "bzImage"
     bzimage.write_bytes(b"never booted")
-    res, runs = pipeline.run_kernel(
+    res, runs = run_kernel(
         bzimage, {}, plan, kernel=KernelSpec(commit="c" * 40),
-        settings=pipeline.Settings(accel="tcg"), workdir=tmp_path / "vm", boot_id="b1",
+        settings=Settings(accel="tcg"), workdir=tmp_path / "vm", boot_id="b1",
     )  # fmt: skip
     assert res is None  # nothing left to boot
     assert [(r.iteration, r.status) for r in runs] == [(0, "failed"), (1, "failed")]

@@ -10,6 +10,7 @@ import re
 import subprocess
 
 import pytest
+from intake_support import submit_series
 from sqlalchemy import event, func, select, text
 from test_web_support import (
     add_token,
@@ -321,11 +322,10 @@ def test_two_different_mails_with_one_message_id_are_refused(eng, client):
 
 
 def test_same_mbox_by_cli_and_api_is_one_series(eng, client):
-    from stackbench.jobs.driver import pipeline
     from stackbench.patches import stacks
 
     mbox = stacks.stack_mbox("compaction-demo")
-    sid = pipeline.submit(eng, mbox, jobs=["stress-highalloc"], runs=2)
+    sid = submit_series(eng, mbox, jobs=["stress-highalloc"], runs=2)
     add_user(eng, "alice")
     body = {"tree": "linux-6.1", "jobs": ["stress-highalloc"], "runs": 2}
     body["mbox_base64"] = base64.b64encode(mbox).decode()
@@ -354,7 +354,9 @@ def git(repo, *args: str, input: bytes | None = None) -> bytes:
 def test_latin1_patch_submitted_by_upload_applies_from_its_bytes(eng, client, tmp_path):
     """An mbox whose patch touches a latin-1 file: the bytes must reach git am unchanged,
     not decoded and rebuilt as UTF-8."""
-    from stackbench.jobs.driver import pipeline
+    from stackbench.jobs.driver.apply_stage import _apply
+    from stackbench.jobs.executors.series_state import SeriesRun
+    from stackbench.jobs.executors.settings import Settings
     from stackbench.resultsdb.models import Series
 
     repo = tmp_path / "repo"
@@ -385,9 +387,7 @@ def test_latin1_patch_submitted_by_upload_applies_from_its_bytes(eng, client, tm
     sid = r.get_json()["id"]
     with db(eng) as s:
         assert s.get(Series, sid).mbox == mbox
-    tasks = pipeline._apply(
-        eng, pipeline.SeriesRun(sid, pipeline.Settings(), None), repo, base, None
-    )
+    tasks = _apply(eng, SeriesRun(sid, Settings(), None), repo, base, None)
     assert tasks is not None, "the latin-1 patch did not apply"
     head = tasks[-1].commit
     assert git(repo, "rev-parse", f"{head}^{{tree}}").decode().strip() == want

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from intake_support import submit_series
 from kernelkit import require_kernel_tools, use_kernel_cache
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -65,11 +66,11 @@ def test_a_commit_that_does_not_compile_records_the_compiler_error(eng, monkeypa
     use_kernel_cache(monkeypatch)
     monkeypatch.delenv("STACKBENCH_URL", raising=False)
     monkeypatch.chdir(tmp_path)
-    from stackbench.jobs.driver import pipeline
+    from stackbench.jobs.driver.apply_stage import apply_only
     from stackbench.patches import stacks
 
-    sid = pipeline.submit(eng, stacks.stack_mbox("broken-build"), jobs=["vm-scalability"])
-    applied = pipeline.apply_only(eng, sid)
+    sid = submit_series(eng, stacks.stack_mbox("broken-build"), jobs=["vm-scalability"])
+    applied = apply_only(eng, sid)
     assert applied is not None
     commit, name = applied[-1]
     argv = ["worker", "build", "--commit", commit, "--series", str(sid), "--name", name]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from stackbench import config, supervision
 from stackbench.httpclient import Client, HttpError
-from stackbench.services import SERVICES, local_web_url
+from stackbench.services import local_web_url
 from stackbench.supervision import Program
 
 PROGRAM = "web"
@@ -158,6 +158,3 @@ def stop() -> str:
     if not supervision.stop_programs([PROXY, PROGRAM]) or not pid:
         return "web: not running"
     return f"web: stopped (pid {pid})"
-
-
-SERVICES.append(("web", start, stop))

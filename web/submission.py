@@ -1,28 +1,28 @@
-"""Submitting a series (form and API share this): validate every field (the one validation
-of stackbench.jobs.driver.lifecycle), parse the mbox, store the series in state "new" and hand it to
-the dispatcher. Nothing is built in the request."""
+"""Submitting a series from the form and the API: the rate limit, then the one intake
+(stackbench.jobs.driver.intake.take), which validates every field, parses the mbox, stores
+the series in state "new" and hands it to the dispatcher. Nothing is built in the request."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.orm import Session
 
-from stackbench.errors import InputError, StackbenchError
-from stackbench.jobs.driver import lifecycle
+from stackbench.errors import StackbenchError
+from stackbench.jobs.driver import intake
 from stackbench.resultsdb import jobs_q
 
 if TYPE_CHECKING:
     from stackbench.resultsdb.models import AppUser, Series
 from stackbench.web import ratelimit
 
-MAX_RUNS = lifecycle.MAX_RUNS
-DEFAULT_RUNS = lifecycle.DEFAULT_RUNS
+MAX_RUNS = intake.MAX_RUNS
+DEFAULT_RUNS = intake.DEFAULT_RUNS
 
 
 # the form and the API show these per field; every front door validates the same way
-FieldErrors = lifecycle.SubmissionErrors
+FieldErrors = intake.SubmissionErrors
 
 
 @dataclass
@@ -30,10 +30,17 @@ class Request:
     mbox: bytes
     tree: str
     base: str = ""
-    jobs: list[str] = field(default_factory=list)
-    runs: int | str = DEFAULT_RUNS  # validated by submit()
+    # the submission's options by name (intake.Options): jobs, runs, and any later opt-in
+    options: dict[str, Any] = field(default_factory=dict)
     source: str = "web"
     filename: str = "mbox"
+
+
+def options_from(fields: Any, jobs: list[str]) -> dict[str, Any]:
+    """The submission's options among a form's or JSON body's fields (each Options field by
+    its name: a later opt-in needs no code here); ``jobs`` as the door read them."""
+    named = {n: fields.get(n) for n in intake.Options.names() if n != "jobs" and n in fields}
+    return {"runs": DEFAULT_RUNS, **named, "jobs": jobs}
 
 
 def job_choices(s: Session) -> list[str]:
@@ -51,37 +58,23 @@ def job_choices(s: Session) -> list[str]:
 
 
 def submit(s: Session, user: AppUser, req: Request) -> tuple[Series, str]:
-    """Validate and store, then hand over to the dispatcher; raises FieldErrors naming the
-    fields at fault, writes nothing then. Returns the series and, when the same series was
-    stored before (and is what comes back), what to tell the submitter about it."""
+    """Store the submission through the one intake; raises FieldErrors naming the fields at
+    fault, writes nothing then. Returns the series and, when the same series was stored
+    before (and is what comes back), what to tell the submitter about it."""
     msg = ratelimit.check_submission(s, user.id)
     if msg:
         raise FieldErrors({"submit": msg})
-    errors: dict[str, str] = {}
-    checked = None
-    try:
-        checked = lifecycle.check(
-            s, tree=req.tree, base=req.base, jobs=list(req.jobs), runs=req.runs
-        )
-    except FieldErrors as exc:
-        errors.update(exc.errors)
-    parsed = None
-    if not req.mbox.strip():
-        errors["mbox"] = "upload an mbox file or paste one"
-    else:
-        try:
-            from stackbench.patches.parser import parse_mbox
-
-            parsed = parse_mbox(req.mbox, source=req.filename)
-        except InputError as exc:
-            errors["mbox"] = exc.what
-        except ImportError:
-            errors["mbox"] = "the patch parser is not installed on this server"
-    if errors or checked is None or parsed is None:
-        raise FieldErrors(errors)
-    stored = lifecycle.already_stored(s, parsed, checked)
-    note = lifecycle.resubmission_note(stored, parsed) if stored is not None else ""
-    series = lifecycle.create(
-        s, parsed, checked, source=req.source, owner_id=user.id, mbox=req.mbox
+    taken = intake.take(
+        s,
+        intake.Submission(
+            source=req.source,
+            tree=req.tree,
+            base=req.base,
+            mbox=req.mbox,
+            filename=req.filename,
+            options=req.options,
+            owner_id=user.id,
+        ),
     )
-    return series, note
+    assert taken.series is not None
+    return taken.series, taken.note

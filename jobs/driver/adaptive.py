@@ -23,7 +23,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from stackbench.jobs.executors import plan as boot_plan
-from stackbench.resultsdb import db, query, series_store, verdict
+from stackbench.resultsdb import db, kernels_store, query, series_store, verdict
 from stackbench.resultsdb.boots import boot_key
 
 # Boots per kernel a series may reach without asking: the verdict's second look. A rank-tested
@@ -119,15 +119,14 @@ def more_rounds(
     metric of every job is decided, or the undecided ones are at the cap). ``after`` is the
     previous answer: rounds that added no boot (every boot crashed) end the loop. ``have``
     counts the rounds the verdict paired; the cap counts the boots a kernel really had."""
-    from stackbench.jobs.driver.pipeline import series_kernels
     from stackbench.resultsdb.tables.verdict import compare
 
     policy = policy or verdict.DEFAULT
     with db.session(eng) as s:
         row = series_store.get(s, series_id)
         meta = dict(row.meta) if row is not None else {}
+        builds = kernels_store.series_kernels(s, series_id)
     cap = cap if cap is not None else cap_of(meta)
-    builds = series_kernels(eng, series_id)
     if len(builds) < 2 or cap < 1:
         return None
     kernels = [query.Kernel(b.id, b.commit, b.name, b.config_name, b.compiler) for b in builds]

@@ -342,9 +342,9 @@ class Dispatcher:
                             f"{what}: waiting on a host fault, retried until fixed: {fault}")  # fmt: skip
 
     def _apply(self, sid: int) -> None:
-        from stackbench.jobs.driver import pipeline
+        from stackbench.jobs.driver.apply_stage import apply_only
 
-        pipeline.apply_only(self.eng, sid)  # records applied / apply-failed itself
+        apply_only(self.eng, sid)  # records applied / apply-failed itself
         line = lifecycle.report_apply_failed(self.eng, sid)
         if line:
             log.info("series %s: apply-failed; %s", sid, line)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from stackbench import config, supervision
-from stackbench.services import SERVICES, stackbench_command
+from stackbench.services import stackbench_command
 from stackbench.supervision import Program
 
 
@@ -74,8 +74,3 @@ def start_lists(env: dict[str, str] | None = None) -> str:
 
 def stop_lists() -> str:
     return stop_command("lists")
-
-
-# the list watcher is after the dispatcher: `down` stops it first, so no new series arrive
-SERVICES.append(("dispatcher", start, stop))
-SERVICES.append(("lists", start_lists, stop_lists))

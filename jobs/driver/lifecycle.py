@@ -1,5 +1,6 @@
-"""The life of a series, owned by the service: how every front door creates one, and the
-states it goes through until the dispatcher (stackbench.jobs.driver.dispatch) finishes it.
+"""The life of a series, owned by the service: the states it goes through from the intake
+(stackbench.jobs.driver.intake, where every front door stores one) until the dispatcher
+(stackbench.jobs.driver.dispatch) finishes it.
 
     new -> applying -> applied -> building k/N -> running k/M -> done | failed (reason)
                \\-> apply-failed
@@ -12,34 +13,27 @@ attempt, its progress, its batches of rounds, each round's try) is typed, in
 ``_move``): every move is checked against :data:`MOVES`, one that it does not allow raises
 StateError and writes nothing, and a final state ends the attempt.
 
-CLI ``submit``, the web form, ``POST /api/series`` and ``git push`` (HTTP and SSH) all go
-through :func:`check` (one validation: tree, base, jobs with overrides, runs) and
-:func:`create` (store, record who and how, hand over to the dispatcher). Nothing is built in
-the request: the dispatcher that ``stackbench up`` runs picks the series up.
+Nothing is built when a series is submitted: the dispatcher that ``stackbench up`` runs
+picks it up, or the client that stored it hands it over (:func:`hand_over`).
 """
 
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from stackbench.errors import InputError, NotFoundError, StackbenchError
+from stackbench.errors import NotFoundError, StackbenchError
 from stackbench.resultsdb import (
-    accounts_q,
     comparisons_q,
     db,
     kernels_store,
     series_runs_store,
     series_store,
     signals,
-    storable,
-    trees_q,
 )
 
 if TYPE_CHECKING:
@@ -47,228 +41,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-MAX_RUNS = 30
-DEFAULT_RUNS = 3
 PENDING = ("new", "applying", "applied", "building", "running")
 FINAL = ("done", "failed", "apply-failed")
 # the dispatcher LISTENs here so a submission starts at once, not at its next look
 CHANNEL = "stackbench_series"
-_REF_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/\-]{0,199}$")
-
-
-class SubmissionErrors(StackbenchError):
-    """What is wrong with a submission, per field (the web form shows each beside its
-    field; the CLI and git print the joined line)."""
-
-    def __init__(self, errors: dict[str, str]) -> None:
-        self.errors = errors
-        super().__init__("; ".join(f"{k}: {v}" for k, v in errors.items()))
-
-
-@dataclass
-class Checked:
-    tree: str
-    base: str
-    jobs: list[str] | None  # None: the default jobs
-    runs: int | None  # None: the default runs
-
-
-def check_runs(raw: Any) -> int:
-    """Runs of every job per kernel: a whole number from 1 to MAX_RUNS."""
-    try:
-        runs = int(str(raw).strip())
-    except ValueError:
-        raise InputError("runs", f"not a number: {str(raw)[:20]!r}") from None
-    if not 1 <= runs <= MAX_RUNS:
-        raise InputError("runs", f"must be between 1 and {MAX_RUNS}, not {runs}")
-    return runs
-
-
-def check_jobs(specs: list[str]) -> list[str]:
-    """Job specs with optional overrides (``thpscale[madvise=false]``), each validated
-    against its definition's schema; the cleaned specs."""
-    from stackbench.jobs.driver import pipeline
-
-    out = []
-    for spec in specs:
-        spec = str(spec).strip()
-        if not spec:
-            continue
-        try:
-            pipeline.parse_job_spec(spec)
-        except StackbenchError as exc:
-            raise InputError(f"job {spec[:60]!r}", _short(exc)) from None
-        out.append(spec)
-    return out
-
-
-def _short(exc: Exception) -> str:
-    msg = getattr(exc, "what", None) or str(exc)
-    return msg.splitlines()[0][:300] if msg else type(exc).__name__
-
-
-def known_tree(s: Session, name: str) -> trees_q.Tree | None:
-    """The tree's row; a tree defined by YAML (kernels/trees, $STACKBENCH_TREES) but not yet
-    in the database is registered here."""
-    row = trees_q.named(s, name)
-    if row is not None:
-        return row
-    from stackbench.kernels import trees
-
-    try:
-        tree = trees.load_tree(name)
-    except StackbenchError:
-        return None
-    from stackbench.jobs.driver.pipeline import register_tree
-
-    return register_tree(s, tree)
-
-
-@dataclass
-class TreeChoice:
-    name: str
-    default_base: str
-
-
-def tree_choices(s: Session) -> list[TreeChoice]:
-    """Trees a series may target: those in the database and those defined by YAML (a fresh
-    installation has only the latter; :func:`check` registers one when it is used)."""
-    seen = {t.name: TreeChoice(t.name, t.default_base or "") for t in trees_q.trees(s)}
-    try:
-        from stackbench.kernels import trees
-
-        for t in trees.list_trees():
-            seen.setdefault(t.name, TreeChoice(t.name, t.default_base))
-    except StackbenchError:
-        pass  # a broken YAML tree is reported where it is used, not on every form
-    return [seen[n] for n in sorted(seen)]
-
-
-def check(
-    s: Session,
-    *,
-    tree: str,
-    base: str | None = None,
-    jobs: list[str] | None = None,
-    runs: Any = None,
-) -> Checked:
-    """The one validation of every front door; SubmissionErrors names every bad field and
-    nothing is written (a YAML tree may be registered: that is not the submission)."""
-    errors: dict[str, str] = {}
-    bad_name = storable.tree_name_problem(tree) if tree else None
-    row = known_tree(s, tree) if tree and not bad_name else None
-    if bad_name:
-        errors["tree"] = bad_name
-    elif row is None:
-        names = ", ".join(t.name for t in trees_q.trees(s)) or "none"
-        errors["tree"] = f"{tree[:80]!r}: unknown tree (known: {names})" if tree else "pick a tree"
-    base = (base or "").strip()
-    if base and not _REF_RE.match(base):
-        errors["base"] = "not a commit or ref name"
-    cleaned: list[str] | None = None
-    if jobs is not None:
-        try:
-            cleaned = check_jobs(list(jobs))
-            if not cleaned:
-                errors["jobs"] = "pick at least one job"
-        except InputError as exc:
-            errors["jobs"] = f"{exc.path}: {exc.what}"
-    n_runs: int | None = None
-    if runs not in (None, ""):
-        try:
-            n_runs = check_runs(runs)
-        except InputError as exc:
-            errors["runs"] = exc.what
-    if errors:
-        raise SubmissionErrors(errors)
-    return Checked(tree=tree, base=base, jobs=cleaned, runs=n_runs)
-
-
-def already_stored(s: Session, parsed: Any, checked: Checked) -> series_store.Series | None:
-    """The stored series this submission is (same Message-ID, patches, tree and base), if
-    any: :func:`create` would answer with it instead of storing a new one."""
-    from stackbench.patches.store import resolve_base, series_key
-
-    row = trees_q.named(s, checked.tree)
-    base = resolve_base(parsed, checked.base or None, row.default_base if row else None)
-    return series_store.by_key(s, series_key(parsed, checked.tree, base))
-
-
-def resubmission_note(stored: series_store.Series, parsed: Any) -> str:
-    """What a resubmission says about the stored series it matched: it is the same series,
-    and what of the new mbox was not kept (the key is the Message-ID and the patches)."""
-    kept = []
-    if (stored.cover_letter or "") != (parsed.cover_letter or ""):
-        kept.append("cover letter")
-    if stored.title != parsed.title:
-        kept.append("title")
-    note = f"series {stored.id} is already stored: same Message-ID and patches [{stored.state}]"
-    if len(kept) == 1:
-        note += f"; this mbox's {kept[0]} differs: the stored one is kept"
-    elif kept:
-        note += f"; this mbox's {' and '.join(kept)} differ: the stored ones are kept"
-    return note
-
-
-def create(
-    s: Session,
-    parsed: Any,
-    checked: Checked,
-    *,
-    source: str,
-    owner_id: int | None = None,
-    mbox: bytes | None = None,
-    meta: dict[str, Any] | None = None,
-    applied: Any = None,
-    foreground: bool = False,
-) -> series_store.Series:
-    """Store a checked submission and hand it to the dispatcher (idempotent: the same
-    series on the same tree and base gives the stored one back). ``applied`` is an
-    ApplyResult for series whose commits already exist (git push); ``foreground``: the
-    caller runs it or hands it over itself (``demo``, ``submit``), the dispatcher does not
-    take it."""
-    from stackbench.patches.store import create_series, resolve_base
-
-    row = trees_q.named(s, checked.tree)
-    base = resolve_base(parsed, checked.base or None, row.default_base if row else None)
-    if not base:
-        raise SubmissionErrors(
-            {"base": "the series has no base-commit: line and the tree no default base"}
-        )
-    try:
-        series = create_series(
-            s,
-            parsed,
-            tree=checked.tree,
-            base=base,
-            source=source,
-            owner_id=owner_id,
-            jobs=checked.jobs,
-            runs=checked.runs,
-            meta=meta,
-            mbox=mbox,  # applied as sent, whatever its charset
-        )
-    except InputError as exc:
-        raise SubmissionErrors({"mbox": exc.what}) from exc
-    s.flush()
-    if series.state != "new" or series.meta.get("submitted"):
-        return series  # the same submission again: already handed over
-    who = accounts_q.user(s, owner_id).name if owner_id else "an anonymous submitter"
-    series_store.merge_meta(series, submitted=source)
-    if not foreground:
-        series_runs_store.begin(s, series.id, source=source)
-    if applied is not None:
-        record_apply(s, series.id, applied)
-    series_store.add_event(
-        s,
-        series.id,
-        f"series:{series.id}",
-        series.state,
-        f"submitted by {who} via {source}; waiting for the dispatcher",
-    )
-    s.flush()
-    notify(s)
-    return series
 
 
 def hand_over(
@@ -278,7 +54,7 @@ def hand_over(
     source: str,
     fresh: bool = False,
     jobs: list[str] | None = None,
-    runs: Any = None,
+    runs: int | None = None,
 ) -> str:
     """Give a stored series to the dispatcher, once: what a watching client (``demo``) does
     instead of running it. Returns what happened: ``attached`` (already handed over and not
@@ -287,10 +63,11 @@ def hand_over(
     or ``handed-over``. A failed series, a ``fresh`` one (a rerun or a new plan) and one a
     foreground client ran are handed over again under a new attempt, so the dispatcher's
     submission key is new and the master gets one new buildset. ``jobs`` and ``runs``
-    replace the series' own for this and later attempts (checked as a submission's are)."""
-    settings = {"jobs": check_jobs(jobs)} if jobs else {}
+    replace the series' own for this and later attempts (checked by the caller as a
+    submission's are: stackbench.jobs.driver.intake.Options)."""
+    settings: dict[str, Any] = {"jobs": list(jobs)} if jobs else {}
     if runs is not None:
-        settings["runs"] = check_runs(runs)
+        settings["runs"] = runs
     with db.session(eng) as s:
         row = series_store.get(s, series_id, lock=True)
         if row is None:
@@ -491,11 +268,9 @@ def publish_comparison(eng: Engine, series_id: int) -> str | None:
     """The comparison of the base and every commit with results, made once when the series
     ends and public at /compare/<key> (nobody's quota); its key, also kept in
     ``series.meta["comparison"]``; None when fewer than two kernels have results."""
-    from stackbench.jobs.driver.pipeline import series_kernels
-
     ids = []
     with db.session(eng) as s:
-        for k in series_kernels(eng, series_id):
+        for k in kernels_store.series_kernels(s, series_id):
             if kernels_store.done_run_count(s, k.id):
                 ids.append(k.id)
     if len(ids) < 2:

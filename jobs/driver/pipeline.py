@@ -6,7 +6,7 @@ the Buildbot steps use its stages (apply_only, run_job).
 The stages live in their own modules: settings (jobs.executors.settings), progress lines and ETA
 (jobs.executors.progress), job specs (jobs.executors.jobspecs), series state (jobs.driver.lifecycle) and events (jobs.executors.series_state),
 apply (jobs.driver.apply_stage), build (jobs.executors.build_stage), boot (jobs.executors.boot_stage), the plan
-(jobs.executors.plan). Their public names stay importable from here.
+(jobs.executors.plan). Import each from where it is defined.
 
 States, recorded in ``series.state`` and as ``event`` rows:
 
@@ -28,88 +28,18 @@ from sqlalchemy import Engine
 
 from stackbench.errors import NotFoundError
 from stackbench.jobs.driver import lifecycle
-from stackbench.jobs.driver.apply_stage import (  # noqa: F401  (public names of the pipeline)
-    _apply,
-    apply_only,
-    apply_stage,
-    kernel_name,
-    mail_from_patch,
-)
 from stackbench.jobs.driver.journey import Journey
-from stackbench.jobs.driver.lifecycle import set_state  # noqa: F401  (the one writer of state)
 from stackbench.jobs.driver.local_executor import LocalExecutor
-from stackbench.jobs.executors.boot_stage import (  # noqa: F401
-    CONSOLE_TAIL_LINES,
-    GUEST_BANNER,
-    MODULE_FOR_SUITE,
-    boot_and_store,
-    boot_estimate,
-    boot_one,
-    boot_timeout,
-    failure_runs,
-    run_job,
-    run_kernel,
-)
-from stackbench.jobs.executors.build_stage import build_estimate, build_one, record_build_failure  # noqa: F401
 from stackbench.jobs.executors.faults import host_fault
-from stackbench.jobs.executors.jobspecs import (  # noqa: F401
-    parse_job_spec,
-    plan_for,
-    resolve_jobs,
-    split_job_specs,
-)
-from stackbench.jobs.executors.progress import (  # noqa: F401
-    Eta,
-    ProgressEvent,
-    ProgressFn,
-    StderrProgress,
-    fmt_duration,
-)
-from stackbench.jobs.executors.series_state import (  # noqa: F401
-    KernelTask,
-    SeriesRun,
-    event,
-    register_tree,
-)
-from stackbench.jobs.executors.settings import DEFAULT_JOBS, DEFAULT_RUNS, Settings  # noqa: F401
-from stackbench.kernels import trees
-from stackbench.resultsdb import db, kernels_store, series_runs_store, series_store
 
-
-def submit(
-    eng: Engine,
-    mbox: bytes,
-    *,
-    tree: str = "linux-6.1",
-    base: str | None = None,
-    jobs: list[str] | None = None,
-    runs: int | None = None,
-    source: str = "mbox",
-    filename: str = "<mbox>",
-    owner_id: int | None = None,
-) -> int:
-    """Store a series (idempotent: the same mails on the same tree and base give the same
-    series back) and return its id. Everything is validated before anything is written."""
-    from stackbench.patches.parser import parse_mbox
-    from stackbench.patches.store import create_series
-
-    tree_def = trees.load_tree(tree)
-    resolve_jobs(jobs, runs)  # bad job names or overrides fail here, before storing
-    parsed = parse_mbox(mbox, source=filename)
-    with db.session(eng) as s:
-        register_tree(s, tree_def)
-        series = create_series(
-            s,
-            parsed,
-            tree=tree,
-            base=base,
-            source=source,
-            owner_id=owner_id,
-            jobs=list(jobs) if jobs is not None else None,
-            runs=runs,
-            mbox=mbox,  # the raw mails, so `git am` gets exactly what was submitted
-        )
-        return series.id
+# parse_job_spec, plan_for, resolve_jobs and register_tree are not this module's: jobs/tracking
+# (nightly, bisect_runner, tracked_branches) still reads them from here, until the branch
+# that moves nightly and bisect onto the Journey drops that; these two lines go with it
+from stackbench.jobs.executors.jobspecs import parse_job_spec, plan_for, resolve_jobs  # noqa: F401
+from stackbench.jobs.executors.progress import ProgressFn
+from stackbench.jobs.executors.series_state import SeriesRun, register_tree  # noqa: F401
+from stackbench.jobs.executors.settings import Settings
+from stackbench.resultsdb import db, series_runs_store, series_store
 
 
 def run_series(
@@ -154,7 +84,9 @@ def run_series(
         with db.session(eng) as s:
             ended = series_store.state_of(s, series_id) in ("done", "apply-failed")
         if not ended:  # a series that ended stays as it ended
-            set_state(eng, series_id, "failed", f"pipeline stopped: {reason}", error=reason)
+            lifecycle.set_state(
+                eng, series_id, "failed", f"pipeline stopped: {reason}", error=reason
+            )
         sr.emit("failed", 0, 0, f"series {series_id}", reason)
         raise
     if state == "apply-failed":
@@ -174,15 +106,3 @@ def run_series(
 
 def _rounded(t: dict[str, Any]) -> dict[str, Any]:
     return {k: round(v, 2) if isinstance(v, float) else v for k, v in t.items()}
-
-
-# ---- what a series produced -----------------------------------------------------------------
-
-
-def series_kernels(eng: Engine, series_id: int) -> list[kernels_store.KernelBuild]:
-    """The series' kernels in stack order (base first): every built one with runs."""
-    with db.session(eng) as s:
-        series = series_store.get(s, series_id)
-        if series is None:
-            raise NotFoundError(f"no series {series_id}")
-        return kernels_store.built_kernels(s, series)

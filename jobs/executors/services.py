@@ -26,7 +26,6 @@ import yaml
 
 from stackbench import config, proc, supervision
 from stackbench.errors import StackbenchError
-from stackbench.services import SERVICES
 from stackbench.supervision import Program
 
 MASTER_CFG = Path(__file__).resolve().parent / "master.cfg"
@@ -474,6 +473,3 @@ def stop() -> str:
     reaped = reap([p for p in doomed if p not in daemons])
     state = "stopped" if stopped else "not running"
     return f"buildbot: {state}" + (f" ({reaped} leftover processes ended)" if reaped else "")
-
-
-SERVICES.append(("buildbot", start, stop))

@@ -1,7 +1,7 @@
 """The list watcher: reads each declared mailing list's public-inbox archive
 (:mod:`stackbench.patches.inbox`), sorts every new message (a cover letter, a patch, or
 skipped with its reason), assembles posted series the way patchwork does and stores each
-complete one through the one series-creation path (:func:`stackbench.jobs.driver.lifecycle.create`),
+complete one through the one intake (:func:`stackbench.jobs.driver.intake.take`),
 where the dispatcher picks it up.
 
 A thread is the cover letter (or the first patch when there is none) and the patches that
@@ -26,6 +26,7 @@ from sqlalchemy import Engine
 
 from stackbench import config
 from stackbench.errors import InputError, StackbenchError
+from stackbench.jobs.driver import intake
 from stackbench.kernels.lists import ListDef, clean_list, list_lists
 from stackbench.patches import inbox, parser
 from stackbench.resultsdb import db, lists_q
@@ -315,8 +316,6 @@ def _pick(t: lists_q.ListThread, got: list[lists_q.ListMessage]) -> list[lists_q
 def assemble(eng: Engine, lst: ListDef, *, now: datetime, rep: FetchReport | None = None) -> None:
     """Make a series of every complete thread, and mark those past the time box
     ``incomplete``; each thread in its own transaction with the series it makes."""
-    from stackbench.jobs.driver import lifecycle
-
     rep = rep or FetchReport(lst.name)
     with db.session(eng) as s:
         row = lists_q.ensure(s, lst.name, lst.archive)
@@ -358,9 +357,6 @@ def assemble(eng: Engine, lst: ListDef, *, now: datetime, rep: FetchReport | Non
                 lists_q.finish_thread(s, t, "filtered", why)
                 continue
             try:
-                checked = lifecycle.check(
-                    s, tree=lst.tree, jobs=list(lst.jobs) if lst.jobs else None, runs=lst.runs
-                )
                 previous = lists_q.earlier_version(s, t, parsed.submitter_email)
                 # what the report needs, kept with the series (mail does not read YAML)
                 meta = {
@@ -375,7 +371,19 @@ def assemble(eng: Engine, lst: ListDef, *, now: datetime, rep: FetchReport | Non
                     },
                     "previous_version": previous,
                 }
-                series = lifecycle.create(s, parsed, checked, source="list", meta=meta, mbox=mbox)
+                taken = intake.take(
+                    s,
+                    intake.Submission(
+                        source="list",
+                        tree=lst.tree,
+                        mbox=mbox,
+                        parsed=parsed,
+                        options={"jobs": lst.jobs, "runs": lst.runs},
+                        meta=meta,
+                    ),
+                )
+                series = taken.series
+                assert series is not None
             except StackbenchError as exc:
                 lists_q.finish_thread(s, t, "failed", str(exc).splitlines()[0][:500])
                 continue

@@ -57,14 +57,14 @@ def policy_from(runs: int | None, cap: int | None):
 
 
 def run(args: argparse.Namespace) -> int:
-    from stackbench.jobs.driver import pipeline
+    from stackbench.jobs.executors.settings import Settings
     from stackbench.jobs.tracking import bisect_runner
     from stackbench.jobs.tracking.lab import LocalLab
     from stackbench.resultsdb import db
 
     policy = policy_from(args.runs, args.runs_cap)
     eng = db.engine()
-    settings = pipeline.Settings(cpus=args.cpus, mem_mb=args.mem_mb, accel=args.accel)
+    settings = Settings(cpus=args.cpus, mem_mb=args.mem_mb, accel=args.accel)
     lab = LocalLab(settings=settings)
 
     def progress(msg: str) -> None:

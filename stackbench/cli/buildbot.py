@@ -39,9 +39,13 @@ def run(args: argparse.Namespace) -> int:
             raise StackbenchError("no Buildbot master known: run 'stackbench up'")
         print(url)
         return 0
+    from stackbench.jobs.driver.intake import Options
     from stackbench.jobs.driver.lifecycle import hand_over_line
     from stackbench.resultsdb import db
 
-    line, ok = hand_over_line(db.engine(), args.series, jobs=args.job, runs=args.runs)
+    # the new plan is checked as a submission's, by the intake's one reading of options
+    plan = Options.read({"jobs": args.job, "runs": args.runs})
+    jobs = list(plan.jobs) if plan.jobs else None
+    line, ok = hand_over_line(db.engine(), args.series, jobs=jobs, runs=plan.runs)
     print(line)
     return 0 if ok else 1

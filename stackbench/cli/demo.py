@@ -5,8 +5,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from stackbench.cli.submit import add_machine_arguments, print_summary, settings_from
-from stackbench.errors import InputError, StackbenchError
+from stackbench.cli._follow import (
+    add_guest_arguments,
+    option_values,
+    print_summary,
+    run_here,
+    run_through_dispatcher,
+    runner,
+)
+from stackbench.errors import StackbenchError
 
 NAME = "demo"
 ORDER = 5
@@ -66,32 +73,37 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="build and benchmark in this process instead of through the embedded Buildbot "
         "master and its local QEMU worker (the default when Buildbot is installed)",
     )
-    add_machine_arguments(p)
+    add_guest_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
-    from stackbench.jobs.driver import lifecycle, pipeline
+    from stackbench.jobs.driver import intake
     from stackbench.patches import stacks
     from stackbench.resultsdb import db
 
     info = stacks.stack_info(args.stack)
-    mbox = stacks.stack_mbox(args.stack)
-    jobs = pipeline.split_job_specs(args.jobs) if args.jobs else list(DEMO_JOBS)
     print(f"stackbench demo: stack {args.stack} ({info.get('tree', 'linux-6.1')})", flush=True)
     eng = db.engine()
-    tree = info.get("tree") or "linux-6.1"
     base = info.get("base")
-    base = None if base in (None, "default") else str(base)
-    sid = store(eng, mbox, args.stack, tree=tree, base=base, jobs=jobs, runs=args.runs)
-    if args.max_boots is not None:
-        if args.max_boots < 1:
-            raise InputError("--max-boots", f"must be at least 1, not {args.max_boots}")
-        lifecycle.update_meta(eng, sid, max_runs=args.max_boots)  # jobs.driver.adaptive's cap
-    fresh = _plan_changed(eng, sid, jobs, args.runs) or args.rerun
-    if not args.in_process and buildbot_installed():
-        state = run_through_dispatcher(eng, sid, fresh=fresh)
+    who = runner(args)
+    sub = intake.Submission(
+        source="demo",
+        tree=info.get("tree") or "linux-6.1",
+        base=None if base in (None, "default") else str(base),
+        mbox=stacks.stack_mbox(args.stack),
+        filename=f"stack {args.stack}",
+        options=option_values(args, jobs=args.jobs or list(DEMO_JOBS)),
+        runner=who,
+    )
+    # idempotent: the same stack gives the stored series back
+    with db.session(eng) as s:
+        taken = intake.take(s, sub)
+        sid = taken.series.id
+    fresh = _plan_changed(eng, sid, taken.options) or args.rerun
+    if who == intake.WATCHER:
+        state = run_through_dispatcher(eng, sid, fresh=fresh, source="demo")
     else:
-        state = run_here(eng, sid, args, rerun=fresh)
+        state = run_here(eng, sid, taken.options.settings(), rerun=fresh)
     print()
     print_summary(eng, sid)
     print()
@@ -120,98 +132,6 @@ def comparison_line(eng, sid: int, port: int) -> str:
     )
 
 
-def store(eng, mbox: bytes, stack: str, *, tree: str, base: str | None, jobs: list[str],
-          runs: int) -> int:  # fmt: skip
-    """The demo's series through the one validation and creation of every front door
-    (idempotent: the same stack gives the stored series back)."""
-    from stackbench.jobs.driver import lifecycle
-    from stackbench.patches.parser import parse_mbox
-    from stackbench.resultsdb import db
-
-    parsed = parse_mbox(mbox, source=f"stack {stack}")
-    with db.session(eng) as s:
-        checked = lifecycle.check(s, tree=tree, base=base, jobs=jobs, runs=runs)
-        # the dispatcher takes it only when lifecycle.hand_over says so
-        series = lifecycle.create(s, parsed, checked, source="demo", mbox=mbox, foreground=True)
-        return series.id
-
-
-def buildbot_installed() -> bool:
-    import importlib.util
-
-    found = all(importlib.util.find_spec(m) for m in ("buildbot", "buildbot_worker"))
-    if not found:
-        print("Buildbot is not installed here: building in this process", file=sys.stderr)
-    return found
-
-
-def run_through_dispatcher(eng, sid: int, *, fresh: bool, source: str = "demo") -> str:
-    """Hand the series to the dispatcher (which applies it and submits it to the embedded
-    master once) and watch what is stored until it ends. Interrupting this changes nothing:
-    running the same demo again attaches to the same series and buildset."""
-    from stackbench.jobs.driver import dispatcher_service, lifecycle, watch
-    from stackbench.jobs.executors import services as buildbot_services
-
-    how = lifecycle.hand_over(eng, sid, source=source, fresh=fresh)
-    if how == "finished":
-        print(f"series {sid} already done: its stored runs (--rerun adds a round)", flush=True)
-        return "done"
-    if how == "apply-failed":
-        return how
-    if how != "attached":
-        # said at once: the dispatcher may take the series while its services still start
-        print(f"series {sid} submitted to the dispatcher; it hands it to Buildbot", flush=True)
-
-    def keep_alive() -> str | None:
-        # the service of record must outlive this client, and come back if it died
-        if dispatcher_service.running_pid():
-            return None
-        return dispatcher_service.start()
-
-    try:
-        print(buildbot_services.start(), flush=True)
-        print(dispatcher_service.start(), flush=True)
-        if how == "attached":
-            _say_attached(eng, sid)
-        return watch.follow(
-            eng, sid, say=lambda line: print(line, flush=True), keep_alive=keep_alive
-        )
-    except KeyboardInterrupt:
-        print(
-            f"{source} interrupted: Buildbot goes on with series {sid}; run the same "
-            f"'stackbench {source}' again to attach to it",
-            file=sys.stderr,
-        )
-        raise
-
-
-def _say_attached(eng, sid: int) -> None:
-    from stackbench.resultsdb import db, series_runs_store
-
-    with db.session(eng) as s:
-        dispatch = series_runs_store.dispatch(s, sid)
-    bsid = dispatch.buildset if dispatch is not None else None
-    where = f"buildset {bsid}, " if bsid else ""
-    print(f"buildbot: series {sid} attached ({where}already submitted)", flush=True)
-
-
-def run_here(eng, sid: int, args: argparse.Namespace, *, rerun: bool) -> str:
-    """--in-process: this process is the executor (the same plan and state code as the
-    dispatcher's in-process executor). A series the dispatcher is running is watched."""
-    from stackbench.jobs.driver import lifecycle, pipeline, watch
-    from stackbench.resultsdb import db, series_runs_store
-
-    with db.session(eng) as s:
-        how = series_runs_store.executor(s, sid)
-    state = _state(eng, sid)
-    if how in ("buildbot", "in-process") and state in lifecycle.PENDING:
-        print(f"series {sid} is being run by the dispatcher: watching it", flush=True)
-        return watch.follow(eng, sid, say=lambda line: print(line, flush=True))
-    return pipeline.run_series(
-        eng, sid, progress=pipeline.StderrProgress(), settings=settings_from(args), rerun=rerun
-    )
-
-
 def _state(eng, sid: int) -> str:
     from stackbench.resultsdb import db, series_store
 
@@ -219,15 +139,19 @@ def _state(eng, sid: int) -> str:
         return series_store.state_of(s, sid)
 
 
-def _plan_changed(eng, sid: int, jobs: list[str], runs: int) -> bool:
-    """A stored demo series with another plan is re-run with the requested one."""
+def _plan_changed(eng, sid: int, options) -> bool:
+    """A stored demo series with another plan is re-run with the requested one; a new
+    --max-boots is its cap from now on."""
     from stackbench.resultsdb import db, series_store
 
+    jobs = list(options.jobs or ())
     with db.session(eng) as s:
         series = series_store.get(s, sid)
-        if series.meta.get("jobs") == jobs and series.meta.get("runs") == runs:
+        if options.meta():
+            series_store.merge_meta(series, **options.meta())
+        if series.meta.get("jobs") == jobs and series.meta.get("runs") == options.runs:
             return False
-        series_store.merge_meta(series, jobs=jobs, runs=runs)
+        series_store.merge_meta(series, jobs=jobs, runs=options.runs)
         return series.state == "done"
 
 
@@ -242,13 +166,12 @@ TABLES = [
 
 def print_tables(eng, sid: int, *, all_rows: bool = False, out=None) -> None:
     out = out or sys.stdout  # looked up per call: tests and callers replace sys.stdout
-    from stackbench.jobs.driver import pipeline
     from stackbench.resultsdb import db, kernels_store, series_store
     from stackbench.resultsdb.tables import render
     from stackbench.resultsdb.tables.mmtests import MixedSourcesError
 
-    kernels = pipeline.series_kernels(eng, sid)
     with db.session(eng) as s:
+        kernels = kernels_store.series_kernels(s, sid)
         measured = [k for k in kernels if kernels_store.done_run_count(s, k.id)]
     skipped = [k for k in kernels if k not in measured]
     for k in skipped:

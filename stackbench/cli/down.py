@@ -15,7 +15,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from stackbench import services
+    from stackbench.cli._services import listed
 
-    for line in services.down():
+    for line in services.down(listed()):
         print(line)
     return 0

@@ -22,10 +22,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from stackbench import services
+    from stackbench.cli._services import listed
     from stackbench.errors import StackbenchError
 
     if args.workers < 0:
         raise StackbenchError("--workers must be at least 1")
-    for line in services.up(db_only=args.db_only, workers=args.workers):
+    for line in services.up(listed(), db_only=args.db_only, workers=args.workers):
         print(line)
     return 0

@@ -170,8 +170,7 @@ def series_create():
         mbox=data,
         tree=str(fields.get("tree") or ""),
         base=str(fields.get("base") or ""),
-        jobs=jobs,
-        runs=fields.get("runs", submission.DEFAULT_RUNS),
+        options=submission.options_from(fields, jobs),
         source="api",
         filename="api upload",
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import Blueprint, flash, g, redirect, render_template, request, url_for
 
-from stackbench.jobs.driver import lifecycle
+from stackbench.jobs.driver import intake
 from stackbench.web import dbsession, submission
 from stackbench.web.auth import login_required
 
@@ -13,7 +13,7 @@ bp = Blueprint("submit", __name__)
 
 def _render(errors: dict[str, str], values: dict, status: int = 200):
     s = dbsession.get()
-    trees = lifecycle.tree_choices(s)
+    trees = intake.tree_choices(s)
     return (
         render_template(
             "submit.html",
@@ -53,8 +53,7 @@ def post():
         mbox=data,
         tree=values["tree"],
         base=values["base"],
-        jobs=values["jobs"],
-        runs=values["runs"],
+        options=submission.options_from(f, values["jobs"]),
         source="web",
         filename=filename,
     )
