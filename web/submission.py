@@ -34,6 +34,7 @@ class Request:
     runs: int | str = DEFAULT_RUNS  # validated by submit()
     source: str = "web"
     filename: str = "mbox"
+    check_claims: bool = False  # the cover letter's claims measured too
 
 
 def job_choices(s: Session) -> list[str]:
@@ -82,6 +83,7 @@ def submit(s: Session, user: AppUser, req: Request) -> tuple[Series, str]:
     stored = lifecycle.already_stored(s, parsed, checked)
     note = lifecycle.resubmission_note(stored, parsed) if stored is not None else ""
     series = lifecycle.create(
-        s, parsed, checked, source=req.source, owner_id=user.id, mbox=req.mbox
+        s, parsed, checked, source=req.source, owner_id=user.id, mbox=req.mbox,
+        check_claims=req.check_claims,
     )
     return series, note

@@ -32,6 +32,7 @@ from sqlalchemy.orm import Session
 from stackbench.errors import InputError, NotFoundError, StackbenchError
 from stackbench.resultsdb import (
     accounts_q,
+    claims_store,
     comparisons_q,
     db,
     kernels_store,
@@ -221,12 +222,14 @@ def create(
     meta: dict[str, Any] | None = None,
     applied: Any = None,
     foreground: bool = False,
+    check_claims: bool = False,
 ) -> series_store.Series:
     """Store a checked submission and hand it to the dispatcher (idempotent: the same
     series on the same tree and base gives the stored one back). ``applied`` is an
     ApplyResult for series whose commits already exist (git push); ``foreground``: the
     caller runs it or hands it over itself (``demo``, ``submit``), the dispatcher does not
-    take it."""
+    take it; ``check_claims``: the cover letter's claims are kept and their jobs join the
+    series' (jobs/driver/claims_plan.py)."""
     from stackbench.patches.store import create_series, resolve_base
 
     row = trees_q.named(s, checked.tree)
@@ -235,6 +238,11 @@ def create(
         raise SubmissionErrors(
             {"base": "the series has no base-commit: line and the tree no default base"}
         )
+    jobs, claims, added = checked.jobs, None, []
+    if check_claims:
+        from stackbench.jobs.driver import claims_plan
+
+        jobs, claims, added = claims_plan.with_claims(parsed, checked.jobs, checked.runs, base)
     try:
         series = create_series(
             s,
@@ -243,7 +251,7 @@ def create(
             base=base,
             source=source,
             owner_id=owner_id,
-            jobs=checked.jobs,
+            jobs=jobs,
             runs=checked.runs,
             meta=meta,
             mbox=mbox,  # applied as sent, whatever its charset
@@ -255,6 +263,8 @@ def create(
         return series  # the same submission again: already handed over
     who = accounts_q.user(s, owner_id).name if owner_id else "an anonymous submitter"
     series_store.merge_meta(series, submitted=source)
+    if claims is not None:
+        claims_store.put(series, claims, added=added)
     if not foreground:
         series_runs_store.begin(s, series.id, source=source)
     if applied is not None:

@@ -57,6 +57,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "(default 10; at most the runs' own boots: no more rounds)",
     )
     p.add_argument("--rerun", action="store_true", help="add a round of runs to a finished demo")
+    p.add_argument(
+        "--check-claims",
+        action="store_true",
+        help="measure the claims of the stack's cover letter (its LKP and mmtests tables) "
+        "and show each claim's status",
+    )
     p.add_argument("--all", action="store_true", help="LKP table: every stat, not only changes")
     p.add_argument("--no-serve", action="store_true", help="do not start the web UI afterwards")
     p.add_argument("--port", type=int, default=8080, help="web UI port (127.0.0.1)")
@@ -82,7 +88,10 @@ def run(args: argparse.Namespace) -> int:
     tree = info.get("tree") or "linux-6.1"
     base = info.get("base")
     base = None if base in (None, "default") else str(base)
-    sid = store(eng, mbox, args.stack, tree=tree, base=base, jobs=jobs, runs=args.runs)
+    sid = store(
+        eng, mbox, args.stack, tree=tree, base=base, jobs=jobs, runs=args.runs,
+        check_claims=args.check_claims,
+    )  # fmt: skip
     if args.max_boots is not None:
         if args.max_boots < 1:
             raise InputError("--max-boots", f"must be at least 1, not {args.max_boots}")
@@ -121,18 +130,26 @@ def comparison_line(eng, sid: int, port: int) -> str:
 
 
 def store(eng, mbox: bytes, stack: str, *, tree: str, base: str | None, jobs: list[str],
-          runs: int) -> int:  # fmt: skip
+          runs: int, check_claims: bool = False) -> int:  # fmt: skip
     """The demo's series through the one validation and creation of every front door
     (idempotent: the same stack gives the stored series back)."""
     from stackbench.jobs.driver import lifecycle
     from stackbench.patches.parser import parse_mbox
-    from stackbench.resultsdb import db
+    from stackbench.resultsdb import db, series_store
 
     parsed = parse_mbox(mbox, source=f"stack {stack}")
     with db.session(eng) as s:
         checked = lifecycle.check(s, tree=tree, base=base, jobs=jobs, runs=runs)
         # the dispatcher takes it only when lifecycle.hand_over says so
-        series = lifecycle.create(s, parsed, checked, source="demo", mbox=mbox, foreground=True)
+        series = lifecycle.create(
+            s, parsed, checked, source="demo", mbox=mbox, foreground=True,
+            check_claims=check_claims,
+        )  # fmt: skip
+        if check_claims:  # a demo stored before without its claims checked
+            from stackbench.jobs.driver import claims_plan
+
+            if claims_plan.opt_in(s, series) and series.state == "done":
+                series_store.merge_meta(series, claims_rerun=True)
         return series.id
 
 
@@ -221,13 +238,15 @@ def _state(eng, sid: int) -> str:
 
 def _plan_changed(eng, sid: int, jobs: list[str], runs: int) -> bool:
     """A stored demo series with another plan is re-run with the requested one."""
-    from stackbench.resultsdb import db, series_store
+    from stackbench.resultsdb import claims_store, db, series_store
 
     with db.session(eng) as s:
         series = series_store.get(s, sid)
-        if series.meta.get("jobs") == jobs and series.meta.get("runs") == runs:
+        own, added = claims_store.own_jobs(series), series.meta.get("claims_jobs") or []
+        rerun = series.meta.get("claims_rerun")  # its claims' jobs joined a finished demo
+        if own == jobs and series.meta.get("runs") == runs and not rerun:
             return False
-        series_store.merge_meta(series, jobs=jobs, runs=runs)
+        series_store.merge_meta(series, jobs=[*jobs, *added], runs=runs, claims_rerun=False)
         return series.state == "done"
 
 

@@ -22,7 +22,7 @@ repository; reads git's hook input ('<old> <new> <ref>' lines) on stdin.
 Push options, validated like every submission (runs 1..30, jobs with overrides):
   git push -o runs=5 -o 'jobs=thpscale,vm-scalability[test=anon-w-seq]' ..."""
 
-PUSH_OPTIONS = ("runs", "jobs")
+PUSH_OPTIONS = ("runs", "jobs", "check-claims")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -67,6 +67,8 @@ def _options(raw: dict[str, str]) -> dict[str, object]:
             )
         if key == "runs":
             out["runs"] = value
+        elif key == "check-claims":  # -o check-claims: the cover letter's claims measured
+            out["check_claims"] = value.strip().lower() not in ("0", "false", "no", "off")
         else:
             out["jobs"] = split_job_specs(value)
     return out
@@ -118,6 +120,7 @@ def _register(repo: Path, updates: list[tuple[str, str, str]], options: dict) ->
                 owner_id=owner_id,
                 meta={"push": {"repo": str(repo), "ref": ref, "head": new}},
                 applied=result,
+                check_claims=bool(options.get("check_claims")),
             )
             done.append((series.id, ref, new, len(parsed.patches), base, series.title))
     url = config.server_url()

@@ -45,6 +45,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--rerun", action="store_true", help="run a finished series again")
     p.add_argument(
+        "--check-claims",
+        action="store_true",
+        help="measure the cover letter's claims too (its LKP / mmtests tables): their jobs "
+        "join the series' and the report says which claims hold",
+    )
+    p.add_argument(
         "--in-process",
         action="store_true",
         help="build and benchmark in this process instead of handing the series to the "
@@ -130,7 +136,10 @@ def store(eng, data: bytes, args: argparse.Namespace, *, here: bool) -> tuple[in
         checked = lifecycle.check(s, tree=args.tree, base=args.base, jobs=jobs, runs=args.runs)
         stored = lifecycle.already_stored(s, parsed, checked)
         note = lifecycle.resubmission_note(stored, parsed) if stored is not None else ""
-        series = lifecycle.create(s, parsed, checked, source="mbox", mbox=data, foreground=here)
+        series = lifecycle.create(
+            s, parsed, checked, source="mbox", mbox=data, foreground=here,
+            check_claims=getattr(args, "check_claims", False),
+        )  # fmt: skip
         return series.id, note
 
 

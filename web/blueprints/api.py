@@ -36,6 +36,14 @@ bp = Blueprint("api", __name__)
 MAX_LIMIT = 500
 
 
+def _claims(series_id: int) -> dict[str, Any] | None:
+    """The series' claims, each with what was measured and its status (None: it kept none)."""
+    from stackbench.resultsdb import claims_check
+
+    report = claims_check.check_series(dbsession.engine(), series_id)
+    return report.as_json() if report is not None else None
+
+
 def _iso(ts) -> str | None:
     return ts.isoformat() if ts is not None else None
 
@@ -70,6 +78,7 @@ def series_json(
         "runs": (x.meta or {}).get("runs"),
         "progress": step or None,
         "report_mail": (x.meta or {}).get("report_mail"),
+        "claims": _claims(x.id),
         "created_at": _iso(x.created_at),
         "patches": [
             {
@@ -161,6 +170,11 @@ def series_create():
         jobs = fields.getlist("jobs") if hasattr(fields, "getlist") else []
     if not isinstance(jobs, list) or not all(isinstance(j, str) for j in jobs):
         abort(400, "jobs must be a list of job names")
+    check_claims = fields.get("check_claims", False)
+    if isinstance(check_claims, str):
+        check_claims = check_claims.strip().lower() in ("1", "true", "yes", "on")
+    if not isinstance(check_claims, bool):
+        abort(400, "check_claims must be true or false")
     s = dbsession.get()
     req = submission.Request(
         mbox=data,
@@ -168,6 +182,7 @@ def series_create():
         base=str(fields.get("base") or ""),
         jobs=jobs,
         runs=fields.get("runs", submission.DEFAULT_RUNS),
+        check_claims=check_claims,
         source="api",
         filename="api upload",
     )

@@ -1,0 +1,120 @@
+"""A series that checks its claims: the cover letter's claims read at submission, mapped to
+jobs of ours, and the mapped jobs added to the series' own (so they join its plan like any
+job it asked for). The claims are kept with the series (results-db claims_store) for the
+report to check them (results-db claims_check)."""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+from stackbench.errors import InputError, StackbenchError
+from stackbench.jobs.executors.jobspecs import parse_job_spec, plan_for, split_job_specs
+from stackbench.jobs.executors.settings import DEFAULT_JOBS, Settings
+
+log = logging.getLogger(__name__)
+_SPEC = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[(.*)\])?$")
+
+
+def kernels_at_submission(parsed: Any, base: str) -> list[tuple[str, str]]:
+    """The series' kernels as known before ``git am`` (base first): names by place in the
+    stack, and the commits a push carries."""
+    out = [(base or "base", base or "")]
+    for p in parsed.patches:
+        out.append((f"{p.idx}/{p.total}", getattr(p, "commit_sha", None) or ""))
+    return out
+
+
+def read_claims(parsed: Any, base: str) -> list[Any]:
+    """The claims of the cover letter (of the first patch's changelog for a single patch),
+    mapped (:func:`stackbench.patches.claims_map.map_claims`)."""
+    from stackbench.patches import claims as parser
+
+    mapper = getattr(parser, "map_claims", None)
+    if mapper is None:
+        from stackbench.patches.claims_map import map_claims as mapper
+    text = parsed.cover_letter or ""
+    if not text and len(parsed.patches) == 1:
+        text = parsed.patches[0].body or ""
+    found = parser.parse(text)
+    return mapper(found, kernels_at_submission(parsed, base)) if found else []
+
+
+def _overrides(spec: str) -> dict[str, str]:
+    m = _SPEC.match(spec.strip())
+    if not m:
+        return {}
+    out = {}
+    for item in split_job_specs(m.group(2) or ""):
+        key, _, value = item.partition("=")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _subjobs(specs: list[str], runs: int | None) -> set[str]:
+    jobs = [parse_job_spec(s, runs) for s in specs]
+    return {sj.name for sj in plan_for(jobs, Settings())}
+
+
+def with_claims(
+    parsed: Any, jobs: list[str] | None, runs: int | None, base: str
+) -> tuple[list[str] | None, list[dict[str, Any]], list[str]]:
+    """(the series' jobs with each mapped claim's job added where no job of the series
+    already measures it, the claims to keep, the jobs added). A cover letter the parser
+    cannot read keeps no claims: the submission goes on with its own jobs. ``parsed`` is a
+    parsed mbox or a stored series (both have ``cover_letter`` and ``patches``)."""
+    try:
+        mapped = read_claims(parsed, base)
+    except (InputError, ValueError) as exc:
+        log.warning("claims not read: %s", exc)
+        return jobs, [], []
+    if not mapped:
+        return jobs, [], []
+    plan = list(jobs or DEFAULT_JOBS)
+    try:
+        have = _subjobs(plan, runs)
+    except StackbenchError:
+        have = set()  # the submission's own validation reports its jobs
+    kept: list[dict[str, Any]] = []
+    for m in mapped:
+        row = {
+            "claim": m.claim.as_json(),
+            "job": m.job,
+            "suite": None,
+            "params": None,
+            "metric": m.metric,
+            "kernel_index": m.kernel_index,
+            "base_index": m.base_index,
+            "reason": m.reason,
+        }
+        if m.job:
+            try:
+                row["suite"] = parse_job_spec(m.job).suite
+                row["params"] = _overrides(m.job)
+                names = _subjobs([m.job], runs)
+            except StackbenchError as exc:
+                row["reason"] = f"its job {m.job} cannot run here: {exc}"
+                names = set()
+            if names and not names & have:
+                plan.append(m.job)
+                have |= names
+        kept.append(row)
+    added = plan[len(list(jobs or DEFAULT_JOBS)) :]
+    return (plan if added else jobs), kept, added
+
+
+def opt_in(s: Any, series: Any) -> bool:
+    """A stored series asked again with its claims checked (``demo --check-claims`` after a
+    plain demo): keep its claims and add their jobs; whether its plan changed."""
+    from stackbench.resultsdb import claims_store, series_store
+
+    if claims_store.checks_claims(series):
+        return False
+    meta = series.meta or {}
+    jobs, kept, added = with_claims(series, meta.get("jobs"), meta.get("runs"), series.base_ref)
+    claims_store.put(series, kept, added=added)
+    if added:
+        series_store.merge_meta(series, jobs=jobs)
+    s.flush()
+    return bool(added)
