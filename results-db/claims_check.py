@@ -40,8 +40,7 @@ STATUSES = (CONFIRMED, CONSISTENT, NOT_REPRODUCED, CONTRADICTED, NOT_CHECKED)
 
 # a cover letter or robot report says where it measured in words like these
 _MACHINE = re.compile(
-    r"(?im)^[>\s]*(?:test[- ]machine|machine|tbox|on)\s*:\s*(.{3,120}?)\s*$"
-    r"|(\b\d+[- ](?:CPUs?|cpus?|threads|cores|vCPUs?)\b[^\n]{0,80})"
+    r"(?im)^[>\s]*(.*(?:test[- ]machine\s*:|\b\d+[- ]?(?:CPUs?|threads|cores|vCPUs?)\b).*)$"
 )
 
 
@@ -126,7 +125,7 @@ def their_machine(cover_letter: str, claims: list[dict[str, Any]]) -> str:
     count, an LKP tbox_group), "" when it does not say."""
     m = _MACHINE.search(cover_letter or "")
     if m:
-        return (m.group(1) or m.group(2)).strip()
+        return m.group(1).strip().rstrip(":.,;")[:160]
     for c in claims:
         job = (c.get("claim") or {}).get("job") or {}
         if job.get("tbox_group"):

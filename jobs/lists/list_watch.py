@@ -375,7 +375,10 @@ def assemble(eng: Engine, lst: ListDef, *, now: datetime, rep: FetchReport | Non
                     },
                     "previous_version": previous,
                 }
-                series = lifecycle.create(s, parsed, checked, source="list", meta=meta, mbox=mbox)
+                series = lifecycle.create(
+                    s, parsed, checked, source="list", meta=meta, mbox=mbox,
+                    check_claims=lst.check_claims,
+                )  # fmt: skip
             except StackbenchError as exc:
                 lists_q.finish_thread(s, t, "failed", str(exc).splitlines()[0][:500])
                 continue
