@@ -217,6 +217,29 @@ def _remap(stored: list[dict[str, Any]], kernels: list[tuple[str, str]]) -> list
     return out
 
 
+def series_of_kernels(eng: Engine, refs: list[str]) -> int | None:
+    """The series (with claims kept) whose base and commits are the kernels ``refs`` name,
+    in that order; None when they are not one series' stack."""
+    from sqlalchemy import select
+
+    from stackbench.resultsdb.models import Series
+
+    try:
+        with eng.connect() as conn:
+            commits = [k.commit for k in query.resolve_kernels(conn, refs)]
+    except StackbenchError:
+        return None
+    with db.session(eng) as s:
+        rows = s.scalars(
+            select(Series).where(Series.base_commit == commits[0]).order_by(Series.id.desc())
+        )
+        for row in rows:
+            stack = [k.commit for k in kernels_store.stack(row)]
+            if stack == commits and claims_store.of_series(row):
+                return row.id
+    return None
+
+
 def check_series(eng: Engine, series_id: int, *, previous: bool = True) -> ClaimsReport | None:
     """The claims section of series ``series_id`` (None when it kept no claims)."""
     with db.session(eng) as s:

@@ -202,3 +202,15 @@ def test_a_claim_inside_an_undecided_interval_is_consistent():
     assert claims_check.status_of(20.0, v)[0] == "not reproduced"
     assert claims_check.status_of(None, v)[0] == "not checked"
     assert claims_check.status_of(5.0, None)[0] == "not checked"
+
+
+def test_compare_style_stackbench_of_the_series_kernels_ends_with_its_claims(eng, planted, capsys):
+    from stackbench.cli import main
+
+    assert main(["compare", "--style", "stackbench", BASE[:10], C1[:10], C2[:10]]) == 0
+    out = capsys.readouterr().out
+    assert out.index("== vm-scalability") < out.index("Claims of the cover letter")
+    assert "  [confirmed] vm-scalability.throughput" in out
+    # two kernels of it are not the series: no claims section
+    assert main(["compare", "--style", "stackbench", BASE[:10], C2[:10]]) == 0
+    assert "Claims of the cover letter" not in capsys.readouterr().out
