@@ -37,6 +37,9 @@ NOT_REPRODUCED = "not reproduced"
 CONTRADICTED = "contradicted"
 NOT_CHECKED = "not checked"
 STATUSES = (CONFIRMED, CONSISTENT, NOT_REPRODUCED, CONTRADICTED, NOT_CHECKED)
+_KERNEL_REASON = re.compile(r"not in this series|has no kernels")
+# rows about a metric's spread, not its value: no verdict speaks to them
+DISPERSION = ("stddev", "coeffvar", "ci", "%stddev")
 
 # a cover letter or robot report says where it measured in words like these
 _MACHINE = re.compile(
@@ -204,17 +207,32 @@ def _remap(stored: list[dict[str, Any]], kernels: list[tuple[str, str]]) -> list
         if mapper is None:
             from stackbench.patches.claims_map import map_claims as mapper
         fields = parser.Claim.__dataclass_fields__
-        objs = [parser.Claim(**{k: c["claim"].get(k) for k in fields}) for c in stored]
+        objs = [
+            parser.Claim(**{k: _field(c["claim"], k) for k in fields if k in c["claim"]})
+            for c in stored
+        ]
         fresh = mapper(objs, kernels)
     except (ImportError, AttributeError, KeyError, TypeError, ValueError):
         return stored
+    # the job was the submission's to choose (it joined the plan): only the kernels are
+    # mapped again, and the reason keeps the job's part
     out = []
-    for c, m in zip(stored, fresh, strict=False):
-        c = dict(c, kernel_index=m.kernel_index, base_index=m.base_index)
-        if c.get("reason") is None and m.kernel_index is None:
-            c["reason"] = m.reason
-        out.append(c)
+    for c, m in zip(stored, fresh, strict=True):
+        missing = m.kernel_index is None or m.base_index is None
+        why = m.reason if missing else _job_reason(c.get("reason"))
+        out.append(dict(c, kernel_index=m.kernel_index, base_index=m.base_index, reason=why))
     return out
+
+
+def _job_reason(reason: str | None) -> str | None:
+    # the mapper joins its job and kernel reasons with "; "
+    parts = [p for p in (reason or "").split("; ") if p and not _KERNEL_REASON.search(p)]
+    return "; ".join(parts) or None
+
+
+def _field(claim: dict[str, Any], key: str) -> Any:
+    v = claim[key]
+    return tuple(v) if isinstance(v, list) else v
 
 
 def series_of_kernels(eng: Engine, refs: list[str]) -> int | None:
@@ -257,7 +275,7 @@ def check_series(eng: Engine, series_id: int, *, previous: bool = True) -> Claim
             else f"{k.label}-{k.commit[:8]}".rstrip("-")
             for k in stack
         ]
-        kernels = [(n, k.commit) for n, k in zip(names, stack, strict=True)]
+        kernels = [(k.commit, n) for n, k in zip(names, stack, strict=True)]
         prev_id = claims_store.previous_version(row) if previous else None
         report = ClaimsReport(
             series_id=row.id,
@@ -303,6 +321,9 @@ def _check(
         return out
     if not checked:
         out.why = "the series was not submitted with --check-claims"
+        return out
+    if str(c.get("statistic") or "").lower() in DISPERSION:
+        out.why = f"a {c['statistic']} row: the verdict compares the kernels' values, not their spread"
         return out
     if not kernels[bi][1] or not kernels[ki][1]:
         out.why = "the series' commits are not applied yet"

@@ -5,7 +5,8 @@ The claims are facts of the submission (they never change once read), so they li
 series' ``meta`` beside its jobs and runs, written and read only through these functions.
 Each stored claim is a dict: ``claim`` (the parser's :meth:`Claim.as_json`), ``job`` (the
 job spec it maps to, or None), ``suite`` and ``params`` (that job's suite and the parameters the spec sets, to find its
-runs), ``metric`` (our metric name, or None), ``kernel_index`` and
+runs), ``metric`` (our metric name, or None), ``statistic`` (the row's reduction of it:
+``Amean``, ``Stddev``, ``p50``...), ``kernel_index`` and
 ``base_index`` (places in the series' kernels, base first, as mapped at submission) and
 ``reason`` (why it could not be mapped, or None).
 """
@@ -22,7 +23,7 @@ from stackbench.resultsdb.models import Series
 # a cover letter with more rows than this is not a claim list a reviewer reads: the rest is
 # said to be left out, never silently
 MAX_CLAIMS = 500
-KEYS = ("claim", "job", "suite", "params", "metric", "kernel_index", "base_index", "reason")
+KEYS = ("claim", "job", "suite", "params", "metric", "statistic", "kernel_index", "base_index", "reason")
 
 
 def put(

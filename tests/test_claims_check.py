@@ -51,12 +51,13 @@ def _runs(commit: str, name: str, tput: float, workload: float, seed: int) -> li
 
 def _claim(metric: str, change: float, kernel: str, *, job: str | None = SPEC,
            ours: str | None = None, reason: str | None = None, ki: int = 1) -> dict:  # fmt: skip
+    suite = metric.split(".")[0]
     return {
         "claim": {
             "style": "lkp",
-            "job": {"suite": "vm-scalability", "test": "anon-w-seq"},
+            "job": {"suite": suite, "test": "anon-w-seq"},
             "kernel": kernel,
-            "base": None,
+            "base": BASE[:10],
             "metric": metric,
             "printed_pct": change,
             "change_pct": change,
@@ -75,10 +76,10 @@ def _claim(metric: str, change: float, kernel: str, *, job: str | None = SPEC,
 
 PLANTED = [
     # the runs: C1 10% slower, C2 20% faster; workload unchanged on both
-    _claim("vm-scalability.throughput", +12.0, "1/2", ki=1),  # contradicted
-    _claim("vm-scalability.throughput", +18.0, "2/2", ki=2),  # confirmed
-    _claim("vm-scalability.workload", -30.0, "2/2", ki=2),  # not reproduced
-    _claim("will-it-scale.per_thread_ops", 5.0, "2/2", job=None,
+    _claim("vm-scalability.throughput", +12.0, C1[:10], ki=1),  # contradicted
+    _claim("vm-scalability.throughput", +18.0, C2[:10], ki=2),  # confirmed
+    _claim("vm-scalability.workload", -30.0, C2[:10], ki=2),  # not reproduced
+    _claim("will-it-scale.per_thread_ops", 5.0, C2[:10], job=None,
            reason="will-it-scale is not a suite here", ki=2),  # fmt: skip
 ]
 

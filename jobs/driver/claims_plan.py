@@ -18,11 +18,11 @@ _SPEC = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[(.*)\])?$")
 
 
 def kernels_at_submission(parsed: Any, base: str) -> list[tuple[str, str]]:
-    """The series' kernels as known before ``git am`` (base first): names by place in the
-    stack, and the commits a push carries."""
-    out = [(base or "base", base or "")]
+    """The series' kernels as known before ``git am`` (base first), as the mapper takes
+    them: (commit, name), the commits a push carries and names by place in the stack."""
+    out = [(base or "", base or "base")]
     for p in parsed.patches:
-        out.append((f"{p.idx}/{p.total}", getattr(p, "commit_sha", None) or ""))
+        out.append((getattr(p, "commit_sha", None) or "", f"{p.idx}/{p.total}"))
     return out
 
 
@@ -84,6 +84,7 @@ def with_claims(
             "suite": None,
             "params": None,
             "metric": m.metric,
+            "statistic": getattr(m, "statistic", None),
             "kernel_index": m.kernel_index,
             "base_index": m.base_index,
             "reason": m.reason,
