@@ -31,14 +31,16 @@ def read_claims(parsed: Any, base: str) -> list[Any]:
     mapped (:func:`stackbench.patches.claims_map.map_claims`)."""
     from stackbench.patches import claims as parser
 
-    mapper = getattr(parser, "map_claims", None)
-    if mapper is None:
-        from stackbench.patches.claims_map import map_claims as mapper
     text = parsed.cover_letter or ""
     if not text and len(parsed.patches) == 1:
         text = parsed.patches[0].body or ""
     found = parser.parse(text)
-    return mapper(found, kernels_at_submission(parsed, base)) if found else []
+    if not found:
+        return []
+    mapper = getattr(parser, "map_claims", None)
+    if mapper is None:
+        from stackbench.patches.claims_map import map_claims as mapper
+    return mapper(found, kernels_at_submission(parsed, base))
 
 
 def _overrides(spec: str) -> dict[str, str]:
@@ -66,7 +68,7 @@ def with_claims(
     parsed mbox or a stored series (both have ``cover_letter`` and ``patches``)."""
     try:
         mapped = read_claims(parsed, base)
-    except (InputError, ValueError) as exc:
+    except (InputError, ValueError, ImportError) as exc:
         log.warning("claims not read: %s", exc)
         return jobs, [], []
     if not mapped:

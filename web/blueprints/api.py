@@ -171,8 +171,10 @@ def series_create():
     if not isinstance(jobs, list) or not all(isinstance(j, str) for j in jobs):
         abort(400, "jobs must be a list of job names")
     check_claims = fields.get("check_claims", False)
-    if isinstance(check_claims, str):
-        check_claims = check_claims.strip().lower() in ("1", "true", "yes", "on")
+    if isinstance(check_claims, str):  # a form field
+        word = check_claims.strip().lower()
+        check_claims = {"1": True, "true": True, "on": True, "0": False, "false": False,
+                        "off": False, "": False}.get(word, word)  # fmt: skip
     if not isinstance(check_claims, bool):
         abort(400, "check_claims must be true or false")
     s = dbsession.get()

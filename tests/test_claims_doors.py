@@ -1,0 +1,109 @@
+"""Every front door opts a series in to checking its claims: the CLI's --check-claims, the
+web form's box, the API's field, a push option and a list's YAML. The claims are kept with
+the series and the jobs they map to join its own."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from test_web_support import DATA, add_token, add_tree, add_user, bearer, csrf_of, login
+
+from stackbench.errors import StackbenchError
+from stackbench.resultsdb import series_store
+from stackbench.resultsdb.db import session
+
+pytest_plugins = ["test_web_support"]
+
+# a short-form claim in the cover letter, as authors write them
+CLAIM = "Two tweaks to compaction.\n\nvm-scalability results:\n  mmap-pread-seq-mt: -18.3%\n"
+
+
+def _mbox(claims: bool = True) -> bytes:
+    text = (DATA / "series.mbox").read_text()
+    if claims:
+        text = text.replace("Two tweaks to compaction.\n", CLAIM, 1)
+    return text.encode()
+
+
+def _meta(eng, sid: int) -> dict:
+    with session(eng) as s:
+        return dict(series_store.get(s, sid).meta)
+
+
+def _mapped(meta: dict) -> None:
+    """The short form's claim kept, mapped to the vm-scalability case it names, whose job
+    joined the series' own."""
+    pytest.importorskip("stackbench.patches.claims_map")
+    (claim,) = meta["claims"]
+    assert claim["claim"]["metric"].startswith("mmap-pread-seq-mt")
+    assert claim["job"] and "mmap-pread-seq-mt" in claim["job"]
+    assert claim["job"] in meta["jobs"] and meta["claims_jobs"] == [claim["job"]]
+
+
+def test_api_field_opts_in_and_must_be_a_boolean(eng, client):
+    add_user(eng, "alice")
+    add_tree(eng, "mm")
+    tok = add_token(eng, "alice")
+    body = {"mbox": _mbox().decode(), "tree": "mm", "jobs": ["thpscale"], "runs": 3}
+    bad = client.post("/api/series", json={**body, "check_claims": "perhaps"}, headers=bearer(tok))
+    assert bad.status_code == 400 and "check_claims" in bad.get_data(as_text=True)
+    r = client.post("/api/series", json={**body, "check_claims": True}, headers=bearer(tok))
+    assert r.status_code == 201, r.get_json()
+    meta = _meta(eng, r.get_json()["id"])
+    assert meta["check_claims"] is True and meta["jobs"][0] == "thpscale"
+    _mapped(meta)
+
+
+def test_form_box_opts_in_and_unticked_keeps_no_claims(eng, client):
+    add_user(eng, "alice")
+    add_tree(eng, "mm")
+    login(client)
+    page = client.get("/submit").get_data(as_text=True)
+    assert 'name="check_claims"' in page
+    form = {"csrf_token": csrf_of(client, "/submit"), "tree": "mm", "jobs": ["thpscale"],
+            "runs": "1", "mbox": (io.BytesIO(_mbox()), "s.mbox"), "check_claims": "1"}  # fmt: skip
+    r = client.post("/submit", data=form, content_type="multipart/form-data")
+    assert r.status_code == 303, r.get_data(as_text=True)
+    sid = int(r.headers["Location"].rstrip("/").rsplit("/", 1)[1])
+    meta = _meta(eng, sid)
+    assert meta["check_claims"] is True
+    _mapped(meta)
+
+
+def test_without_opting_in_nothing_is_kept(eng, client):
+    add_user(eng, "alice")
+    add_tree(eng, "mm")
+    tok = add_token(eng, "alice")
+    body = {"mbox": _mbox().decode(), "tree": "mm", "jobs": ["thpscale"], "runs": 3}
+    r = client.post("/api/series", json=body, headers=bearer(tok))
+    meta = _meta(eng, r.get_json()["id"])
+    assert "claims" not in meta and "check_claims" not in meta and meta["jobs"] == ["thpscale"]
+
+
+def test_cli_submit_flag_opts_in(eng, tmp_path, capsys):
+    from stackbench.cli import main
+
+    add_tree(eng, "mm")
+    f = tmp_path / "s.mbox"
+    f.write_bytes(_mbox())
+    argv = ["submit", "--mbox", str(f), "--tree", "mm", "--jobs", "thpscale", "--no-wait"]
+    assert main([*argv, "--check-claims"]) == 0
+    sid = int(capsys.readouterr().out.split()[1])
+    meta = _meta(eng, sid)
+    assert meta["check_claims"] is True
+    _mapped(meta)
+
+
+def test_push_option_and_list_yaml_opt_in():
+    from stackbench.cli import intake_push
+    from stackbench.kernels import lists
+
+    assert intake_push._options({"check-claims": ""}) == {"check_claims": True}
+    assert intake_push._options({"check-claims": "false"}) == {"check_claims": False}
+    data = {"name": "l", "archive": "https://example.org/l", "tree": "mm", "check_claims": True}
+    assert lists.clean_list(data, Path("l.yaml")).check_claims is True
+    assert lists.clean_list({**data, "check_claims": False}, Path("l.yaml")).check_claims is False
+    with pytest.raises(StackbenchError, match="check_claims"):
+        lists.clean_list({**data, "check_claims": "yes"}, Path("l.yaml"))
