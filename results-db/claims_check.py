@@ -197,9 +197,12 @@ class _Pairs:
         return None
 
 
-def _remap(stored: list[dict[str, Any]], kernels: list[tuple[str, str]]) -> list[dict[str, Any]]:
+def _remap(
+    stored: list[dict[str, Any]], kernels: list[tuple[str, str]], subjects: list[tuple[str, str]]
+) -> list[dict[str, Any]]:
     """The stored claims with their kernel columns mapped again onto the series' applied
-    commits (the shas git am gave), when the claims mapper is installed."""
+    commits (the shas git am gave) by our tables' names, else by the patches' subjects,
+    when the claims mapper is installed."""
     try:
         from stackbench.patches import claims as parser
 
@@ -211,7 +214,10 @@ def _remap(stored: list[dict[str, Any]], kernels: list[tuple[str, str]]) -> list
             parser.Claim(**{k: _field(c["claim"], k) for k in fields if k in c["claim"]})
             for c in stored
         ]
-        fresh = mapper(objs, kernels)
+        fresh = [
+            a if a.kernel_index is not None and a.base_index is not None else b
+            for a, b in zip(mapper(objs, kernels), mapper(objs, subjects), strict=True)
+        ]
     except (ImportError, AttributeError, KeyError, TypeError, ValueError):
         return stored
     # the job was the submission's to choose (it joined the plan): only the kernels are
@@ -276,6 +282,10 @@ def check_series(eng: Engine, series_id: int, *, previous: bool = True) -> Claim
             for k in stack
         ]
         kernels = [(k.commit, n) for n, k in zip(names, stack, strict=True)]
+        # the names an author gives a table's columns: the patches' subjects
+        subjects = [
+            (k.commit, k.patch.subject if k.patch else n) for n, k in zip(names, stack, strict=True)
+        ]
         prev_id = claims_store.previous_version(row) if previous else None
         report = ClaimsReport(
             series_id=row.id,
@@ -286,7 +296,7 @@ def check_series(eng: Engine, series_id: int, *, previous: bool = True) -> Claim
             left_out=int((row.meta or {}).get("claims_left_out") or 0),
         )
     pairs = _Pairs(eng)
-    for c in _remap(stored, kernels):
+    for c in _remap(stored, kernels, subjects):
         report.checks.append(_check(c, kernels, names, pairs, report.checked))
     report.our_machine = our_machine(eng, pairs.machines) if pairs.machines else ""
     if prev_id is not None:
@@ -323,7 +333,9 @@ def _check(
         out.why = "the series was not submitted with --check-claims"
         return out
     if str(c.get("statistic") or "").lower() in DISPERSION:
-        out.why = f"a {c['statistic']} row: the verdict compares the kernels' values, not their spread"
+        out.why = (
+            f"a {c['statistic']} row: the verdict compares the kernels' values, not their spread"
+        )
         return out
     if not kernels[bi][1] or not kernels[ki][1]:
         out.why = "the series' commits are not applied yet"

@@ -23,7 +23,17 @@ from stackbench.resultsdb.models import Series
 # a cover letter with more rows than this is not a claim list a reviewer reads: the rest is
 # said to be left out, never silently
 MAX_CLAIMS = 500
-KEYS = ("claim", "job", "suite", "params", "metric", "statistic", "kernel_index", "base_index", "reason")
+KEYS = (
+    "claim",
+    "job",
+    "suite",
+    "params",
+    "metric",
+    "statistic",
+    "kernel_index",
+    "base_index",
+    "reason",
+)
 
 
 def put(

@@ -79,8 +79,14 @@ PLANTED = [
     _claim("vm-scalability.throughput", +12.0, C1[:10], ki=1),  # contradicted
     _claim("vm-scalability.throughput", +18.0, C2[:10], ki=2),  # confirmed
     _claim("vm-scalability.workload", -30.0, C2[:10], ki=2),  # not reproduced
-    _claim("will-it-scale.per_thread_ops", 5.0, C2[:10], job=None,
-           reason="will-it-scale is not a suite here", ki=2),  # fmt: skip
+    _claim(
+        "will-it-scale.per_thread_ops",
+        5.0,
+        C2[:10],
+        job=None,
+        reason="will-it-scale is not a suite here",
+        ki=2,
+    ),  # fmt: skip
 ]
 
 
@@ -148,7 +154,9 @@ def test_the_measured_change_is_the_pair_verdict_every_view_shows(eng, planted):
     for c, sha in zip(report.checks[:3], (C1, C2, C2), strict=True):
         v = table[(sha, c.metric)]
         assert (c.measured_pct, c.ci_low_pct, c.ci_high_pct) == (
-            v.change_pct, v.ci_low_pct, v.ci_high_pct
+            v.change_pct,
+            v.ci_low_pct,
+            v.ci_high_pct,
         )
 
 
@@ -156,8 +164,9 @@ def test_report_mail_shows_each_claims_status(eng, planted):
     body = reports.series_report(eng, planted, MailConfig(list_addr="l@example.org")).body
     section = body[body.index("Claims of the cover letter, measured again") :]
     assert "1 confirmed, 1 not reproduced, 1 contradicted, 1 not checked" in section
-    assert ("Their machine: Measured on our test box, a 2-socket machine with 80 CPUs and "
-            "256G memory.") in section
+    assert (
+        "Their machine: Measured on our test box, a 2-socket machine with 80 CPUs and 256G memory."
+    ) in section
     assert "Ours: a QEMU guest (2 vCPUs, 1024 MB memory)." in section
     assert (f"  [contradicted] vm-scalability.throughput ({SPEC}), 1/2-bbbbbbbb against v6.1"
             in section)  # fmt: skip

@@ -107,3 +107,48 @@ def test_push_option_and_list_yaml_opt_in():
     assert lists.clean_list({**data, "check_claims": False}, Path("l.yaml")).check_claims is False
     with pytest.raises(StackbenchError, match="check_claims"):
         lists.clean_list({**data, "check_claims": "yes"}, Path("l.yaml"))
+
+
+def _seed(prefix: str) -> str:
+    seeds = Path("/work/shared/seeds")
+    found = sorted(seeds.glob(f"{prefix}_*.txt")) if seeds.is_dir() else []
+    if not found:
+        pytest.skip(f"seed {prefix} not in {seeds}")
+    return found[0].read_text()
+
+
+def _parsed(cover: str, subjects: list[str]):
+    from stackbench.patches.parser import ParsedPatch
+
+    n = len(subjects)
+    patches = [
+        ParsedPatch(idx=i, total=n, subject=s, author="a", author_email="a@example.org",
+                    date="", message_id=f"<p{i}@x>", in_reply_to=None, body="", diff="",
+                    raw=b"")  # fmt: skip
+        for i, s in enumerate(subjects, 1)
+    ]
+    return type("Parsed", (), {"cover_letter": cover, "patches": patches})()
+
+
+def test_seed_004s_claims_add_the_thpscale_sizes_the_plan_lacks():
+    from stackbench.jobs.driver import claims_plan
+    from stackbench.jobs.executors.jobspecs import plans_for, resolve_jobs
+    from stackbench.jobs.executors.settings import Settings
+
+    parsed = _parsed(_seed("004"), ["mm: a", "mm: b", "mm: c"])
+    jobs, kept, added = claims_plan.with_claims(parsed, ["thpscale"], 3, "v6.1")
+    assert added and all(j.startswith("thpscale[") for j in added)
+    assert jobs == ["thpscale", *added]
+    plans_for(resolve_jobs(jobs, 3), Settings())  # no two jobs expand to the same sub-job
+    assert {k["suite"] for k in kept if k["job"]} == {"thpscale"}
+    assert any(k["reason"] and "beyond" in k["reason"] for k in kept)
+
+
+def test_seed_000s_claims_are_kept_and_the_default_jobs_already_measure_them():
+    from stackbench.jobs.driver import claims_plan
+
+    parsed = _parsed(_seed("000"), ["mm: split folios during compaction",
+                                    "mm: migrating folios during compaction"])  # fmt: skip
+    jobs, kept, added = claims_plan.with_claims(parsed, None, None, "v6.1")
+    assert jobs is None and added == []  # vm-scalability's default cases cover every test
+    assert kept and {k["suite"] for k in kept if k["job"]} == {"vm-scalability"}

@@ -19,10 +19,11 @@ _SPEC = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[(.*)\])?$")
 
 def kernels_at_submission(parsed: Any, base: str) -> list[tuple[str, str]]:
     """The series' kernels as known before ``git am`` (base first), as the mapper takes
-    them: (commit, name), the commits a push carries and names by place in the stack."""
+    them: (commit, name), the commits a push carries and the patches' subjects (the names
+    authors give their columns)."""
     out = [(base or "", base or "base")]
     for p in parsed.patches:
-        out.append((getattr(p, "commit_sha", None) or "", f"{p.idx}/{p.total}"))
+        out.append((getattr(p, "commit_sha", None) or "", p.subject or f"{p.idx}/{p.total}"))
     return out
 
 

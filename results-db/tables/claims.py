@@ -57,7 +57,11 @@ def lines(report: ClaimsReport) -> list[str]:
         out.append(f"  ({report.left_out} more claims not kept)")
     prev = report.previous
     if prev is not None:
-        out += ["", f"The same claims of v{prev.version} (series #{prev.series_id}), measured then:", ""]
+        out += [
+            "",
+            f"The same claims of v{prev.version} (series #{prev.series_id}), measured then:",
+            "",
+        ]
         out += _rows(prev.checks) or ["  (none)"]
     return out
 
