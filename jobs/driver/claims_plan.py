@@ -77,8 +77,9 @@ def with_claims(
     plan = list(jobs or DEFAULT_JOBS)
     try:
         have = _subjobs(plan, runs)
+        suites = {parse_job_spec(j).suite for j in plan}
     except StackbenchError:
-        have = set()  # the submission's own validation reports its jobs
+        have, suites = set(), set()  # the submission's own validation reports its jobs
     kept: list[dict[str, Any]] = []
     for m in mapped:
         row = {
@@ -100,9 +101,13 @@ def with_claims(
             except StackbenchError as exc:
                 row["reason"] = f"its job {m.job} cannot run here: {exc}"
                 names = set()
-            if names and not names & have:
+            # a table that names no parameters (mmtests' headers) is measured by the
+            # series' own job of that suite, whatever its parameters
+            bare = not row["params"] and row["suite"] in suites
+            if names and not names & have and not bare:
                 plan.append(m.job)
                 have |= names
+                suites.add(row["suite"])
         kept.append(row)
     added = plan[len(list(jobs or DEFAULT_JOBS)) :]
     return (plan if added else jobs), kept, added
