@@ -105,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
     print_summary(eng, sid)
     print()
     print_tables(eng, sid, all_rows=args.all)
+    print_claims(eng, sid)
     link = comparison_line(eng, sid, args.port)
     if not args.no_serve:
         serve(args.port, sid, link)
@@ -257,6 +258,16 @@ TABLES = [
     ("stress-highalloc (mmtests)", "mmtests", "stress-highalloc", {}),
     ("stackbench verdicts (change, decision's interval, FDR-controlled)", "stackbench", None, {}),
 ]
+
+
+def print_claims(eng, sid: int) -> None:
+    """The claims section of the report, when the series kept its cover letter's claims."""
+    from stackbench.resultsdb import claims_check
+    from stackbench.resultsdb.tables import claims as claims_text
+
+    report = claims_check.check_series(eng, sid)
+    if report is not None:
+        print("\n" + "\n".join(claims_text.lines(report)))
 
 
 def print_tables(eng, sid: int, *, all_rows: bool = False, out=None) -> None:
