@@ -16,7 +16,6 @@ from stackbench.resultsdb import claims_check
 from stackbench.resultsdb.models import Series
 
 pytest_plugins = ["test_web_support"]
-pytestmark = pytest.mark.slow
 
 
 def test_the_demo_cover_letters_tables_are_claims_of_its_own_jobs():
@@ -36,6 +35,7 @@ def test_the_demo_cover_letters_tables_are_claims_of_its_own_jobs():
     assert mapped and {k["suite"] for k in mapped} == {"vm-scalability", "thpscale"}
 
 
+@pytest.mark.slow
 def test_demo_with_check_claims_runs_to_done_and_shows_each_claims_status(
     eng,
     kernel_env,  # noqa: F811
