@@ -19,6 +19,7 @@ stats, a base of 0) are not claims.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -91,7 +92,11 @@ def words(lines: list[str]) -> list[Word]:
 
 
 def number(text: str) -> float | None:
-    return float(text) if NUMBER.match(text) else None
+    """The value of a printed number; None for other words and for numbers beyond a float."""
+    if not NUMBER.match(text):
+        return None
+    x = float(text)
+    return x if math.isfinite(x) else None
 
 
 def relative(new: float, base: float) -> float | None:
@@ -99,11 +104,45 @@ def relative(new: float, base: float) -> float | None:
     change exists), 0 when both are 0."""
     if base == 0:
         return 0.0 if new == 0 else None
-    return (new - base) * 100.0 / abs(base)
+    change = (new - base) * 100.0 / abs(base)
+    return change if math.isfinite(change) else None
 
 
 def round_pct(x: float) -> float:
     return round(x, 4)
+
+
+# ---- mails ------------------------------------------------------------------------------
+
+_MAIL_HEADERS = ("from", "subject", "message-id", "date")
+
+
+def mail_text(data: bytes) -> str:
+    """The text to read claims from: a mail's or an mbox's text parts, decoded (base64,
+    quoted-printable, charsets) as the patch parser decodes them; anything else as UTF-8."""
+    import email
+    import email.policy
+
+    from stackbench.errors import StackbenchError
+    from stackbench.patches import parser
+
+    plain = data.decode("utf-8", errors="replace")
+    try:
+        raws = parser.find_mails(data, "<mail>")
+    except StackbenchError:
+        return plain
+    texts = []
+    for raw in raws:
+        try:
+            msg = email.message_from_bytes(raw, policy=email.policy.compat32)
+            if not any(h in _MAIL_HEADERS for h in (k.lower() for k in msg)):
+                return plain  # "Key: value" lines of a text, not a mail's headers
+            text, _ = parser.find_text(msg)
+        except (StackbenchError, RecursionError, ValueError, LookupError):
+            return plain
+        # undecodable bytes came back as lone surrogates: show them as replacement marks
+        texts.append(text.encode("utf-8", "surrogateescape").decode("utf-8", "replace"))
+    return "\n".join(texts)
 
 
 # ---- top level ----------------------------------------------------------------------------

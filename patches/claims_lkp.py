@@ -133,9 +133,10 @@ def _row(ws: list[Word], k: int, n: int):
             return None
         m = _CHANGE.match(ws[k].text)
         v = number(ws[k + 1].text)
-        if m is None or v is None:
+        change = number(m.group(1)) if m else None
+        if m is None or v is None or change is None:
             return None
-        changes.append((float(m.group(1)), m.group(2) == "%"))
+        changes.append((change, m.group(2) == "%"))
         values.append(v)
         sd, k = _stddev(ws, k + 2)
         stddevs.append(sd)

@@ -151,9 +151,10 @@ def _kernels(
     ]
     if not missing:
         return k, b, None
-    shown = " and ".join(repr(m[:60]) for m in missing)
+    shown = " and ".join(m[:60] for m in missing)
     word = "columns" if len(missing) > 1 else "column"
-    return k, b, f"kernel {word} {shown} not in this series"
+    verb = "are" if len(missing) > 1 else "is"
+    return k, b, f"kernel {word} {shown} {verb} not in this series"
 
 
 # ---- jobs ---------------------------------------------------------------------------------
@@ -218,7 +219,7 @@ def _checked(
 def _lkp_job(c: Claim, suite: str, cpus: int, mem_mb: int) -> _Job:
     if suite != "vm-scalability":
         return _Job(None, None, reason=f"{suite} is not a suite here")
-    test = c.job.get("test", "")
+    test = c.job.get("test", "") or _case_of_path(c.job.get("path_params", ""))
     if test not in _vms_tests():
         return _Job(
             None, None,
@@ -241,6 +242,13 @@ def _lkp_job(c: Claim, suite: str, cpus: int, mem_mb: int) -> _Job:
             "mmtests-vmstat.*)",
         )  # fmt: skip
     return _checked(f"vm-scalability[{','.join(params)}]", c.metric, "mean", scaling, cpus, mem_mb)
+
+
+def _case_of_path(path_params: str) -> str:
+    """The case a result path's parameters end with (``performance-300s-8T-anon-w-seq-mt``:
+    the values sorted by key, and ``test`` sorts last of vm-scalability's)."""
+    ends = [t for t in _vms_tests() if path_params == t or path_params.endswith("-" + t)]
+    return max(ends, key=len, default="")
 
 
 def _defaults_text(name: str) -> str:
@@ -363,3 +371,13 @@ def format_table(mapped: list[MappedClaim]) -> str:
         else:
             lines.append(f"{head}: not mapped: {m.reason}")
     return "\n".join(lines) + ("\n" if lines else "")
+
+
+def cover_claims(cover_letter: str, kernels: list[tuple[str, str]]) -> list[MappedClaim]:
+    """The claims of a series' cover letter mapped to its kernels (base first), as the series
+    page shows them before anything is built."""
+    from stackbench.patches import claims
+
+    if not cover_letter.strip():
+        return []
+    return map_claims(claims.parse(cover_letter), kernels)

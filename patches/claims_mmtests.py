@@ -59,11 +59,11 @@ def _cell(ws: list[Word], k: int) -> Cell | None:
     if v is None or k + 1 >= len(ws):
         return None
     m = _GAIN_GLUED.match(ws[k + 1].text)
-    if m and (m.group(1) == "(") == (m.group(3) == ")"):
+    if m and (m.group(1) == "(") == (m.group(3) == ")") and number(m.group(2)) is not None:
         return Cell(k, k + 2, v, float(m.group(2)), m.group(1) == "*")
-    if ws[k + 1].text in "(*" and k + 2 < len(ws):
+    if ws[k + 1].text in ("(", "*") and k + 2 < len(ws):
         m = _GAIN_TAIL.match(ws[k + 2].text)
-        if m and (ws[k + 1].text == "(") == (m.group(2) == ")"):
+        if m and (ws[k + 1].text == "(") == (m.group(2) == ")") and number(m.group(1)) is not None:
             return Cell(k, k + 3, v, float(m.group(1)), m.group(2) == "*")
     return None
 
@@ -133,6 +133,8 @@ def benchmark(ws: list[Word], start: int, rows: list[Row]) -> str:
     ops = " ".join(" ".join(w.text for w in r.label) for r in rows)
     if re.search(r"\bfault-(base|huge|both)-\d+|\bhuge-\d+", ops):
         return "thpscale"
+    if re.search(r"^Ops \d\b", ops):  # compare-mmtests' stress-highalloc passes
+        return "stress-highalloc"
     return ""
 
 

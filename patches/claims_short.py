@@ -27,23 +27,31 @@ _PHRASE_WORDS = 12
 _TEST_REACH = 16  # words between "Test: NAME" and the table it names
 
 
-def _monitor_labels() -> list[tuple[str, ...]]:
+def _monitor_labels() -> dict[str, list[tuple[str, ...]]]:
+    """mmtests' monitor row labels by their first word, the longest first."""
     from stackbench.resultsdb.tables.mmtests_vmstat import VMSTAT_ROWS
 
     labels = [tuple(label.split()) for _, label in VMSTAT_ROWS]
     labels += [("Duration", x) for x in ("User", "System", "Elapsed")]
-    return sorted(labels, key=len, reverse=True)
+    out: dict[str, list[tuple[str, ...]]] = {}
+    for lab in sorted(labels, key=len, reverse=True):
+        out.setdefault(lab[0], []).append(lab)
+    return out
 
 
-def _label(ws: list[Word], k: int, labels: list[tuple[str, ...]]) -> tuple[str, int, str] | None:
+def _label(
+    ws: list[Word], k: int, labels: dict[str, list[tuple[str, ...]]]
+) -> tuple[str, int, str] | None:
     """(label, words it takes, style) of a value row starting at word k."""
     t = ws[k].text
     if t in _SUCCESS or _COUNTER.match(t):
         return t, 1, "short"
     start = k + 1 if t == "Ops" else k
-    if t == "Ops" and start < len(ws) and ws[start].text.isdigit():
+    if start >= len(ws):
+        return None
+    if t == "Ops" and ws[start].text.isdigit():
         return f"Ops {ws[start].text}", 2, "mmtests"
-    for lab in labels:
+    for lab in labels.get(ws[start].text, ()):
         got = tuple(w.text for w in ws[start : start + len(lab)])
         if got == lab:
             taken = start - k + len(lab)
@@ -72,8 +80,8 @@ def _value_rows(ws: list[Word], taken: set[int]) -> list[ValueRow]:
         label, n, style = got
         j = k + n
         values = []
-        while j < len(ws) and j not in taken and number(ws[j].text) is not None:
-            values.append(float(ws[j].text))
+        while j < len(ws) and j not in taken and (v := number(ws[j].text)) is not None:
+            values.append(v)
             j += 1
         if len(values) >= 2:
             rows.append(ValueRow(k, j, label, style, values))
@@ -227,17 +235,16 @@ def _percentile_lists(
         while j < len(ws) and _DASHES.match(ws[j].text):
             j += 1
         values: dict[str, float] = {}
-        while j + 1 < len(ws) and ws[j].text.isdigit() and number(ws[j + 1].text) is not None:
-            values[f"latency p{ws[j].text}"] = float(ws[j + 1].text)
+        while (
+            j + 1 < len(ws) and ws[j].text.isdigit() and (v := number(ws[j + 1].text)) is not None
+        ):
+            values[f"latency p{ws[j].text}"] = v
             j += 2
         for t in range(j, min(len(ws) - 5, j + 8)):
             got = [w.text for w in ws[t : t + 6]]
-            if (
-                got[:4] == ["Total", "2M", "hugepages", "allocated"]
-                and got[4] == "="
-                and got[5].isdigit()
-            ):
-                values["Total 2M hugepages allocated"] = float(got[5])
+            total = number(got[5])
+            if got[:5] == ["Total", "2M", "hugepages", "allocated", "="] and total is not None:
+                values["Total 2M hugepages allocated"] = total
                 j = t + 6
                 break
         kernel = _kernel_before(ws, k)
@@ -282,6 +289,66 @@ def _list_claims(ws: list[Word], taken: set[int]) -> Iterator[tuple[int, int, li
         yield start, end, out
 
 
+# ---- before/after lists --------------------------------------------------------------------
+
+_ITEM = re.compile(
+    r"^\s*(?:[-*]\s+)?(?P<label>[A-Za-z][\w .%/()-]*?)\s*[:=]\s*"
+    r"(?P<value>[-+]?\d+(?:\.\d+)?)\s*(?P<unit>[A-Za-z%/]{0,8})\s*$"
+)
+_BEFORE = re.compile(r"\b(before|without|vanilla|baseline|base|unpatched)\b", re.I)
+_AFTER = re.compile(r"\b(after|with|patched)\b", re.I)
+
+
+def _list_blocks(ws: list[Word], taken: set[int]) -> list[tuple[int, int, str, dict[str, float]]]:
+    """(first word, word after, heading, label -> value) per block of ``label: value`` lines
+    under a heading line."""
+    by_line: dict[int, list[int]] = {}
+    for i, w in enumerate(ws):
+        by_line.setdefault(w.line, []).append(i)
+    order = sorted(by_line)
+    blocks = []
+    cur: tuple[int, int, str, dict[str, float]] | None = None
+    heading: tuple[str, int] | None = None
+    for line in order:
+        idx = by_line[line]
+        text = " ".join(ws[i].text for i in idx)
+        m = _ITEM.match(text) if not any(i in taken for i in idx) else None
+        value = number(m.group("value")) if m else None
+        if m and value is not None and heading is not None:
+            if cur is None:
+                cur = (heading[1], idx[-1] + 1, heading[0], {})
+            cur[3][m.group("label").strip()] = value
+            cur = (cur[0], idx[-1] + 1, cur[2], cur[3])
+            continue
+        if cur is not None and len(cur[3]) >= 2:
+            blocks.append(cur)
+        cur = None
+        heading = (text.strip().rstrip(":").lstrip("-* ").strip(), idx[0])
+    if cur is not None and len(cur[3]) >= 2:
+        blocks.append(cur)
+    return blocks
+
+
+def _before_after_claims(ws: list[Word], taken: set[int]) -> Iterator[tuple[int, int, list[Claim]]]:
+    blocks = _list_blocks(ws, taken)
+    for a, b in zip(blocks, blocks[1:], strict=False):
+        if not (_BEFORE.search(a[2]) and _AFTER.search(b[2]) and not _BEFORE.search(b[2])):
+            continue
+        common = [k for k in a[3] if k in b[3]]
+        if len(common) < 2:
+            continue
+        kernels = (a[2][:80], b[2][:80])
+        out = []
+        for k in common:
+            change = relative(b[3][k], a[3][k])
+            if change is not None:
+                out.append(
+                    Claim("short", {"suite": ""}, kernels[1], kernels[0], k, round_pct(change),
+                          round_pct(change), None, None, b[3][k], a[3][k], None, kernels, 1, 0)
+                )  # fmt: skip
+        yield a[0], b[1], out
+
+
 # ---- sentences ----------------------------------------------------------------------------
 
 
@@ -296,7 +363,7 @@ def _sentence_claims(ws: list[Word], taken: set[int]) -> Iterator[tuple[int, int
         j = k + 1
         out = []
         # name: -18.3% if <kernel> and +3% if <kernel>.
-        while j < len(ws) and (pm := _PCT.match(ws[j].text)):
+        while j < len(ws) and (pm := _PCT.match(ws[j].text)) and number(pm.group(1)) is not None:
             phrase, j = _phrase(ws, j + 1)
             pct = float(pm.group(1))
             out.append(
@@ -354,4 +421,5 @@ def parse_words(
 ) -> Iterator[tuple[int, int, list[Claim]]]:
     yield from _value_claims(ws, taken, known)
     yield from _list_claims(ws, taken)
+    yield from _before_after_claims(ws, taken)
     yield from _sentence_claims(ws, taken)

@@ -62,7 +62,7 @@ def test_seed_000_columns_the_series_does_not_have_are_listed_not_guessed():
     short = [c for c in claims.parse(seed("000")) if c.style == "short"]
     hl = map_claims(short, series(5))
     assert hl[0].job == "vm-scalability[test=mmap-pread-seq-mt]"
-    assert hl[0].reason == ("kernel column 'split folios during compaction' not in this series")
+    assert hl[0].reason == ("kernel column split folios during compaction is not in this series")
 
 
 def test_seed_004_maps_to_thpscale_within_the_guest_threads():
@@ -110,7 +110,7 @@ def test_seed_003_and_001_map_to_their_seed_definitions():
     assert m.job == "seed-003-compaction-hogger[scenario=spread-25-movable,hogger=400]"
     assert "200MB of their 512 MB VM: 400 MB" in m.scaling
     assert m.reason == (
-        "kernel columns 'bzImage-improve-threshold' and 'bzImage-improve-base' not in this series"
+        "kernel columns bzImage-improve-threshold and bzImage-improve-base are not in this series"
     )
     ops = next(m for m in mapped if m.claim.metric == "Ops 1")
     assert (ops.job, ops.metric, ops.kernel_index) == (
@@ -146,7 +146,7 @@ def test_robot_columns_by_sha_prefix_and_suites_we_do_not_have():
     (m,) = map_claims([c], [("1234abcd56" + "0" * 30, "mm: one"), ("5" * 40, "mm: other")])
     assert (
         m.reason
-        == "will-it-scale is not a suite here; kernel column '9876fedc54' not in this series"
+        == "will-it-scale is not a suite here; kernel column 9876fedc54 is not in this series"
     )
 
 
@@ -165,3 +165,30 @@ def test_a_suite_without_a_definition_yet_says_so(monkeypatch):
     monkeypatch.setattr(definitions, "names", lambda: known)
     (m,) = map_claims([c], series(2))
     assert m.reason == "thpchallenge has no job definition here" and m.job is None
+
+
+def test_the_tables_we_print_map_back_to_our_jobs():
+    lkp_text = (
+        "=" * 89 + "\n"
+        "compiler/kconfig/path_params/rootfs/tbox_group/testcase:\n"
+        "  gcc-13/defconfig/performance-300s-512G-anon-w-rand/debian-12/qemu-vm/vm-scalability\n"
+        "\ncommit: \n  base-k\n  new-k\n\n"
+        "          base-k                       new-k \n"
+        "---------------- --------------------------- \n"
+        "         %stddev     %change         %stddev\n"
+        "             \\          |                \\  \n"
+        "    481000            +4.2%     501000        vm-scalability.throughput\n"
+    )
+    (m,) = map_claims(claims.parse(lkp_text), [("a" * 40, "base-k"), ("b" * 40, "new-k")])
+    assert (m.job, m.base_index, m.kernel_index, m.reason) == (
+        "vm-scalability[test=anon-w-rand]", 0, 1, None,
+    )  # fmt: skip
+    mm_text = (
+        "                          v6.1     1/1-abc\n"
+        "                        debian     1/1-abc\n"
+        "Ops 1      30.00 (   0.00%)     40.00 (  33.33%)\n"
+    )
+    (c,) = claims.parse(mm_text)
+    assert c.job == {"suite": "stress-highalloc"}
+    (m,) = map_claims([c], series(2))
+    assert (m.job, m.metric, m.statistic) == ("stress-highalloc", "stress-highalloc.pass1", "mean")

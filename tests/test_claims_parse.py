@@ -333,3 +333,82 @@ def test_cli_json_table_empty_and_unreadable(tmp_path):
     assert isinstance(first["change_pct"], float)
     r = _cli("-", stdin=seed("004"))
     assert r.returncode == 0 and "Amean fault-both-3" in r.stdout and "+28.28%" in r.stdout
+
+
+HOSTILE = [
+    "",
+    "=" * 89,
+    "compiler/testcase:\n  gcc/vm-scalability\n\ncommit: \n  a\n",
+    "compiler/testcase:\n  gcc/vm-scalability\n\ncommit: \n  a\n  b\n\n"
+    "a b\n---------------- --------------------------- \n",
+    "baseline patches Amean fault-both-3 1e999 ( 0.00%) 2.0 (  1.00%)",
+    "Amean fault-both-3 1.0 (   0.00%) 2.0 ( " + "9" * 400 + "%)",
+    "x: +" + "9" * 400 + "% if something",
+    "percentile latency\n5 \u00b2\n10 3\n",
+    "Total 2M hugepages allocated = \u00b2\n",
+    "compact_stall 0 5\nSuccess: 0 0\n",
+    "Ops 1 30 40\nOps 2",
+    "Hogger: 1MB 2MB\nk1 Success: 1 2\nk2 Success: 3 4",
+    "> " * 500 + "Amean a 1.0 ( 0.00%) 2.0 ( -100.00%)",
+]
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+def test_hostile_text_gives_finite_claims_or_none(text):
+    cs = claims.parse(text)
+    json.dumps([c.as_json() for c in cs], allow_nan=False)
+    claims.format_table(cs)
+    # a base of 0 to anything else has no relative change: no claim
+    assert all(c.base_value != 0 or c.value == 0 for c in cs if c.base_value is not None)
+
+
+def test_short_before_after_list_and_arrows():
+    text = (
+        "Before:\n  - pgfault: 1200\n  - elapsed: 35.5 s\n  - thp_fault_alloc: 300\n\n"
+        "After (with this series):\n  - pgfault: 1000\n  - elapsed: 30.1 s\n"
+        "  - thp_fault_alloc: 330\n\nAnd compact_stall: 710 -> 355 on the big box.\n"
+    )
+    cs = claims.parse(text)
+    assert [(c.metric, c.kernel, c.base, c.base_value, c.value) for c in cs] == [
+        ("pgfault", "After (with this series)", "Before", 1200, 1000),
+        ("elapsed", "After (with this series)", "Before", 35.5, 30.1),
+        ("thp_fault_alloc", "After (with this series)", "Before", 300, 330),
+        ("compact_stall", "after", "before", 710, 355),
+    ]
+    assert all(c.style == "short" and c.printed_pct == c.change_pct for c in cs)
+    assert cs[0].change_pct == pytest.approx(-16.6667, abs=1e-3)
+    assert cs[3].change_pct == -50.0
+
+
+def test_cli_maps_to_the_kernels_given():
+    r = _cli("-", "--kernel", "v6.1", "--kernel", "mm-new", "--json", stdin=seed("004"))
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    first = got[0]
+    assert (first["job"], first["metric"], first["base_index"], first["kernel_index"]) == (
+        "thpscale", "thpscale.fault-both-3", 0, 1,
+    )  # fmt: skip
+    assert first["claim"]["metric"] == "Amean fault-both-3" and first["reason"] is None
+    r = _cli("-", "--kernel", "v6.1", "--kernel", "mm-new", stdin=seed("004"))
+    assert "not mapped: 12 threads is beyond thpscale's 4 x CPUs on the 2-vCPU guest" in r.stdout
+    r = _cli("-", "--kernel", "v6.1", "--cpus", "0", stdin=seed("004"))
+    assert r.returncode == 1 and r.stderr.count("\n") == 1 and "too small" in r.stderr
+
+
+def test_a_mail_is_read_through_its_encoding():
+    import email.message
+
+    table = shared_fixtures("lkp", "reports")
+    text = next(table.glob("lkml-2025-*")).read_text()
+    msg = email.message.EmailMessage()
+    msg["From"] = "kernel test robot <oliver.sang@intel.com>"
+    msg["Subject"] = "[linux-next:master] 6af8cb80d3: vm-scalability.throughput -7.8% regression"
+    msg.set_content("Hello,\n\n" + text, cte="quoted-printable")
+    raw = b"From mboxrd@z Thu Jan  1 00:00:00 1970\n" + msg.as_bytes()
+    assert b"=C2=B1" in raw or b"=B1" in raw  # the "±" is encoded in the mail
+    assert rows(claims.parse(claims.mail_text(raw))) == rows(claims.parse(text))
+    # "Key: value" lines at the top of a text are not a mail's headers
+    plain = "Highlights: a list\nmmap-pread-seq-mt: -18.3% if split\n"
+    assert claims.mail_text(plain.encode()) == plain
+    r = _cli("-", "--json", stdin=raw.decode())
+    assert r.returncode == 0 and len(json.loads(r.stdout)) == 17

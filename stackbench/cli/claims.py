@@ -20,6 +20,16 @@ change_pct is the relative change of the value, the kernel against its base colu
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="the mail or text file, or - for stdin")
     p.add_argument("--json", action="store_true", help="print a JSON list, one object per claim")
+    p.add_argument(
+        "--kernel",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="map the claims to our jobs and to these kernels (repeat it, base first; a sha or "
+        "a name as the tables print it)",
+    )
+    p.add_argument("--cpus", type=int, default=2, help="with --kernel: the guest's CPUs")
+    p.add_argument("--mem-mb", type=int, default=1024, help="with --kernel: the guest's memory")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -27,14 +37,27 @@ def run(args: argparse.Namespace) -> int:
     from stackbench.patches import claims
 
     if args.file == "-":
-        text = sys.stdin.read()
+        data = sys.stdin.buffer.read()
     else:
         try:
             with open(args.file, "rb") as fh:
-                text = fh.read().decode("utf-8", errors="replace")
+                data = fh.read()
         except OSError as exc:
             raise InputError(args.file, exc.strerror or "cannot read") from None
+    text = claims.mail_text(data)
+    if args.cpus < 1 or args.mem_mb < 64:
+        raise InputError("guest", f"{args.cpus} CPUs and {args.mem_mb} MB is too small a guest")
     found = claims.parse(text)
+    if args.kernel:
+        from stackbench.patches import claims_map
+
+        kernels = [(k, k) for k in args.kernel]
+        mapped = claims_map.map_claims(found, kernels, cpus=args.cpus, mem_mb=args.mem_mb)
+        if args.json:
+            sys.stdout.write(json.dumps([m.as_json() for m in mapped], indent=1) + "\n")
+        else:
+            sys.stdout.write(claims_map.format_table(mapped))
+        return 0
     if args.json:
         sys.stdout.write(json.dumps([c.as_json() for c in found], indent=1) + "\n")
     else:

@@ -22,6 +22,7 @@ from stackbench.web import comparisons, dbsession, filters, progress, verdicts
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
+    from stackbench.patches.claims_map import MappedClaim
     from stackbench.resultsdb.models import Series
 
 bp = Blueprint("series", __name__)
@@ -101,6 +102,15 @@ def state_key(
     return "|".join(parts)
 
 
+def cover_claims(x: Series) -> list[MappedClaim]:
+    """The cover letter's claims against this series' kernels: base, then each patch."""
+    from stackbench.patches import claims_map
+
+    kernels = [(x.base_commit or "", x.base_ref)]
+    kernels += [(p.commit_sha or "", p.subject) for p in sorted(x.patches, key=lambda p: p.idx)]
+    return claims_map.cover_claims(x.cover_letter or "", kernels)
+
+
 @bp.route("/series/<int:series_id>")
 def show(series_id: int):
     s = dbsession.get()
@@ -114,6 +124,7 @@ def show(series_id: int):
     step, attempts, tries = runs_of(s, x.id)
     return render_template(
         "series.html",
+        cover_claims=cover_claims(x),
         series=x,
         series_progress=step,
         attempts=attempts,

@@ -1,0 +1,57 @@
+"""A series page shows the claims of its cover letter as soon as the series is stored:
+what each claims and the job and kernels of ours that would measure it, or why none."""
+
+from __future__ import annotations
+
+from sqlalchemy import update
+from test_web_support import add_tree, db, make_series
+
+from stackbench.resultsdb.models import Series
+
+pytest_plugins = ["test_web_support"]
+
+COVER = """\
+Highlights: mmap-pread-seq-mt: -18.3% if split folios during compaction.
+
+=========================================================================================
+compiler/kconfig/rootfs/runtime/tbox_group/test/testcase:
+  gcc-13/defconfig/debian/300s/qemu-vm/mmap-pread-seq-mt/vm-scalability
+
+commit:
+  v6.1
+  mm-patch-1
+  mm-patch-2
+
+            v6.1                  mm-patch-1                  mm-patch-2
+---------------- --------------------------- ---------------------------
+         %stddev     %change         %stddev     %change         %stddev
+             \\          |                \\          |                \\
+  14314960           -18.3%   11691969 ±  2%      -7.7%   13217795        vm-scalability.throughput
+
+                                      baselin                 patche
+                                     baseline                patches
+Amean     fault-both-3     2614.80 (   0.00%)     2217.14 *  15.21%*
+Amean     fault-both-32   23442.93 (   0.00%)    16564.83 *  29.34%*
+"""
+
+
+def test_series_page_lists_the_cover_letters_claims(eng, client):
+    add_tree(eng)
+    sid = make_series(eng)
+    html = client.get(f"/series/{sid}").get_data(as_text=True)
+    assert 'id="cover-claims"' not in html  # "Cover text" claims nothing
+    with db(eng) as s, s.begin():
+        s.execute(update(Series).where(Series.id == sid).values(cover_letter=COVER))
+    html = client.get(f"/series/{sid}").get_data(as_text=True)
+    assert 'id="cover-claims"' in html
+    block = html[
+        html.index('id="cover-claims"') : html.index("</section>", html.index('id="cover-claims"'))
+    ]
+    assert "5 claims read" in block and "3 map to a job" in block
+    # the LKP columns are the series' base and its two patches, in order
+    assert "vm-scalability[test=mmap-pread-seq-mt]" in block and "0 &rarr; 1" in block
+    assert "-18.30%" in block and "-7.70%" in block and "0 &rarr; 2" in block
+    # mmtests' baseline/patches are the base and the last patch
+    assert "thpscale.fault-both-3 (Amean)" in block and "+15.21%" in block
+    assert "not mapped: 32 threads is beyond thpscale&#39;s 4 x CPUs" in block
+    assert "not mapped: kernel column split folios during compaction is not in this series" in block
