@@ -205,10 +205,8 @@ def _remap(
     when the claims mapper is installed."""
     try:
         from stackbench.patches import claims as parser
+        from stackbench.patches.claims_map import map_claims as mapper
 
-        mapper = getattr(parser, "map_claims", None)
-        if mapper is None:
-            from stackbench.patches.claims_map import map_claims as mapper
         fields = parser.Claim.__dataclass_fields__
         objs = [
             parser.Claim(**{k: _field(c["claim"], k) for k in fields if k in c["claim"]})

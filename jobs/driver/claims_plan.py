@@ -29,19 +29,13 @@ def kernels_at_submission(parsed: Any, base: str) -> list[tuple[str, str]]:
 
 def read_claims(parsed: Any, base: str) -> list[Any]:
     """The claims of the cover letter (of the first patch's changelog for a single patch),
-    mapped (:func:`stackbench.patches.claims_map.map_claims`)."""
-    from stackbench.patches import claims as parser
+    mapped (:func:`stackbench.patches.claims_map.cover_claims`)."""
+    from stackbench.patches import claims_map
 
     text = parsed.cover_letter or ""
     if not text and len(parsed.patches) == 1:
         text = parsed.patches[0].body or ""
-    found = parser.parse(text)
-    if not found:
-        return []
-    mapper = getattr(parser, "map_claims", None)
-    if mapper is None:
-        from stackbench.patches.claims_map import map_claims as mapper
-    return mapper(found, kernels_at_submission(parsed, base))
+    return claims_map.cover_claims(text, kernels_at_submission(parsed, base))
 
 
 def _overrides(spec: str) -> dict[str, str]:
