@@ -45,6 +45,11 @@ class Claim:
     column: int | None = None  # this claim's position in ``columns``
     base_column: int | None = None
 
+    def __hash__(self) -> int:
+        # ``job`` is a dict: hash what identifies the claim, so claims can key a mapping
+        return hash((self.style, tuple(sorted(self.job.items())), self.kernel, self.base,
+                     self.metric, self.statistic, self.column, self.printed_pct))  # fmt: skip
+
     def as_json(self) -> dict[str, Any]:
         return {
             "style": self.style,

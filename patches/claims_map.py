@@ -35,6 +35,11 @@ _SEED003 = re.compile(r"^(hogger|build)-frag-(movable|unmovable)$")
 _SEED003_HOGGER_SCALE = 2
 _LKP_SCALED = ("runtime", "size", "nr_task")
 _LKP_KEPT = ("thp_enabled", "thp_defrag")
+# what our vm-scalability runs store, as LKP's parse names it (time.* is LKP's time monitor)
+_VMS_STATS = (
+    "throughput", "median", "workload", "free_time", "throughput_fault", "median_fault",
+    "migrate_mbps",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -235,13 +240,18 @@ def _lkp_job(c: Claim, suite: str, cpus: int, mem_mb: int) -> _Job:
             f"the definition's scale ({_defaults_text('vm-scalability')}, {cpus} vCPUs, "
             f"{mem_mb} MB)"
         )
-    if not c.metric.startswith("vm-scalability."):
+    spec = f"vm-scalability[{','.join(params)}]"
+    if c.metric.startswith("proc-vmstat."):
+        # every run stores its /proc/vmstat delta, as LKP's proc-vmstat monitor does
+        metric = "mmtests-vmstat." + c.metric.removeprefix("proc-vmstat.")
+        return _checked(spec, metric, "mean", scaling, cpus, mem_mb)
+    if c.metric.removeprefix("vm-scalability.") not in _VMS_STATS:
         return _Job(
-            f"vm-scalability[{','.join(params)}]", None,
-            reason=f"{c.metric} is not measured here (our runs store vm-scalability.* and "
-            "mmtests-vmstat.*)",
+            spec, None,
+            reason=f"{c.metric} is not measured here (our vm-scalability runs store "
+            f"{', '.join('vm-scalability.' + k for k in _VMS_STATS)} and proc-vmstat.*)",
         )  # fmt: skip
-    return _checked(f"vm-scalability[{','.join(params)}]", c.metric, "mean", scaling, cpus, mem_mb)
+    return _checked(spec, c.metric, "mean", scaling, cpus, mem_mb)
 
 
 def _case_of_path(path_params: str) -> str:

@@ -42,6 +42,7 @@ class Cell:
     value: float
     gain: float
     starred: bool
+    plus: bool = False  # "( +0.00%)": a signed change of the author's own table
 
 
 @dataclass
@@ -60,11 +61,11 @@ def _cell(ws: list[Word], k: int) -> Cell | None:
         return None
     m = _GAIN_GLUED.match(ws[k + 1].text)
     if m and (m.group(1) == "(") == (m.group(3) == ")") and number(m.group(2)) is not None:
-        return Cell(k, k + 2, v, float(m.group(2)), m.group(1) == "*")
+        return Cell(k, k + 2, v, float(m.group(2)), m.group(1) == "*", m.group(2)[0] == "+")
     if ws[k + 1].text in ("(", "*") and k + 2 < len(ws):
         m = _GAIN_TAIL.match(ws[k + 2].text)
         if m and (ws[k + 1].text == "(") == (m.group(2) == ")") and number(m.group(1)) is not None:
-            return Cell(k, k + 3, v, float(m.group(1)), m.group(2) == "*")
+            return Cell(k, k + 3, v, float(m.group(1)), m.group(2) == "*", m.group(1)[0] == "+")
     return None
 
 
@@ -103,6 +104,7 @@ def parse_words(
     """(first word, word after the table, its claims) per table; ``known`` collects the
     kernels of each column count for the tables after it."""
     tables: list[list[Row]] = []
+    lows: list[int] = []  # where each table's first label may start at the earliest
     prev_end = 0
     for run in _runs(ws, taken):
         label = _label(ws, prev_end, run[0].start)
@@ -116,13 +118,32 @@ def parse_words(
             cur.append(row)
         else:
             tables.append([row])
+            lows.append(prev_end)
         prev_end = run[-1].end
-    for rows in tables:
+    for rows, lo in zip(tables, lows, strict=True):
+        _first_label(ws, rows, lo)
         n = len(rows[0].cells)
         kernels = header(ws, rows[0].start, n, known.get(n))
         known[n] = kernels
         job = {"suite": benchmark(ws, rows[0].start, rows)}
         yield rows[0].start, rows[-1].cells[-1].end, _claims(rows, kernels, job)
+
+
+def _first_label(ws: list[Word], rows: list[Row], lo: int) -> None:
+    """Where the line breaks are lost the first row's label has no start of its own: it is
+    as long as makes its first word the next row's (``Hugealloc Time mean`` before
+    ``Hugealloc Time stddev``), else the statistic and the op."""
+    first = rows[0]
+    start = first.cells[0].start
+    if len(rows) < 2 or not rows[1].label or start - len(first.label) <= lo:
+        return
+    if ws[start - len(first.label) - 1].line != ws[start].line:
+        return  # the label starts its line
+    lead = rows[1].label[0].text
+    for n in range(_LABEL_WORDS, 1, -1):
+        if start - n >= lo and ws[start - n].text == lead:
+            first.label = ws[start - n : start]
+            return
 
 
 def benchmark(ws: list[Word], start: int, rows: list[Row]) -> str:
@@ -180,6 +201,8 @@ def header(ws: list[Word], start: int, n: int, before: list[str] | None) -> list
 
 def _claims(rows: list[Row], kernels: list[str], job: dict[str, str]) -> list[Claim]:
     starred = any(c.starred for r in rows for c in r.cells)
+    # compare-mmtests never signs its gains; a table that does is an author's (seed 002)
+    style = "short" if any(c.plus for r in rows for c in r.cells) else "mmtests"
     parsed = []
     for r in rows:
         words = [w.text for w in r.label]
@@ -205,7 +228,7 @@ def _claims(rows: list[Row], kernels: list[str], job: dict[str, str]) -> list[Cl
             sig = True if cell.starred else (False if starred and stat in MEANS else None)
             out.append(
                 Claim(
-                    style="mmtests",
+                    style=style,
                     job=dict(job),
                     kernel=kernels[i],
                     base=kernels[0],

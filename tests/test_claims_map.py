@@ -192,3 +192,41 @@ def test_the_tables_we_print_map_back_to_our_jobs():
     assert c.job == {"suite": "stress-highalloc"}
     (m,) = map_claims([c], series(2))
     assert (m.job, m.metric, m.statistic) == ("stress-highalloc", "stress-highalloc.pass1", "mean")
+
+
+def test_robot_rows_map_to_what_our_runs_store():
+    text = next(SHARED.glob("fixtures/lkp/reports/lkml-2025-*"), None)
+    if text is None:
+        pytest.skip("robot report excerpts not present")
+    cs = claims.parse(text.read_text())
+    kernels = [
+        ("448854478ab2f477" + "0" * 24, "mm/rmap: one"),
+        ("6af8cb80d3a9a6bb" + "1" * 24, "two"),
+    ]
+    by = {m.claim.metric: m for m in map_claims(cs, kernels)}
+    tp = by["vm-scalability.throughput"]
+    assert (tp.job, tp.base_index, tp.kernel_index, tp.reason) == (
+        "vm-scalability[test=anon-cow-seq]", 0, 1, None,
+    )  # fmt: skip
+    assert tp.scaling.startswith("runtime 300s, size 8T on lkp-srf-2sp1: the guest runs")
+    assert by["vm-scalability.median"].reason is None
+    # LKP's time monitor is not ours; /proc/vmstat deltas are
+    assert by["vm-scalability.time.user_time"].reason.startswith(
+        "vm-scalability.time.user_time is not measured here"
+    )
+    assert by["uptime.idle"].reason.startswith("uptime.idle is not measured here")
+
+
+def test_proc_vmstat_rows_map_to_the_vmstat_delta():
+    text = next(SHARED.glob("fixtures/lkp/reports/lkml-2020-*"), None)
+    if text is None:
+        pytest.skip("robot report excerpts not present")
+    # the same report for one of our cases
+    cs = claims.parse(text.read_text().replace("swap-w-rand-mt", "anon-w-rand-mt"))
+    by = {
+        m.claim.metric: m
+        for m in map_claims(cs, [("3852f6768e" + "0" * 30, "a"), ("aae466b005" + "1" * 30, "b")])
+    }
+    m = by["proc-vmstat.pgdeactivate"]
+    assert (m.metric, m.statistic, m.reason) == ("mmtests-vmstat.pgdeactivate", "mean", None)
+    assert m.job == "vm-scalability[test=anon-w-rand-mt,thp_enabled=never,thp_defrag=always]"

@@ -412,3 +412,16 @@ def test_a_mail_is_read_through_its_encoding():
     assert claims.mail_text(plain.encode()) == plain
     r = _cli("-", "--json", stdin=raw.decode())
     assert r.returncode == 0 and len(json.loads(r.stdout)) == 17
+
+
+def test_seed_002_an_authors_signed_table_without_line_breaks():
+    cs = claims.parse(seed("002"))
+    assert len(cs) == 32
+    assert {(c.style, c.kernel, c.base) for c in cs} == {("short", "PATCHED", "VANILLA")}
+    first, second = cs[0], cs[1]
+    assert (first.metric, first.base_value, first.value, first.printed_pct) == (
+        "Hugealloc Time mean", 165843.93, 113025.88, -31.85,
+    )  # fmt: skip
+    assert second.metric == "Hugealloc Time stddev"
+    # its percentages are changes, new against base: the values agree
+    assert all(abs(c.printed_pct - c.change_pct) < 3.0 for c in cs)
