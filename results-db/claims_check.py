@@ -223,8 +223,12 @@ def _remap(
     out = []
     for c, m in zip(stored, fresh, strict=True):
         missing = m.kernel_index is None or m.base_index is None
-        why = m.reason if missing else _job_reason(c.get("reason"))
-        out.append(dict(c, kernel_index=m.kernel_index, base_index=m.base_index, reason=why))
+        c = dict(c, kernel_index=m.kernel_index, base_index=m.base_index)
+        if m.job == c.get("job"):  # the same job: the mapper's metric and reason of now
+            c.update(metric=m.metric, statistic=getattr(m, "statistic", None), reason=m.reason)
+        else:
+            c["reason"] = m.reason if missing else _job_reason(c.get("reason"))
+        out.append(c)
     return out
 
 
