@@ -46,7 +46,7 @@ def test_demo_with_check_claims_runs_to_done_and_shows_each_claims_status(
     from stackbench.mail import reports
     from stackbench.mail.config import MailConfig
 
-    argv = ["demo", "--check-claims", "--in-process", "--runs", "3", "--max-boots", "3"]
+    argv = ["demo", "--check-claims", "--in-process", "--runs", "2", "--max-boots", "2"]
     assert main([*argv, "--no-serve"]) == 0
     out = capsys.readouterr().out
     with Session(eng) as s:
