@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 STYLES = ("lkp", "mmtests", "short")
@@ -172,7 +172,31 @@ def parse(text: str) -> list[Claim]:
         found.append((start, claims))
         taken.update(range(start, end))
     found.sort(key=lambda f: f[0])
-    return [c for _, cs in found for c in cs]
+    return _linked([c for _, cs in found for c in cs])
+
+
+def _linked(claims: list[Claim]) -> list[Claim]:
+    """A sentence's claim (``mmap-pread-seq-mt: -18.3% if ...``) that a table of the same
+    mail prints for exactly one column, same case and same percentage, is that column's
+    claim in the author's words: it takes the table's job and columns."""
+    tables = [c for c in claims if c.style != "short" or c.columns]
+    out = []
+    for c in claims:
+        if c.style == "short" and c.base is None and not c.columns:
+            same = {
+                (t.kernel, t.base): t
+                for t in tables
+                if t.job.get("test") == c.metric and abs(t.printed_pct - c.printed_pct) < 0.051
+            }
+            if len(same) == 1:
+                (t,) = same.values()
+                c = replace(
+                    c, job=dict(t.job), kernel=t.kernel, base=t.base, value=t.value,
+                    base_value=t.base_value, stddev_pct=t.stddev_pct, columns=t.columns,
+                    column=t.column, base_column=t.base_column, change_pct=t.change_pct,
+                )  # fmt: skip
+        out.append(c)
+    return out
 
 
 def format_table(claims: list[Claim]) -> str:

@@ -47,6 +47,13 @@ def test_seed_000_maps_each_case_to_a_vm_scalability_job_and_columns_by_order():
                 f"vm-scalability case {test} is not one of ours (" + m.reason.split("(", 1)[1]
             )
     assert {m.claim.job["test"] for m in mapped if m.reason is None} == OURS
+    # the highlights are the table's figures: they map to the same kernels
+    short = [c for c in claims.parse(seed("000")) if c.style == "short"]
+    hl = map_claims(short, series(5))
+    assert [(m.job, m.metric, m.base_index, m.kernel_index, m.reason) for m in hl[:2]] == [
+        ("vm-scalability[test=mmap-pread-seq-mt]", "vm-scalability.throughput", 0, 1, None),
+        ("vm-scalability[test=mmap-pread-seq-mt]", "vm-scalability.throughput", 0, 2, None),
+    ]
     # the kernel columns in order: base, then the four patches
     first = [m.kernel_index for m in mapped[:4]]
     assert first == [1, 2, 3, 4]
@@ -58,8 +65,8 @@ def test_seed_000_columns_the_series_does_not_have_are_listed_not_guessed():
     mapped = map_claims(lkp, series(4))
     assert all(m.kernel_index is None and m.base_index is None for m in mapped)
     assert all("not in this series" in m.reason for m in mapped)
-    # the highlights name their kernels in words only
-    short = [c for c in claims.parse(seed("000")) if c.style == "short"]
+    # a highlight without a table naming its kernel in words only
+    short = claims.parse("mmap-pread-seq-mt: -18.3% if split folios during compaction.")
     hl = map_claims(short, series(5))
     assert hl[0].job == "vm-scalability[test=mmap-pread-seq-mt]"
     assert hl[0].reason == ("kernel column split folios during compaction is not in this series")

@@ -75,14 +75,18 @@ def test_seed_000_every_lkp_row_and_the_highlights():
     truncate = lkp[-4]
     assert truncate.base_value == 2.084e08 and truncate.stddev_pct == 3.0
     short = [c for c in cs if c.style == "short"]
+    # each highlight is the table's figure for one column: it takes that column
+    split, migrate = SEED000_KERNELS[:2]
     assert rows(short) == [
-        ("mmap-pread-seq-mt", "split folios during compaction", -18.3),
-        ("mmap-pread-seq-mt", "migrating folios during compaction", -7.7),
-        ("lru-file-readtwice", "split folios during compaction", 41.5),
-        ("lru-file-readtwice", "migrating folios during compaction", 30.4),
-        ("lru-file-mmap-read", "split folios during compaction", 35.1),
-        ("lru-file-mmap-read", "migrating folios during compaction", 32.3),
+        ("mmap-pread-seq-mt", split, -18.3),
+        ("mmap-pread-seq-mt", migrate, -7.7),
+        ("lru-file-readtwice", split, 41.5),
+        ("lru-file-readtwice", migrate, 30.4),
+        ("lru-file-mmap-read", split, 35.1),
+        ("lru-file-mmap-read", migrate, 32.3),
     ]
+    assert all(c.base == SEED000_BASE and c.job["test"] == c.metric for c in short)
+    assert short[0].value == 11691969 and short[0].stddev_pct == 2.0
     assert len(cs) == 82
 
 
@@ -360,6 +364,14 @@ def test_hostile_text_gives_finite_claims_or_none(text):
     claims.format_table(cs)
     # a base of 0 to anything else has no relative change: no claim
     assert all(c.base_value != 0 or c.value == 0 for c in cs if c.base_value is not None)
+
+
+def test_a_highlight_no_table_confirms_keeps_its_words():
+    text = "mmap-pread-seq-mt: -18.3% if split folios during compaction.\n"
+    (c,) = claims.parse(text)
+    assert (c.kernel, c.base, c.job, c.columns) == (
+        "split folios during compaction", None, {"suite": ""}, (),
+    )  # fmt: skip
 
 
 def test_short_before_after_list_and_arrows():
