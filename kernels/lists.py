@@ -41,6 +41,7 @@ SCHEMA: dict[str, Any] = {
         "tree": {"type": "string", "minLength": 1},
         "jobs": _STRINGS,
         "runs": {"type": "integer", "minimum": 1},
+        "check_claims": {"type": "boolean"},
         "reports": {
             "type": "object",
             "additionalProperties": False,
@@ -69,6 +70,7 @@ class ListDef:
     paths: tuple[str, ...] = ()  # a series must touch one (empty: any)
     jobs: tuple[str, ...] | None = None
     runs: int | None = None
+    check_claims: bool = False  # the cover letters' claims measured (their jobs added)
     report_to: tuple[str, ...] = ()
     cc_author: bool = False
     apply_failed_reply: bool = False
@@ -101,6 +103,7 @@ def clean_list(data: Any, origin: Path) -> ListDef:
         paths=tuple(filters.get("paths", ())),
         jobs=tuple(data["jobs"]) if data.get("jobs") else None,
         runs=data.get("runs"),
+        check_claims=data.get("check_claims", False),
         report_to=tuple(reports.get("to", ())),
         cc_author=reports.get("cc_author", False),
         apply_failed_reply=reports.get("apply_failed_reply", False),

@@ -165,6 +165,7 @@ def series_report(eng: Engine, series_id: int, cfg: MailConfig | None = None) ->
     else:
         lines.append("No results to compare yet.")
     lines.append("")
+    lines += claims_section(eng, series.id)
     previous = (series.meta or {}).get("previous_version")
     if posted and previous:
         lines += _against_previous(eng, previous, refs)
@@ -181,6 +182,15 @@ def series_report(eng: Engine, series_id: int, cfg: MailConfig | None = None) ->
         references=refs_hdr,
         commit=worst[0] if worst else None,
     )
+
+
+def claims_section(eng: Engine, series_id: int) -> list[str]:
+    """The cover letter's claims and what was measured for each ([] when it kept none)."""
+    from stackbench.resultsdb import claims_check
+    from stackbench.resultsdb.tables import claims as claims_text
+
+    report = claims_check.check_series(eng, series_id)
+    return [*claims_text.lines(report), ""] if report is not None else []
 
 
 def _dataset(eng: Engine, refs: list[str]) -> Any:

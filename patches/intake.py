@@ -202,7 +202,8 @@ def read_hook_input(text: str) -> list[tuple[str, str, str]]:
 
 
 def read_push_options(environ: dict[str, str] | os._Environ[str]) -> dict[str, str]:
-    """``git push -o key=value`` options, as git passes them to hooks."""
+    """``git push -o key=value`` options, as git passes them to hooks (a bare ``-o key`` is
+    ``key=true``)."""
     try:
         count = int(environ.get("GIT_PUSH_OPTION_COUNT", "0"))
     except ValueError:
@@ -210,8 +211,9 @@ def read_push_options(environ: dict[str, str] | os._Environ[str]) -> dict[str, s
     options: dict[str, str] = {}
     for i in range(min(count, 50)):
         raw = environ.get(f"GIT_PUSH_OPTION_{i}", "")
-        key, _, value = raw.partition("=")
-        options[key.strip()] = value.strip()
+        key, eq, value = raw.partition("=")
+        # ``-o check-claims`` is ``check_claims=true``: the options' field names, dashed or not
+        options[key.strip().replace("-", "_")] = value.strip() if eq else "true"
     return options
 
 

@@ -131,7 +131,8 @@ def test_run_mmtests_in_the_image(monkeypatch, tmp_path, suite):
     from test_suites import UPSTREAM, need_bundles
 
     from stackbench.jobs.benchmarks import suites
-    from stackbench.jobs.driver import pipeline
+    from stackbench.jobs.executors.boot_stage import run_kernel
+    from stackbench.jobs.executors.settings import Settings
 
     need_bundles()
     monkeypatch.setenv(suites.MIRROR_ENV, str(UPSTREAM))
@@ -141,8 +142,8 @@ def test_run_mmtests_in_the_image(monkeypatch, tmp_path, suite):
     plan = [*_upstream_plan(suite, False), *_upstream_plan(suite, True)]
     kernel = KernelSpec(commit=res.commit, name="base", config_hash=res.config_hash,
                         compiler=res.compiler, config_name="debian-guest")  # fmt: skip
-    settings = pipeline.Settings(cpus=GUEST_CPUS, mem_mb=GUEST_MEM_MB, accel="tcg")
-    boot, runs = pipeline.run_kernel(res.bzimage, res.modules, plan, kernel=kernel,
+    settings = Settings(cpus=GUEST_CPUS, mem_mb=GUEST_MEM_MB, accel="tcg")
+    boot, runs = run_kernel(res.bzimage, res.modules, plan, kernel=kernel,
                                      settings=settings, workdir=tmp_path / "vm",
                                      boot_id="thp-image-test")  # fmt: skip
     assert boot is not None and boot.status == "ok", boot and boot.console_tail

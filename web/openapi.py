@@ -24,7 +24,7 @@ ROUTES: list[tuple[str, str, str, str | None, str | None, int]] = [
     (
         "post",
         "/api/series",
-        "Submit a series (mbox text, tree, base, jobs, runs)",
+        "Submit a series (mbox text, tree, base, jobs, runs, check_claims)",
         "user",
         "SeriesSubmit",
         201,
@@ -120,6 +120,7 @@ SCHEMAS: dict[str, Any] = {
             "base": {"type": "string", "description": "empty: the mbox's base-commit line"},
             "jobs": {"type": "array", "items": {"type": "string"}},
             "runs": {"type": "integer", "minimum": 1, "maximum": 30},
+            "check_claims": {"type": "boolean", "description": "measure the cover letter's claims too"},
         },
         "required": ["tree", "jobs"],
     },

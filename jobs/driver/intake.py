@@ -29,7 +29,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from stackbench.errors import InputError, StackbenchError
-from stackbench.jobs.driver import lifecycle
+from stackbench.jobs.driver import claims_plan, lifecycle
 from stackbench.jobs.executors.jobspecs import parse_job_spec, split_job_specs
 from stackbench.jobs.executors.series_state import register_tree
 from stackbench.jobs.executors.settings import Settings
@@ -38,7 +38,14 @@ from stackbench.patches import intake as push_refs
 from stackbench.patches.apply import ApplyResult
 from stackbench.patches.parser import ParsedSeries, parse_mbox
 from stackbench.patches.store import create_series, resolve_base, series_key
-from stackbench.resultsdb import accounts_q, series_runs_store, series_store, storable, trees_q
+from stackbench.resultsdb import (
+    accounts_q,
+    claims_store,
+    series_runs_store,
+    series_store,
+    storable,
+    trees_q,
+)
 
 MAX_RUNS = 30
 DEFAULT_RUNS = 3
@@ -152,6 +159,8 @@ class Options:
     cpus: int | None = _option(_between(1, 256), here_only=True)
     mem_mb: int | None = _option(_between(128, 1 << 20), here_only=True)
     accel: str | None = _option(_accel, here_only=True)
+    # the cover letter's claims are kept and their jobs join the series' (claims_plan)
+    check_claims: bool | None = _option(_flag)
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -329,6 +338,11 @@ def _store(
     meta = {**(sub.meta or {}), **options.meta()}
     if sub.pushed is not None:
         meta["push"] = {"repo": str(sub.pushed.repo), "ref": sub.pushed.ref, "head": sub.pushed.new}
+    jobs = list(options.jobs) if options.jobs is not None else None
+    claims: list[dict[str, Any]] | None = None
+    added: list[str] = []
+    if options.check_claims:
+        jobs, claims, added = claims_plan.with_claims(parsed, jobs, options.runs, base_ref)
     try:
         series = create_series(
             s,
@@ -338,7 +352,7 @@ def _store(
             key=key,
             source=sub.source,
             owner_id=sub.owner_id,
-            jobs=list(options.jobs) if options.jobs is not None else None,
+            jobs=jobs,
             runs=options.runs,
             meta=meta or None,
             mbox=sub.mbox,  # applied as sent, whatever its charset
@@ -350,6 +364,8 @@ def _store(
         return series  # the same submission again: already handed over
     who = accounts_q.user(s, sub.owner_id).name if sub.owner_id else "an anonymous submitter"
     series_store.merge_meta(series, submitted=sub.source)
+    if claims is not None:
+        claims_store.put(series, claims, added=added)
     if sub.runner == DISPATCHER:
         series_runs_store.begin(s, series.id, source=sub.source)
     if sub.pushed is not None:

@@ -378,7 +378,11 @@ def assemble(eng: Engine, lst: ListDef, *, now: datetime, rep: FetchReport | Non
                         tree=lst.tree,
                         mbox=mbox,
                         parsed=parsed,
-                        options={"jobs": lst.jobs, "runs": lst.runs},
+                        options={
+                            "jobs": lst.jobs,
+                            "runs": lst.runs,
+                            "check_claims": lst.check_claims or None,
+                        },
                         meta=meta,
                     ),
                 )

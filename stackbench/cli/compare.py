@@ -151,10 +151,27 @@ def run(args: argparse.Namespace) -> int:
         out = client.compare(args.kernels, style=args.style, all_rows=args.all, suite=args.suite)
     else:
         out = _local(args)
+        if args.style == "stackbench":
+            out = _with_claims(out, args.kernels)
         if args.plot:
             write_plot(args.plot, args.kernels, args.metric, args.machine)
     _print(out)
     return 0
+
+
+def _with_claims(out: str | bytes, refs: list[str]) -> str | bytes:
+    """The table, followed by the claims section of the series these kernels are (base and
+    every commit), when that series kept its cover letter's claims."""
+    from stackbench.resultsdb import claims_check
+    from stackbench.resultsdb.tables import claims as claims_text
+
+    eng = db.engine()
+    sid = claims_check.series_of_kernels(eng, refs)
+    report = claims_check.check_series(eng, sid) if sid is not None else None
+    if report is None:
+        return out
+    text = out.decode() if isinstance(out, bytes) else out
+    return text.rstrip("\n") + "\n\n" + "\n".join(claims_text.lines(report)) + "\n"
 
 
 def _print(out: str | bytes) -> None:

@@ -64,6 +64,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "(default 10; at most the runs' own boots: no more rounds)",
     )
     p.add_argument("--rerun", action="store_true", help="add a round of runs to a finished demo")
+    p.add_argument(
+        "--check-claims",
+        action="store_true",
+        help="measure the claims of the stack's cover letter (its LKP and mmtests tables) "
+        "and show each claim's status",
+    )
     p.add_argument("--all", action="store_true", help="LKP table: every stat, not only changes")
     p.add_argument("--no-serve", action="store_true", help="do not start the web UI afterwards")
     p.add_argument("--port", type=int, default=8080, help="web UI port (127.0.0.1)")
@@ -77,9 +83,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from stackbench.jobs.driver import intake
+    from stackbench.jobs.driver import claims_plan, intake
     from stackbench.patches import stacks
-    from stackbench.resultsdb import db
+    from stackbench.resultsdb import db, series_store
 
     info = stacks.stack_info(args.stack)
     print(f"stackbench demo: stack {args.stack} ({info.get('tree', 'linux-6.1')})", flush=True)
@@ -99,6 +105,13 @@ def run(args: argparse.Namespace) -> int:
     with db.session(eng) as s:
         taken = intake.take(s, sub)
         sid = taken.series.id
+        # a demo stored before without its claims checked gets them now
+        if (
+            taken.options.check_claims
+            and claims_plan.opt_in(s, taken.series)
+            and taken.series.state == "done"
+        ):
+            series_store.merge_meta(taken.series, claims_rerun=True)
     fresh = _plan_changed(eng, sid, taken.options) or args.rerun
     if who == intake.WATCHER:
         state = run_through_dispatcher(eng, sid, fresh=fresh, source="demo")
@@ -108,6 +121,7 @@ def run(args: argparse.Namespace) -> int:
     print_summary(eng, sid)
     print()
     print_tables(eng, sid, all_rows=args.all)
+    print_claims(eng, sid)
     link = comparison_line(eng, sid, args.port)
     if not args.no_serve:
         serve(args.port, sid, link)
@@ -142,16 +156,20 @@ def _state(eng, sid: int) -> str:
 def _plan_changed(eng, sid: int, options) -> bool:
     """A stored demo series with another plan is re-run with the requested one; a new
     --max-boots is its cap from now on."""
-    from stackbench.resultsdb import db, series_store
+    from stackbench.resultsdb import claims_store, db, series_store
 
     jobs = list(options.jobs or ())
     with db.session(eng) as s:
         series = series_store.get(s, sid)
         if options.meta():
             series_store.merge_meta(series, **options.meta())
-        if series.meta.get("jobs") == jobs and series.meta.get("runs") == options.runs:
+        own, added = claims_store.own_jobs(series), series.meta.get("claims_jobs") or []
+        rerun = series.meta.get("claims_rerun")  # its claims' jobs joined a finished demo
+        if own == jobs and series.meta.get("runs") == options.runs and not rerun:
             return False
-        series_store.merge_meta(series, jobs=jobs, runs=options.runs)
+        series_store.merge_meta(
+            series, jobs=[*jobs, *added], runs=options.runs, claims_rerun=False
+        )
         return series.state == "done"
 
 
@@ -162,6 +180,16 @@ TABLES = [
     ("stress-highalloc (mmtests)", "mmtests", "stress-highalloc", {}),
     ("stackbench verdicts (change, decision's interval, FDR-controlled)", "stackbench", None, {}),
 ]
+
+
+def print_claims(eng, sid: int) -> None:
+    """The claims section of the report, when the series kept its cover letter's claims."""
+    from stackbench.resultsdb import claims_check
+    from stackbench.resultsdb.tables import claims as claims_text
+
+    report = claims_check.check_series(eng, sid)
+    if report is not None:
+        print("\n" + "\n".join(claims_text.lines(report)))
 
 
 def print_tables(eng, sid: int, *, all_rows: bool = False, out=None) -> None:

@@ -60,6 +60,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--rerun", action="store_true", help="run a finished series again")
     p.add_argument(
+        "--check-claims",
+        action="store_true",
+        help="measure the cover letter's claims too (its LKP / mmtests tables): their jobs "
+        "join the series' and the report says which claims hold",
+    )
+    p.add_argument(
         "--in-process",
         action="store_true",
         help="build and benchmark in this process instead of handing the series to the "

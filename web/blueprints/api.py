@@ -36,6 +36,14 @@ bp = Blueprint("api", __name__)
 MAX_LIMIT = 500
 
 
+def _claims(series_id: int) -> dict[str, Any] | None:
+    """The series' claims, each with what was measured and its status (None: it kept none)."""
+    from stackbench.resultsdb import claims_check
+
+    report = claims_check.check_series(dbsession.engine(), series_id)
+    return report.as_json() if report is not None else None
+
+
 def _iso(ts) -> str | None:
     return ts.isoformat() if ts is not None else None
 
@@ -74,6 +82,7 @@ def series_json(
         "waiting_on": ((x.meta or {}).get("host_fault") or {}).get("error")
         if x.state in progress.PENDING_SERIES
         else None,
+        "claims": _claims(x.id),
         "created_at": _iso(x.created_at),
         "patches": [
             {

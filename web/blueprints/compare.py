@@ -129,7 +129,17 @@ def show(key: str):
     if body is None:
         body = _fragment(comp, result, aa_of)
         comparisons.CACHE.put(ck, body)
-    return render_template("compare.html", comp=comp, result=result, body=Markup(body))
+    return render_template(
+        "compare.html", comp=comp, result=result, body=Markup(body), claims=_claims(comp.key)
+    )
+
+
+def _claims(key: str):
+    """The claims of the series this comparison is the own comparison of, if any."""
+    from stackbench.resultsdb import claims_check, claims_store
+
+    row = claims_store.series_of_comparison(dbsession.get(), key)
+    return claims_check.check_series(dbsession.engine(), row.id) if row is not None else None
 
 
 @bp.route("/compare/<key>/metrics")

@@ -138,7 +138,15 @@ def show(series_id: int):
         state_key=state_key(x, commits, warnings, step, tries),
         service_warnings=warnings,
         buildbot_url=filters.httpurl(current_app.config.get("BUILDBOT_URL") or ""),
+        claims=claims_of(x.id),
     )
+
+
+def claims_of(series_id: int):
+    """The series' claims section (None when it kept no claims)."""
+    from stackbench.resultsdb import claims_check
+
+    return claims_check.check_series(dbsession.engine(), series_id)
 
 
 @bp.route("/series/<int:series_id>/state.json")

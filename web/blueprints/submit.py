@@ -42,6 +42,7 @@ def post():
         "jobs": f.getlist("jobs"),
         "runs": f.get("runs", ""),
         "mbox_text": f.get("mbox_text", ""),
+        "check_claims": f.get("check_claims") == "1",
     }
     upload = request.files.get("mbox")
     data = upload.read() if upload and upload.filename else b""

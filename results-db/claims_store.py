@@ -1,0 +1,83 @@
+"""A series' claims, kept with the series: what its cover letter's tables claimed, and the
+job and metric of ours each claim was mapped to when the series was submitted.
+
+The claims are facts of the submission (they never change once read), so they live in the
+series' ``meta`` beside its jobs and runs, written and read only through these functions.
+Each stored claim is a dict: ``claim`` (the parser's :meth:`Claim.as_json`), ``job`` (the
+job spec it maps to, or None), ``suite`` and ``params`` (that job's suite and the parameters the spec sets, to find its
+runs), ``metric`` (our metric name, or None), ``statistic`` (the row's reduction of it:
+``Amean``, ``Stddev``, ``p50``...), ``kernel_index`` and
+``base_index`` (places in the series' kernels, base first, as mapped at submission) and
+``reason`` (why it could not be mapped, or None).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from stackbench.resultsdb import series_store
+from stackbench.resultsdb.models import Series
+
+# a cover letter with more rows than this is not a claim list a reviewer reads: the rest is
+# said to be left out, never silently
+MAX_CLAIMS = 500
+KEYS = (
+    "claim",
+    "job",
+    "suite",
+    "params",
+    "metric",
+    "statistic",
+    "kernel_index",
+    "base_index",
+    "reason",
+)
+
+
+def put(
+    row: Series, claims: list[dict[str, Any]], *, added: list[str] = (), check: bool = True
+) -> None:
+    """Keep ``claims`` (dicts of :data:`KEYS`) with the series; ``added``: the jobs they
+    added to the series' own; ``check``: the submitter asked for them to be measured."""
+    kept = [{k: c.get(k) for k in KEYS} for c in claims[:MAX_CLAIMS]]
+    series_store.merge_meta(
+        row, claims=kept, claims_left_out=max(0, len(claims) - MAX_CLAIMS),
+        claims_jobs=list(added), check_claims=check,
+    )  # fmt: skip
+
+
+def own_jobs(row: Series) -> list[str] | None:
+    """The jobs the series asked for itself, without those its claims added."""
+    jobs = (row.meta or {}).get("jobs")
+    if jobs is None:
+        return None
+    added = set((row.meta or {}).get("claims_jobs") or [])
+    return [j for j in jobs if j not in added]
+
+
+def of_series(row: Series) -> list[dict[str, Any]]:
+    """The stored claims of a series ([] when it kept none)."""
+    claims = (row.meta or {}).get("claims")
+    return [dict(c) for c in claims if isinstance(c, dict)] if isinstance(claims, list) else []
+
+
+def checks_claims(row: Series) -> bool:
+    """Whether the series was submitted with its claims to be measured."""
+    return bool((row.meta or {}).get("check_claims"))
+
+
+def previous_version(row: Series) -> int | None:
+    """The series of the version before this one (a list thread's v1 for its v2), if known."""
+    prev = (row.meta or {}).get("previous_version")
+    return prev if isinstance(prev, int) and prev != row.id else None
+
+
+def series_of_comparison(s: Session, key: str) -> Series | None:
+    """The series whose own comparison (``meta.comparison.key``) is ``key``, if any."""
+    from sqlalchemy import select
+
+    return s.scalars(
+        select(Series).where(Series.meta["comparison"]["key"].astext == key).order_by(Series.id)
+    ).first()
