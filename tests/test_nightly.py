@@ -19,11 +19,14 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from stackbench.errors import InputError, NotFoundError
+from stackbench.jobs.driver.journey import Kernel, Progress
 from stackbench.jobs.executors.build_stage import update_build
 from stackbench.jobs.executors.series_state import KernelTask
+from stackbench.jobs.executors.settings import Settings
 from stackbench.jobs.tracking import bisect_runner as br
 from stackbench.jobs.tracking import nightly, tracked_branches
 from stackbench.resultsdb import ingest as ig
+from stackbench.resultsdb import series_runs_store
 from stackbench.resultsdb.models import (
     Bisect,
     KernelBuild,
@@ -31,6 +34,7 @@ from stackbench.resultsdb.models import (
     Metric,
     Regression,
     Run,
+    Series,
     TrackedBranch,
 )
 
@@ -43,8 +47,77 @@ def sha(i: int) -> str:
     return hashlib.sha1(f"commit {i}".encode()).hexdigest()
 
 
+class FakeExecutor:
+    """The journey's executor over a fake lab: the lab's ``build`` stands for the kernel
+    build and its ``run`` for one boot of the plan; everything else (the rounds, the
+    adaptive looks, the attempt's rows, the verdicts) is the real driver's."""
+
+    name = series_runs_store.FOREGROUND
+
+    def __init__(self, lab, series_id):
+        self.lab, self.sid = lab, series_id
+        self.ids: dict[str, int | None] = {}
+        self.commits: list[str] = []
+        self.tree = TREE
+        self.boots_ended = 0
+
+    def hand_over(self, journey):
+        with Session(journey.eng) as s:
+            series = s.get(Series, self.sid)
+            self.commits = [series.base_commit] + [
+                p.commit_sha for p in sorted(series.patches, key=lambda p: p.idx)
+            ]
+            self.tree = series.tree.name if series.tree else TREE
+        return {"message": f"building {len(self.commits)} kernels"}
+
+    def runs(self, journey):
+        return max(sj.runs for sj in journey.subjobs)
+
+    def build(self, journey):
+        for c in self.commits:
+            self.ids[c] = self.lab.build(journey.eng, self.tree, c)
+
+    def progress(self, journey):
+        return Progress(
+            kernels=len(self.commits),
+            built=[Kernel(c, c) for c in self.commits if self.ids.get(c)],
+            builds_ended=len(self.ids),
+            boots_ended=self.boots_ended,
+            busy=False,
+            failing=any(v is None for v in self.ids.values()),
+        )
+
+    def failures(self, journey):
+        return [f"{c[:12]}: build failed" for c, v in self.ids.items() if v is None]
+
+    def boot(self, journey, batch, handed):
+        subjobs = journey.subjobs if batch.more is None else batch.more.plan(journey.subjobs)
+        handed()
+        for boot in batch.plan.boots_in_order():
+            self.lab.series = self.sid
+            for sj in subjobs:
+                spec = br.spec_for(sj.suite, sj.params)
+                self.lab.run(journey.eng, self.tree, self.ids[boot.kernel], spec, boot.runs, boot)
+            self.boots_ended += 1
+        return True
+
+
 class FakeLab:
     """A branch history of ``n`` commits after c0; the branch head moves with ``head``."""
+
+    runs_per_boot = 1  # every run its own boot
+    poll_s = 0.0
+    settings = Settings(config="fake")
+    series = None  # the comparison booted now
+
+    def executor(self, eng, series_id):
+        return FakeExecutor(self, series_id)
+
+    def boot_meta(self, boot) -> dict:
+        """What the plan stamps on a boot's runs (boot_stage / the worker)."""
+        if boot is None:
+            return {}
+        return {"boot_id": boot.boot_id, "boot_round": boot.round, "series": self.series}
 
     def __init__(
         self,
@@ -118,7 +191,7 @@ class FakeLab:
         if self.fixed_from is not None and idx >= self.fixed_from:
             bad = False
         mean = 1000.0 * (1 - self.drop) if bad else 1000.0
-        ((_name, spec),) = br.job_spec_strings(job)
+        ((name, spec),) = br.job_spec_strings(job)
         data = []
         for i in range(runs):
             it = have + i
@@ -136,6 +209,7 @@ class FakeLab:
                         **self._duration(idx),
                     },
                     source="fake",
+                    meta={**self.boot_meta(boot), "subjob": name},
                     # the key column holds 128 characters: a job spec can be longer
                     idempotency_key=f"fake-{commit}-{zlib.crc32(job.encode()):08x}-{it}",
                 )

@@ -57,15 +57,15 @@ def policy_from(runs: int | None, cap: int | None):
 
 
 def run(args: argparse.Namespace) -> int:
-    from stackbench.jobs.driver import pipeline
+    from stackbench.jobs.executors.settings import Settings
     from stackbench.jobs.tracking import bisect_runner
-    from stackbench.jobs.tracking.lab import LocalLab
+    from stackbench.jobs.tracking.comparison import lab_for
     from stackbench.resultsdb import db
 
     policy = policy_from(args.runs, args.runs_cap)
     eng = db.engine()
-    settings = pipeline.Settings(cpus=args.cpus, mem_mb=args.mem_mb, accel=args.accel)
-    lab = LocalLab(settings=settings)
+    settings = Settings(cpus=args.cpus, mem_mb=args.mem_mb, accel=args.accel)
+    lab = lab_for(settings)
 
     def progress(msg: str) -> None:
         print(f"bisect: {msg}", file=sys.stderr, flush=True)

@@ -42,9 +42,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from stackbench.errors import InputError
-    from stackbench.jobs.driver import pipeline
+    from stackbench.jobs.executors.settings import Settings
     from stackbench.jobs.tracking import nightly
-    from stackbench.jobs.tracking.lab import LocalLab
+    from stackbench.jobs.tracking.comparison import lab_for
     from stackbench.resultsdb import db
 
     for b in args.branch:
@@ -53,8 +53,8 @@ def run(args: argparse.Namespace) -> int:
     if args.aa and not 2 <= args.aa <= 100:
         raise InputError(f"--aa {args.aa}", "expected 2 to 100 boots per set (0: no A/A)")
     eng = db.engine()
-    settings = pipeline.Settings(cpus=args.cpus, mem_mb=args.mem_mb, accel=args.accel)
-    lab = LocalLab(settings=settings)
+    settings = Settings(cpus=args.cpus, mem_mb=args.mem_mb, accel=args.accel)
+    lab = lab_for(settings)
     tracked = nightly.load_tracked()
     if args.no_bisect:
         for t in tracked:
