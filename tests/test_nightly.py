@@ -24,9 +24,10 @@ from stackbench.jobs.executors.build_stage import update_build
 from stackbench.jobs.executors.series_state import KernelTask
 from stackbench.jobs.executors.settings import Settings
 from stackbench.jobs.tracking import bisect_runner as br
-from stackbench.jobs.tracking import nightly, tracked_branches
+from stackbench.jobs.tracking import comparison, nightly, tracked_branches
 from stackbench.resultsdb import ingest as ig
 from stackbench.resultsdb import series_runs_store
+from stackbench.resultsdb.buildruns import done_boots
 from stackbench.resultsdb.models import (
     Bisect,
     KernelBuild,
@@ -274,11 +275,12 @@ def test_first_night_sets_the_baseline_and_a_quiet_night_advances_it(eng, mail_e
     assert b["state"] == "unchanged", b
     assert baseline_commit(eng) == lab.history[2]
     assert b["regressions"] == [] and b["bisects"] == []
-    # "~" needs the decision's interval inside +-2%: at 1% noise that takes the cap's 10 runs;
-    # the baseline's stored runs were reused: one call for the head at the first look, then
-    # one per kernel at the looks of 5 and 10
-    assert (b["jobs"][0]["runs_base"], b["jobs"][0]["runs_head"]) == (10, 10)
-    assert lab.boots == 1 + 1 + 2 + 2
+    # "~" needs the decision's interval inside +-2%: at 1% noise that takes the cap's 10 boots;
+    # tonight's head and baseline share every round (the baseline's 3 boots of the first
+    # night are not tonight's): 3 rounds at the first look, then 2 and 5 at the looks of 5
+    # and 10
+    assert (b["jobs"][0]["runs_base"], b["jobs"][0]["runs_head"]) == (3 + 10, 10)
+    assert lab.boots == 3 + 2 * 10
     mails = outbox(eng, "nightly")
     assert len(mails) == 2
     assert "0 new regression(s)" in mails[-1].subject
@@ -620,7 +622,9 @@ def test_an_undecided_duration_alone_measures_nothing_more(eng, mail_env):
     (job,) = night(eng, lab)["branches"][0]["jobs"]
     assert job["verdicts"].get("unchanged") == 1  # the throughput, decided at the cap
     assert job["verdicts"].get("undecided") == 1  # the duration
-    assert (job["runs_base"], job["runs_head"]) == (10, 10)
+    # no round beyond the throughput's decision: the baseline's 3 boots of the first night
+    # and the rounds both had tonight
+    assert job["runs_base"] == 3 + job["runs_head"] and job["runs_head"] < 10
 
 
 def test_an_undecided_headline_metric_gets_more_runs(eng, mail_env):
@@ -628,7 +632,7 @@ def test_an_undecided_headline_metric_gets_more_runs(eng, mail_env):
     night(eng, lab)
     lab.head = 1
     (job,) = night(eng, lab)["branches"][0]["jobs"]
-    assert job["runs_head"] > 5 and job["runs_base"] == job["runs_head"]
+    assert job["runs_head"] > 5 and job["runs_base"] == 3 + job["runs_head"]
 
 
 class BootLab(FakeLab):
@@ -654,7 +658,8 @@ class BootLab(FakeLab):
         offset = 1 + 0.03 * self.rng.normal()
         if self.slow_boot == (idx, n_boot):
             offset *= 0.8
-        ((_name, spec),) = br.job_spec_strings(job)
+        ((name, spec),) = br.job_spec_strings(job)
+        meta = {"boot_id": f"{commit[:8]}-boot-{n_boot}", **self.boot_meta(boot), "subjob": name}
         data = [
             ig.RunData(
                 job=spec,
@@ -665,7 +670,7 @@ class BootLab(FakeLab):
                 iteration=i,
                 samples={METRIC: [float(1000 * offset * (1 + 0.003 * self.rng.normal()))]},
                 source="fake",
-                meta={"boot_id": f"{commit[:8]}-boot-{n_boot}"},
+                meta=meta,
                 idempotency_key=f"boot-{commit}-{n_boot}-{i}",
             )
             for i in range(runs)
@@ -679,7 +684,7 @@ def test_runs_are_grouped_by_boot_and_boots_are_added_one_call_each(eng, mail_en
     assert lab.calls == [(lab.history[0], 2)] * 3  # three boots of two runs: the first look
     lab.head = 1
     (job,) = night(eng, lab)["branches"][0]["jobs"]
-    assert job["runs_base"] == job["runs_head"] >= 3  # boots, not runs
+    assert job["runs_base"] - 3 == job["runs_head"] >= 3  # boots, not runs
     with Session(eng) as s:
         head_runs = s.scalar(
             select(func.count())
@@ -702,18 +707,20 @@ def test_one_slow_boot_of_a_neutral_head_opens_no_regression(eng, mail_env):
 
 def test_kernels_compared_boot_in_shared_shuffled_rounds(eng):
     lab = BootLab(n=2)
-    a, b = (lab.build(eng, TREE, c) for c in lab.history[:2])
+    m = comparison.measure(eng, lab, tree=TREE, kernels=lab.history[:2], jobs=[JOB], boots=4)
+    assert m.state == "done" and lab.built == 2
+    a, b = (m.builds[c] for c in lab.history[:2])
     (jid,) = br.job_ids(eng, JOB)
-    have, calls = br.top_up_rounds(eng, lab, TREE, [a, b], JOB, jid, 4, seed=5)
-    assert have == {a: 4, b: 4} and calls == 8
+    assert [done_boots(eng, k, jid) for k in (a, b)] == [4, 4]
     pairs = [tuple(c for c, _ in lab.calls[i : i + 2]) for i in range(0, 8, 2)]
     assert all(sorted(p) == sorted(lab.history[:2]) for p in pairs)  # each round boots both
     assert len(set(pairs)) == 2  # in an order shuffled per round
     assert [bt.round for bt in lab.plan_boots] == [1, 1, 2, 2, 3, 3, 4, 4]
-    # a kernel that has its boots already is not booted again; the other catches up alone
+    assert {c for c, runs in lab.calls} == set(lab.history[:2]) and {r for _, r in lab.calls} == {2}
+    # measured again: its builds are reused, and the new comparison's rounds are its own
     lab.calls.clear()
-    have, calls = br.top_up_rounds(eng, lab, TREE, [a, b], JOB, jid, 4)
-    assert (have, calls, lab.calls) == ({a: 4, b: 4}, 0, [])
+    again = comparison.measure(eng, lab, tree=TREE, kernels=lab.history[:2], jobs=[JOB], boots=3)
+    assert again.built == 0 and len(lab.calls) == 6 and again.series_id != m.series_id
 
 
 def test_a_nightly_judgement_interleaves_base_and_head(eng, mail_env):
@@ -723,14 +730,16 @@ def test_a_nightly_judgement_interleaves_base_and_head(eng, mail_env):
     night(eng, lab)  # the baseline: three boots on its own
     before = len(lab.calls)
     lab.head = 1
-    # the base needs four more boots, the head seven: the base's four share the first four
-    # rounds with the head's first four, instead of running before or after them
+    # seven boots each tonight, every one of the seven rounds booting both kernels: the
+    # baseline's boots of the first night are not part of tonight's first look
     policy = dc_replace(nightly.DEFAULT, start_runs=7, looks=(7,), max_runs=7)
     (job,) = night(eng, lab, policy=policy)["branches"][0]["jobs"]
     commits = [c for c, _ in lab.calls[before:]]
-    assert sorted(commits[:8]) == sorted(lab.history[:2] * 4), commits
-    assert commits[8:] == [lab.history[1]] * 3, commits
-    assert job["runs_base"] == job["runs_head"] == 7
+    assert len(commits) == 14
+    for i in range(0, 14, 2):
+        assert sorted(commits[i : i + 2]) == sorted(lab.history[:2]), commits
+    assert [bt.round for bt in lab.plan_boots[before:]] == [r for r in range(1, 8) for _ in "ab"]
+    assert (job["runs_base"], job["runs_head"]) == (3 + 7, 7)
 
 
 class DeadLab(FakeLab):
@@ -740,11 +749,14 @@ class DeadLab(FakeLab):
         self.boots += 1
 
 
-def test_boots_that_store_nothing_end_the_top_up(eng):
+def test_boots_that_store_nothing_end_the_comparison(eng):
+    """Rounds that store nothing are not followed by more: the adaptive look finds no boot
+    to judge, and the comparison ends after its first rounds."""
     lab = DeadLab(n=1)
-    bid = lab.build(eng, TREE, lab.history[0])
+    m = comparison.measure(
+        eng, lab, tree=TREE, kernels=lab.history[:2], jobs=[JOB], boots=3, cap=10
+    )
+    assert lab.boots == 2 * 3
+    assert all(m.builds[c] is not None for c in lab.history[:2])
     (jid,) = br.job_ids(eng, JOB)
-    assert br.top_up_boots(eng, lab, TREE, bid, JOB, jid, 5) == (0, 1)
-    lab.runs_per_boot = 2
-    assert br.top_up_boots(eng, lab, TREE, bid, JOB, jid, 5) == (0, 1)
-    assert lab.boots == 2
+    assert done_boots(eng, m.builds[lab.history[1]], jid) == 0
