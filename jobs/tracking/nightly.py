@@ -293,6 +293,12 @@ def run_branch(
     specs = _subjobs(jobs)
     say(f"head {rep.head[:12]}, baseline {baseline[:12] or 'none'}")
     against = baseline_id is not None and baseline != rep.head
+    if baseline_id is not None and not against:
+        # the head is the baseline, measured the night it became one
+        history.close_night(
+            eng, tracked_id, history.record_night(eng, tracked_id, rep.head, baseline_id)
+        )
+        return done("unchanged", "the head is the baseline")
     with db.session(eng) as s:
         before = kernels_store.last_run_id(s)
     # tonight's head and its baseline booted in the same rounds, as a series' kernels are:
@@ -309,17 +315,14 @@ def run_branch(
     if head_id is None:
         return done("build-failed", f"head {rep.head[:12]} does not build")
     night = history.record_night(eng, tracked_id, rep.head, head_id, after_run=before)
-    if not against:
+    if baseline_id is None:
         for job in specs:
             (jid,) = br.job_ids(eng, job)
             rep.jobs.append({"job": job, "runs_head": done_boots(eng, head_id, jid)})
         history.close_night(eng, tracked_id, night)
-        if baseline_id is None:
-            _set_baseline(eng, tracked_id, head_id)
-            rep.baseline = rep.head
-            return done("baseline", f"first night: {rep.head[:12]} is the baseline")
-        return done("unchanged", "the head is the baseline")
-    assert baseline_id is not None
+        _set_baseline(eng, tracked_id, head_id)
+        rep.baseline = rep.head
+        return done("baseline", f"first night: {rep.head[:12]} is the baseline")
     new: list[int] = []
     for job in specs:
         out = judge_job(eng, m.series_id, baseline_id, head_id, job, pol)
