@@ -287,6 +287,29 @@ def test_first_night_sets_the_baseline_and_a_quiet_night_advances_it(eng, mail_e
     assert "ran vm-scalability" in mails[-1].body
 
 
+def test_a_nights_comparison_is_a_series_the_front_page_does_not_list(eng, mail_env):
+    from stackbench.web import create_app
+
+    lab = FakeLab(n=2)
+    night(eng, lab)
+    lab.head = 1
+    night(eng, lab)
+    with Session(eng) as s:
+        rows = s.execute(select(Series.id, Series.source, Series.state, Series.title)).all()
+    assert [(src, st) for _id, src, st, _t in rows] == [("nightly", "done")] * 2
+    sid, title = rows[-1][0], rows[-1][3]
+    assert lab.history[1][:12] in title and lab.history[0][:12] in title
+    # its rounds are the attempt's, as a series' are; nobody is mailed a series report
+    with Session(eng) as s:
+        (attempt,) = series_runs_store.attempts(s, sid)
+        assert attempt.executor == series_runs_store.FOREGROUND and attempt.outcome == "done"
+        assert attempt.batches and all(len(b.plan["order"][0]) == 2 for b in attempt.batches)
+    assert not outbox(eng, "series")
+    client = create_app({"ENGINE": eng, "SECRET_KEY": "t", "TESTING": True}).test_client()
+    assert f"/series/{sid}" not in client.get("/").get_data(as_text=True)
+    assert client.get(f"/series/{sid}").status_code == 200
+
+
 def test_a_slower_run_alone_is_judged_but_opens_no_regression(eng, mail_env):
     """duration.* follows the job's own metrics (and the host's load): twice the wall-clock
     time with the same throughput is shown as worse, and the head still becomes the baseline."""

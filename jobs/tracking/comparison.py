@@ -31,6 +31,7 @@ from stackbench.jobs.executors.settings import Settings
 from stackbench.kernels import trees
 from stackbench.resultsdb import db, kernels_store, query, series_runs_store, series_store
 from stackbench.resultsdb import ingest as ig
+from stackbench.resultsdb.series_q import COMPARISONS
 from stackbench.resultsdb.tables.verdict import compare
 from stackbench.resultsdb.verdict import DEFAULT, Policy, Verdict
 
@@ -151,6 +152,8 @@ def measure(
     in more rounds while a headline metric is undecided, up to ``cap`` boots per kernel (no
     cap or ``cap <= boots``: the first rounds only). A commit whose build failed before is
     not built again; without a buildable base nothing is measured."""
+    if source not in COMPARISONS:
+        raise ValueError(f"a comparison's source is one of {COMPARISONS}, not {source!r}")
     kernels = list(dict.fromkeys(kernels))
     config = lab.settings.config
     builds: dict[str, int | None] = {}
