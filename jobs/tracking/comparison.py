@@ -113,14 +113,17 @@ class BuildbotLab(GitTrees):
         return ex
 
 
-def lab_for(settings: Settings) -> Lab:
-    """Where series go, the nightly's and the bisect's comparisons go too: the configured
-    Buildbot master's workers, else this machine."""
+def lab_for(settings: Settings, buildbot: bool) -> Lab:
+    """This machine, or (``buildbot``) the Buildbot master series go to, whose workers share
+    the comparisons' rounds. Not the master by default: the scheduled nightly is itself a
+    build holding its worker's machine lock, which its own rounds would wait for."""
     from stackbench.jobs.driver.dispatch import configured_master
 
+    if not buildbot:
+        return ThisMachine(settings=settings)
     master = configured_master()
     if master is None:
-        return ThisMachine(settings=settings)
+        raise InputError("--buildbot", "no Buildbot master is configured or running here")
     return BuildbotLab(master=master, settings=settings)
 
 
