@@ -19,9 +19,10 @@ costs beyond its own (process start, artifact transfer, upload, scheduling, the
 dispatcher's looks; the builds' own overhead included). The same for the rounds alone
 (first round started to last ended, by the master's clock) says what a boot costs once the
 kernels are built. Goals: 4 workers at least 3.2x faster than 1; overhead under 0.5 s
-per boot; the nightly's comparison (its second night) at 4 workers at least 3x faster than at
-1 (10 rounds on 4 workers are three waves: 3.33x is the ceiling). Exit status 1 if a goal is
-missed.
+per boot; the nightly's comparison (its second night: the head's build, then 12 rounds of
+the head and its baseline) at 4 workers at least 3x faster than at 1 (the build does not
+spread and 12 rounds on 4 workers are three waves: 250 / 70 s, 3.57x, is the ceiling; with
+10 rounds it would be 3.0x, the floor itself). Exit status 1 if a goal is missed.
 
 Dry boots take 10 s by default: a real boot of the demo's tiny guest takes about 37 s, and
 at 4 s the fixed costs of a series (hand-over, the builds changing over, the dispatcher's
@@ -65,6 +66,7 @@ OVERHEAD_GOAL = 0.5
 # the nightly case: a job the nightly resolves here (the dry workers fake its runs)
 NIGHTLY_JOB = "vm-scalability[test=anon-w-seq,runtime=5s]"
 NIGHTLY_GOAL = 3.0
+NIGHTLY_ROUNDS = 12  # a multiple of 4: the last wave of rounds keeps every worker busy
 TREE = "linux-6.1"
 
 
@@ -121,11 +123,13 @@ def report_nightly(nights: dict[int, tuple[float, float]], boot_s: float) -> boo
     """The nightly's table: both nights' wall time per worker count, the second night's
     ideal (the head's build, then its rounds of two boots) and speed-up; whether the goal
     holds."""
-    print(f"\nnightly: {BOOTS} rounds of the head and its baseline, {boot_s:g} s dry boots")
+    print(
+        f"\nnightly: {NIGHTLY_ROUNDS} rounds of the head and its baseline, {boot_s:g} s dry boots"
+    )
     print(f"{'workers':>7} {'night 1 s':>10} {'night 2 s':>10} {'ideal s':>8} {'speed-up':>9}")
     one = nights[1][1] if 1 in nights else None
     for n, (first, second) in nights.items():
-        ideal = boot_s + math.ceil(BOOTS / n) * 2 * boot_s
+        ideal = boot_s + math.ceil(NIGHTLY_ROUNDS / n) * 2 * boot_s
         speed = f"{one / second:8.2f}x" if one else "        -"
         print(f"{n:>7} {first:10.1f} {second:10.1f} {ideal:8.1f} {speed}")
     if one is None or 4 not in nights:
@@ -249,14 +253,15 @@ def _series(eng: Any, master: Any) -> tuple[float, float]:
 
 def measure_nightly(scratch: Path, n: int, boot_s: float) -> tuple[float, float]:
     """Seconds of a tracked branch's two nights on ``n`` local workers: the first measures
-    the head alone (the baseline), the second a new head against it, BOOTS rounds each."""
+    the head alone (the baseline), the second a new head against it, NIGHTLY_ROUNDS rounds
+    each."""
     from stackbench.jobs.tracking import nightly
     from stackbench.resultsdb import db
 
     eng = db.engine()
     branch = f"bench-{n}"
-    tracked = [nightly.Tracked(tree=TREE, branch=branch, jobs=[NIGHTLY_JOB], runs=BOOTS,
-                               max_runs=BOOTS, bisect=False)]  # fmt: skip
+    tracked = [nightly.Tracked(tree=TREE, branch=branch, jobs=[NIGHTLY_JOB],
+                               runs=NIGHTLY_ROUNDS, max_runs=NIGHTLY_ROUNDS, bisect=False)]  # fmt: skip
     with local_lab(scratch, "nightly", n, boot_s) as master:
         lab = _dry_lab(master, branch, n)
         out = []
