@@ -23,6 +23,7 @@ from sqlalchemy import Engine
 
 from stackbench import proc
 from stackbench.errors import InputError, StackbenchError
+from stackbench.jobs.driver import lifecycle
 from stackbench.jobs.driver.buildbot_executor import BuildbotExecutor
 from stackbench.jobs.driver.journey import UNDER_WAY, Executor, Journey
 from stackbench.jobs.driver.local_executor import LocalExecutor
@@ -176,7 +177,6 @@ def measure(
             tree_id=ig.tree_id(s.connection(), tree),
             base_ref=todo[0],
             base_commit=todo[0],
-            state="applied",
             source=source,
             meta={"jobs": list(jobs), "runs": boots * lab.runs_per_boot,
                   "max_runs": cap if adaptive else boots, "adaptive": adaptive},
@@ -188,6 +188,7 @@ def measure(
         )  # fmt: skip
         sid = series.id
         series_runs_store.begin(s, sid, source=source, executor=series_runs_store.FOREGROUND)
+    lifecycle.set_state(eng, sid, "applied", "commits of the tree: nothing to apply")
     journey = Journey(
         eng, sid, lab.executor(eng, sid), settings=lab.settings, boots=boots, policy=policy
     )
