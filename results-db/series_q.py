@@ -13,6 +13,10 @@ from sqlalchemy.orm import Session, defer, selectinload
 
 from stackbench.resultsdb.models import Event, KernelBuild, Patch, Series, Tree
 
+# ``series.source`` of the comparisons a nightly, a bisect or an A/A measures as a series
+# (jobs/tracking/comparison.py): not submitted by anyone
+COMPARISONS = ("nightly", "bisect", "aa")
+
 
 def submitted_since(s: Session, owner_id: int, since: datetime) -> int:
     """Series the user submitted after ``since`` (the submission rate limit)."""
@@ -50,6 +54,8 @@ def listing(
         q = q.where(Series.submitter.ilike(pat) | Series.submitter_email.ilike(pat))
     if state:
         q = q.where(Series.state == state)
+    # a nightly's or a bisect's comparison is reached from its branch or bisect, not listed
+    q = q.where(Series.source.notin_(COMPARISONS))
     q = q.order_by(Series.created_at.desc(), Series.id.desc())
     return list(s.scalars(q.offset(offset).limit(limit)))
 

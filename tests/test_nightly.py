@@ -19,11 +19,15 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from stackbench.errors import InputError, NotFoundError
+from stackbench.jobs.driver.journey import Kernel, Progress
 from stackbench.jobs.executors.build_stage import update_build
 from stackbench.jobs.executors.series_state import KernelTask
+from stackbench.jobs.executors.settings import Settings
 from stackbench.jobs.tracking import bisect_runner as br
-from stackbench.jobs.tracking import nightly, tracked_branches
+from stackbench.jobs.tracking import comparison, nightly, tracked_branches
 from stackbench.resultsdb import ingest as ig
+from stackbench.resultsdb import series_runs_store
+from stackbench.resultsdb.buildruns import done_boots
 from stackbench.resultsdb.models import (
     Bisect,
     KernelBuild,
@@ -31,6 +35,7 @@ from stackbench.resultsdb.models import (
     Metric,
     Regression,
     Run,
+    Series,
     TrackedBranch,
 )
 
@@ -43,8 +48,77 @@ def sha(i: int) -> str:
     return hashlib.sha1(f"commit {i}".encode()).hexdigest()
 
 
+class FakeExecutor:
+    """The journey's executor over a fake lab: the lab's ``build`` stands for the kernel
+    build and its ``run`` for one boot of the plan; everything else (the rounds, the
+    adaptive looks, the attempt's rows, the verdicts) is the real driver's."""
+
+    name = series_runs_store.FOREGROUND
+
+    def __init__(self, lab, series_id):
+        self.lab, self.sid = lab, series_id
+        self.ids: dict[str, int | None] = {}
+        self.commits: list[str] = []
+        self.tree = TREE
+        self.boots_ended = 0
+
+    def hand_over(self, journey):
+        with Session(journey.eng) as s:
+            series = s.get(Series, self.sid)
+            self.commits = [series.base_commit] + [
+                p.commit_sha for p in sorted(series.patches, key=lambda p: p.idx)
+            ]
+            self.tree = series.tree.name if series.tree else TREE
+        return {"message": f"building {len(self.commits)} kernels"}
+
+    def runs(self, journey):
+        return max(sj.runs for sj in journey.subjobs)
+
+    def build(self, journey):
+        for c in self.commits:
+            self.ids[c] = self.lab.build(journey.eng, self.tree, c)
+
+    def progress(self, journey):
+        return Progress(
+            kernels=len(self.commits),
+            built=[Kernel(c, c) for c in self.commits if self.ids.get(c)],
+            builds_ended=len(self.ids),
+            boots_ended=self.boots_ended,
+            busy=False,
+            failing=any(v is None for v in self.ids.values()),
+        )
+
+    def failures(self, journey):
+        return [f"{c[:12]}: build failed" for c, v in self.ids.items() if v is None]
+
+    def boot(self, journey, batch, handed):
+        subjobs = journey.subjobs if batch.more is None else batch.more.plan(journey.subjobs)
+        handed()
+        for boot in batch.plan.boots_in_order():
+            self.lab.series = self.sid
+            for sj in subjobs:
+                spec = br.spec_for(sj.suite, sj.params)
+                self.lab.run(journey.eng, self.tree, self.ids[boot.kernel], spec, boot.runs, boot)
+            self.boots_ended += 1
+        return True
+
+
 class FakeLab:
     """A branch history of ``n`` commits after c0; the branch head moves with ``head``."""
+
+    runs_per_boot = 1  # every run its own boot
+    poll_s = 0.0
+    settings = Settings(config="fake")
+    series = None  # the comparison booted now
+
+    def executor(self, eng, series_id):
+        return FakeExecutor(self, series_id)
+
+    def boot_meta(self, boot) -> dict:
+        """What the plan stamps on a boot's runs (boot_stage / the worker)."""
+        if boot is None:
+            return {}
+        return {"boot_id": boot.boot_id, "boot_round": boot.round, "series": self.series}
 
     def __init__(
         self,
@@ -118,7 +192,7 @@ class FakeLab:
         if self.fixed_from is not None and idx >= self.fixed_from:
             bad = False
         mean = 1000.0 * (1 - self.drop) if bad else 1000.0
-        ((_name, spec),) = br.job_spec_strings(job)
+        ((name, spec),) = br.job_spec_strings(job)
         data = []
         for i in range(runs):
             it = have + i
@@ -136,6 +210,7 @@ class FakeLab:
                         **self._duration(idx),
                     },
                     source="fake",
+                    meta={**self.boot_meta(boot), "subjob": name},
                     # the key column holds 128 characters: a job spec can be longer
                     idempotency_key=f"fake-{commit}-{zlib.crc32(job.encode()):08x}-{it}",
                 )
@@ -200,15 +275,39 @@ def test_first_night_sets_the_baseline_and_a_quiet_night_advances_it(eng, mail_e
     assert b["state"] == "unchanged", b
     assert baseline_commit(eng) == lab.history[2]
     assert b["regressions"] == [] and b["bisects"] == []
-    # "~" needs the decision's interval inside +-2%: at 1% noise that takes the cap's 10 runs;
-    # the baseline's stored runs were reused: one call for the head at the first look, then
-    # one per kernel at the looks of 5 and 10
-    assert (b["jobs"][0]["runs_base"], b["jobs"][0]["runs_head"]) == (10, 10)
-    assert lab.boots == 1 + 1 + 2 + 2
+    # "~" needs the decision's interval inside +-2%: at 1% noise that takes the cap's 10 boots;
+    # tonight's head and baseline share every round (the baseline's 3 boots of the first
+    # night are not tonight's): 3 rounds at the first look, then 2 and 5 at the looks of 5
+    # and 10
+    assert (b["jobs"][0]["runs_base"], b["jobs"][0]["runs_head"]) == (3 + 10, 10)
+    assert lab.boots == 3 + 2 * 10
     mails = outbox(eng, "nightly")
     assert len(mails) == 2
     assert "0 new regression(s)" in mails[-1].subject
     assert "ran vm-scalability" in mails[-1].body
+
+
+def test_a_nights_comparison_is_a_series_the_front_page_does_not_list(eng, mail_env):
+    from stackbench.web import create_app
+
+    lab = FakeLab(n=2)
+    night(eng, lab)
+    lab.head = 1
+    night(eng, lab)
+    with Session(eng) as s:
+        rows = s.execute(select(Series.id, Series.source, Series.state, Series.title)).all()
+    assert [(src, st) for _id, src, st, _t in rows] == [("nightly", "done")] * 2
+    sid, title = rows[-1][0], rows[-1][3]
+    assert lab.history[1][:12] in title and lab.history[0][:12] in title
+    # its rounds are the attempt's, as a series' are; nobody is mailed a series report
+    with Session(eng) as s:
+        (attempt,) = series_runs_store.attempts(s, sid)
+        assert attempt.executor == series_runs_store.FOREGROUND and attempt.outcome == "done"
+        assert attempt.batches and all(len(b.plan["order"][0]) == 2 for b in attempt.batches)
+    assert not outbox(eng, "series")
+    client = create_app({"ENGINE": eng, "SECRET_KEY": "t", "TESTING": True}).test_client()
+    assert f"/series/{sid}" not in client.get("/").get_data(as_text=True)
+    assert client.get(f"/series/{sid}").status_code == 200
 
 
 def test_a_slower_run_alone_is_judged_but_opens_no_regression(eng, mail_env):
@@ -546,7 +645,9 @@ def test_an_undecided_duration_alone_measures_nothing_more(eng, mail_env):
     (job,) = night(eng, lab)["branches"][0]["jobs"]
     assert job["verdicts"].get("unchanged") == 1  # the throughput, decided at the cap
     assert job["verdicts"].get("undecided") == 1  # the duration
-    assert (job["runs_base"], job["runs_head"]) == (10, 10)
+    # no round beyond the throughput's decision: the baseline's 3 boots of the first night
+    # and the rounds both had tonight
+    assert job["runs_base"] == 3 + job["runs_head"] and job["runs_head"] < 10
 
 
 def test_an_undecided_headline_metric_gets_more_runs(eng, mail_env):
@@ -554,7 +655,7 @@ def test_an_undecided_headline_metric_gets_more_runs(eng, mail_env):
     night(eng, lab)
     lab.head = 1
     (job,) = night(eng, lab)["branches"][0]["jobs"]
-    assert job["runs_head"] > 5 and job["runs_base"] == job["runs_head"]
+    assert job["runs_head"] > 5 and job["runs_base"] == 3 + job["runs_head"]
 
 
 class BootLab(FakeLab):
@@ -580,7 +681,8 @@ class BootLab(FakeLab):
         offset = 1 + 0.03 * self.rng.normal()
         if self.slow_boot == (idx, n_boot):
             offset *= 0.8
-        ((_name, spec),) = br.job_spec_strings(job)
+        ((name, spec),) = br.job_spec_strings(job)
+        meta = {"boot_id": f"{commit[:8]}-boot-{n_boot}", **self.boot_meta(boot), "subjob": name}
         data = [
             ig.RunData(
                 job=spec,
@@ -591,7 +693,7 @@ class BootLab(FakeLab):
                 iteration=i,
                 samples={METRIC: [float(1000 * offset * (1 + 0.003 * self.rng.normal()))]},
                 source="fake",
-                meta={"boot_id": f"{commit[:8]}-boot-{n_boot}"},
+                meta=meta,
                 idempotency_key=f"boot-{commit}-{n_boot}-{i}",
             )
             for i in range(runs)
@@ -605,7 +707,7 @@ def test_runs_are_grouped_by_boot_and_boots_are_added_one_call_each(eng, mail_en
     assert lab.calls == [(lab.history[0], 2)] * 3  # three boots of two runs: the first look
     lab.head = 1
     (job,) = night(eng, lab)["branches"][0]["jobs"]
-    assert job["runs_base"] == job["runs_head"] >= 3  # boots, not runs
+    assert job["runs_base"] - 3 == job["runs_head"] >= 3  # boots, not runs
     with Session(eng) as s:
         head_runs = s.scalar(
             select(func.count())
@@ -628,18 +730,20 @@ def test_one_slow_boot_of_a_neutral_head_opens_no_regression(eng, mail_env):
 
 def test_kernels_compared_boot_in_shared_shuffled_rounds(eng):
     lab = BootLab(n=2)
-    a, b = (lab.build(eng, TREE, c) for c in lab.history[:2])
+    m = comparison.measure(eng, lab, tree=TREE, kernels=lab.history[:2], jobs=[JOB], boots=4)
+    assert m.state == "done" and lab.built == 2
+    a, b = (m.builds[c] for c in lab.history[:2])
     (jid,) = br.job_ids(eng, JOB)
-    have, calls = br.top_up_rounds(eng, lab, TREE, [a, b], JOB, jid, 4, seed=5)
-    assert have == {a: 4, b: 4} and calls == 8
+    assert [done_boots(eng, k, jid) for k in (a, b)] == [4, 4]
     pairs = [tuple(c for c, _ in lab.calls[i : i + 2]) for i in range(0, 8, 2)]
     assert all(sorted(p) == sorted(lab.history[:2]) for p in pairs)  # each round boots both
     assert len(set(pairs)) == 2  # in an order shuffled per round
     assert [bt.round for bt in lab.plan_boots] == [1, 1, 2, 2, 3, 3, 4, 4]
-    # a kernel that has its boots already is not booted again; the other catches up alone
+    assert {c for c, runs in lab.calls} == set(lab.history[:2]) and {r for _, r in lab.calls} == {2}
+    # measured again: its builds are reused, and the new comparison's rounds are its own
     lab.calls.clear()
-    have, calls = br.top_up_rounds(eng, lab, TREE, [a, b], JOB, jid, 4)
-    assert (have, calls, lab.calls) == ({a: 4, b: 4}, 0, [])
+    again = comparison.measure(eng, lab, tree=TREE, kernels=lab.history[:2], jobs=[JOB], boots=3)
+    assert again.built == 0 and len(lab.calls) == 6 and again.series_id != m.series_id
 
 
 def test_a_nightly_judgement_interleaves_base_and_head(eng, mail_env):
@@ -649,14 +753,16 @@ def test_a_nightly_judgement_interleaves_base_and_head(eng, mail_env):
     night(eng, lab)  # the baseline: three boots on its own
     before = len(lab.calls)
     lab.head = 1
-    # the base needs four more boots, the head seven: the base's four share the first four
-    # rounds with the head's first four, instead of running before or after them
+    # seven boots each tonight, every one of the seven rounds booting both kernels: the
+    # baseline's boots of the first night are not part of tonight's first look
     policy = dc_replace(nightly.DEFAULT, start_runs=7, looks=(7,), max_runs=7)
     (job,) = night(eng, lab, policy=policy)["branches"][0]["jobs"]
     commits = [c for c, _ in lab.calls[before:]]
-    assert sorted(commits[:8]) == sorted(lab.history[:2] * 4), commits
-    assert commits[8:] == [lab.history[1]] * 3, commits
-    assert job["runs_base"] == job["runs_head"] == 7
+    assert len(commits) == 14
+    for i in range(0, 14, 2):
+        assert sorted(commits[i : i + 2]) == sorted(lab.history[:2]), commits
+    assert [bt.round for bt in lab.plan_boots[before:]] == [r for r in range(1, 8) for _ in "ab"]
+    assert (job["runs_base"], job["runs_head"]) == (3 + 7, 7)
 
 
 class DeadLab(FakeLab):
@@ -666,11 +772,14 @@ class DeadLab(FakeLab):
         self.boots += 1
 
 
-def test_boots_that_store_nothing_end_the_top_up(eng):
+def test_boots_that_store_nothing_end_the_comparison(eng):
+    """Rounds that store nothing are not followed by more: the adaptive look finds no boot
+    to judge, and the comparison ends after its first rounds."""
     lab = DeadLab(n=1)
-    bid = lab.build(eng, TREE, lab.history[0])
+    m = comparison.measure(
+        eng, lab, tree=TREE, kernels=lab.history[:2], jobs=[JOB], boots=3, cap=10
+    )
+    assert lab.boots == 2 * 3
+    assert all(m.builds[c] is not None for c in lab.history[:2])
     (jid,) = br.job_ids(eng, JOB)
-    assert br.top_up_boots(eng, lab, TREE, bid, JOB, jid, 5) == (0, 1)
-    lab.runs_per_boot = 2
-    assert br.top_up_boots(eng, lab, TREE, bid, JOB, jid, 5) == (0, 1)
-    assert lab.boots == 2
+    assert done_boots(eng, m.builds[lab.history[1]], jid) == 0

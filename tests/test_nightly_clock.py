@@ -34,7 +34,7 @@ class LatencyLab(FakeLab):
             commit = s.get(KernelBuild, build_id).commit
             have = s.scalar(select(func.count()).select_from(Run).where(Run.build_id == build_id))
         bad = self.bad_from is not None and self.history.index(commit) >= self.bad_from
-        ((_name, spec),) = br.job_spec_strings(job)
+        ((name, spec),) = br.job_spec_strings(job)
         ig.ingest(
             eng,
             [
@@ -48,6 +48,7 @@ class LatencyLab(FakeLab):
                     samples={LATENCY: [float(self.rng.normal(1500.0 if bad else 1000.0, 10.0))]},
                     source="fake",
                     sysstate=JIFFIES if self.coarse else {},
+                    meta={**self.boot_meta(boot), "subjob": name},
                     idempotency_key=f"lat-{commit}-{zlib.crc32(job.encode()):08x}-{have + i}",
                 )
                 for i in range(runs)

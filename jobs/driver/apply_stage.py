@@ -151,7 +151,8 @@ def _apply(
     with db.session(eng) as s:
         series = series_store.get(s, sid)
         patches = kernels_store.stack(series)[1:]
-        applied = bool(patches) and all(
+        # a comparison of one kernel (a nightly's first night) has no patch to apply
+        applied = (bool(patches) or bool(series.base_commit)) and all(
             k.commit and trees.has_commit(repo, k.commit) for k in patches
         )
         if applied and series.base_commit:

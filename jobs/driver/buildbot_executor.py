@@ -90,7 +90,7 @@ class BuildbotExecutor:
             "submission": submission, "buildset": bsid, "since_build": since,
             "first_run": _last_run_id(eng) + 1, "kernels": len(kernels),
             # one benchmark build per boot, every job in it
-            "benchmarks": len(kernels) * boot_plan.boots_for(journey.runs),
+            "benchmarks": len(kernels) * boot_plan.boots_for(journey.runs, journey.boots),
             "buildbot": self.master.url, "progress": f"0/{len(kernels)}",
             "message": f"handed to Buildbot (buildset {bsid}): {len(kernels)} kernels, "
                        f"{len(journey.jobs)} job(s) x {journey.runs} run(s)",

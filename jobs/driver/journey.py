@@ -15,9 +15,10 @@ it got and why something failed. Two exist:
   dispatcher calls :meth:`Journey.advance` each time the master's reporter says a build
   started or ended.
 
-The nightly run and the bisect measure single kernels on the local executor's two
-primitives (build a commit's kernel, boot it as one boot of a plan), the same ones its
-series use. Why rounds and how the verdict reads them: docs/verdict.md.
+A nightly's head against its baseline and a bisect's step against its good kernel are
+comparisons of their own, driven the same way on either executor
+(:mod:`stackbench.jobs.tracking.comparison`). Why rounds and how the verdict reads them:
+docs/verdict.md.
 """
 
 from __future__ import annotations
@@ -117,7 +118,8 @@ def seed_of(key: str) -> int:
 @dataclass
 class Journey:
     """Series ``sid``'s comparison, driven through ``executor``. ``boots`` (boots per kernel
-    of the first rounds) and ``seed`` (every batch's shuffles) override the plan's own."""
+    of the first rounds) and ``seed`` (every batch's shuffles) override the plan's own;
+    ``policy`` the verdict rule of the adaptive looks (default: stackbench's)."""
 
     eng: Engine
     sid: int
@@ -125,6 +127,7 @@ class Journey:
     settings: Settings = field(default_factory=Settings)
     boots: int | None = None
     seed: int | None = None
+    policy: Any = None
     meta: dict[str, Any] = field(init=False)
     jobs: list[str] = field(init=False)
     runs: int = field(init=False)
@@ -247,12 +250,13 @@ class Journey:
             after = adaptive.MoreRounds(
                 boots=0, have=d.have, cap=0, kernels=[], subjobs=[], stored=d.stored or 0
             )
-        more = adaptive.more_rounds(self.eng, self.sid, after=after)
+        more = adaptive.more_rounds(self.eng, self.sid, after=after, policy=self.policy)
         if more is None:
             return None
         kernels = [k.key for k in p.built if k.commit in more.kernels]
         runs = self.executor.runs(self)
-        per_boot = -(-runs // boot_plan.boots_for(runs))  # as many per boot as the first rounds
+        # as many per boot as the first rounds
+        per_boot = -(-runs // boot_plan.boots_for(runs, self.boots))
         key = self._key(d, (d.batches if d is not None else 0) + 1)
         first = max(self._first_round(), more.have + 1)
         plan = boot_plan.make_plan(

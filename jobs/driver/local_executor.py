@@ -4,9 +4,8 @@ one boot of a plan's rounds at a time, by the boot stage (:func:`boot_stage.boot
 which stores the runs).
 
 :class:`LocalExecutor` is the adapter :class:`stackbench.jobs.driver.journey.Journey` drives a
-series through on this machine (each step done at once). The nightly run and the bisect use
-the same two primitives (build a commit's kernel, boot it as one boot of a plan) through
-:class:`stackbench.jobs.tracking.lab.LocalLab`.
+series through on this machine (each step done at once), a nightly's or a bisect's
+comparison too (:mod:`stackbench.jobs.tracking.comparison`).
 """
 
 from __future__ import annotations

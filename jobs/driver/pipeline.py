@@ -32,12 +32,8 @@ from stackbench.jobs.driver.journey import Journey
 from stackbench.jobs.driver.local_executor import LocalExecutor
 from stackbench.jobs.executors.faults import host_fault
 
-# parse_job_spec, plan_for, resolve_jobs and register_tree are not this module's: jobs/tracking
-# (nightly, bisect_runner, tracked_branches) still reads them from here, until the branch
-# that moves nightly and bisect onto the Journey drops that; these two lines go with it
-from stackbench.jobs.executors.jobspecs import parse_job_spec, plan_for, resolve_jobs  # noqa: F401
 from stackbench.jobs.executors.progress import ProgressFn
-from stackbench.jobs.executors.series_state import SeriesRun, register_tree  # noqa: F401
+from stackbench.jobs.executors.series_state import SeriesRun
 from stackbench.jobs.executors.settings import Settings
 from stackbench.resultsdb import db, series_runs_store, series_store
 

@@ -1,11 +1,12 @@
 """Bisect on real kernels: the Measurer that builds, boots and runs, and the stored records.
 
-Where kernels and runs come from is a :class:`Lab`: the real one is
-:class:`stackbench.jobs.tracking.lab.LocalLab`, which builds and boots with the local
-executor's stages (one object dir per tree and config, so neighbouring commits rebuild incrementally).
-Everything measured is stored, and every step first looks at what is stored: a kernel built
-earlier (artifact store) is not built again, a commit that failed to build is not tried
-again, and runs already in the database count toward the number a verdict asks for. Tests that are not about kernels plug in a lab that ingests
+Where commits come from and what measures them is a :class:`stackbench.jobs.tracking.comparison.Lab`:
+a step is measured against its good kernel as a comparison of its own, driven like a
+series' through the journey and its executor (this machine, or a Buildbot master whose
+workers share the rounds). Everything measured is stored, and every step first looks at what
+is stored: a kernel built earlier (artifact store) is not built again, a commit that failed
+to build is not tried again, and boots already in the database count toward the number a
+verdict asks for. Tests that are not about kernels plug in a lab whose executor ingests
 synthetic runs; the reading side (this module's queries) is the same for both.
 
 Records: one ``bisect`` row per bisection (steps as they happen, culprit, confidence, kernels
@@ -19,17 +20,18 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from stackbench.errors import InputError, NotFoundError
 from stackbench.jobs.executors import jobspecs
-from stackbench.jobs.executors import plan as boot_plan
-from stackbench.jobs.executors.plan import Boot
+from stackbench.jobs.executors.settings import Settings
 from stackbench.jobs.tracking import bisect as logic
+from stackbench.jobs.tracking import comparison
 from stackbench.jobs.tracking.bisect import BisectResult, Step
+from stackbench.jobs.tracking.comparison import Lab
 from stackbench.resultsdb import (
     db,
     jobs_q,
@@ -57,35 +59,6 @@ log = logging.getLogger(__name__)
 Progress = Callable[[str], None]
 
 
-# ---- the seam -------------------------------------------------------------------------------
-
-
-class Lab(Protocol):
-    """Where commits, kernels and runs come from."""
-
-    def resolve(self, tree: str, ref: str) -> str:
-        """The full sha of ``ref`` in the tree's repository (NotFoundError when unknown)."""
-
-    def commits(self, tree: str, good: str, bad: str) -> list[str]:
-        """The commits after ``good`` up to ``bad`` (included), oldest first."""
-
-    def subject(self, tree: str, commit: str) -> str:
-        """The commit's subject line."""
-
-    def build(self, eng: Engine, tree: str, commit: str) -> int | None:
-        """The kernel_build id of ``commit``, built or reused; None when it does not build."""
-
-    def run(
-        self, eng: Engine, tree: str, build_id: int, job: str, runs: int, boot: Boot | None = None
-    ) -> None:
-        """Boot the kernel once and store ``runs`` more runs of the job spec ``job``, as
-        ``boot`` of a plan when given (its id and round go with the runs)."""
-
-    @property
-    def built(self) -> int:
-        """Kernels actually built (or attempted) by this lab so far; reuses do not count."""
-
-
 # ---- stored data ----------------------------------------------------------------------------
 
 
@@ -97,9 +70,7 @@ def failed_build(eng: Engine, commit: str, config: str) -> kernels_store.KernelB
 
 def job_spec_strings(job: str) -> list[tuple[str, ig.JobSpec]]:
     """Sub-jobs of a job spec (``vm-scalability[test=anon-w-seq]``): (name, identity)."""
-    from stackbench.jobs.driver import pipeline
-
-    plan = pipeline.plan_for(pipeline.resolve_jobs([job], 1), pipeline.Settings())
+    plan = jobspecs.plan_for(jobspecs.resolve_jobs([job], 1), Settings())
     return [(sj.name, sj.job_spec()) for sj in plan]
 
 
@@ -118,68 +89,17 @@ def spec_for(suite: str, params: dict[str, Any]) -> str:
     return jobspecs.format_job_spec(suite, params)
 
 
-def top_up_boots(
-    eng: Engine, lab: Lab, tree: str, build_id: int, job: str, job_id: int, boots: int
-) -> tuple[int, int]:
-    """Boot one kernel until the job has ``boots`` boots with finished runs (stored ones
-    count); the number it has and the lab calls it took (see :func:`top_up_rounds`)."""
-    have, calls = top_up_rounds(eng, lab, tree, [build_id], job, job_id, boots)
-    return have[build_id], calls
-
-
-def top_up_rounds(
-    eng: Engine,
-    lab: Lab,
-    tree: str,
-    build_ids: list[int],
-    job: str,
-    job_id: int,
-    boots: int,
-    *,
-    seed: int | None = None,
-) -> tuple[dict[int, int], int]:
-    """Boot the kernels until each has ``boots`` boots of the job with finished runs (stored
-    ones count), walking a plan (:mod:`stackbench.jobs.executors.plan`): every round boots each kernel
-    still short once, in a shuffled order, so a slow spell of the host lands on both sides of
-    a comparison instead of on whichever kernel happened to run then. Returns the boots each
-    kernel has and the lab calls it took.
-
-    A lab that boots once per call (``runs_per_boot``) is called once per missing boot; one
-    without it stores each run as its own boot, so one call asks for all of them. A kernel
-    whose call adds nothing (its runs keep failing) is not booted again."""
-    have = {b: done_boots(eng, b, job_id) for b in dict.fromkeys(build_ids)}
-    per_boot = getattr(lab, "runs_per_boot", None)
-    calls = 0
-    dead: set[int] = set()
-    while short := [b for b, n in have.items() if n < boots and b not in dead]:
-        rounds = max(boots - have[b] for b in short) if per_boot else 1
-        plan = boot_plan.make_plan(
-            [str(b) for b in short], rounds, boots=rounds, seed=seed,
-            tag=f"lab-{job_id}-{time.time_ns()}",
-        )  # fmt: skip
-        for boot in plan.boots_in_order():
-            bid = int(boot.kernel)
-            if bid in dead or have[bid] >= boots:
-                continue
-            lab.run(eng, tree, bid, job, per_boot or boots - have[bid], boot=boot)
-            calls += 1
-            now = done_boots(eng, bid, job_id)
-            if now <= have[bid]:
-                dead.add(bid)
-            have[bid] = now
-    return have, calls
-
-
 # ---- the measurer ---------------------------------------------------------------------------
 
 
 class StoredMeasurer:
     """bisect.Measurer over a lab: values of one metric of one sub-job, per boot.
 
-    ``measure(commit, boots)`` builds the commit (or reuses it), boots it until it has
-    ``boots`` boots with stored runs, and returns {boot: per-run values}; None when the
-    commit does not build, or its runs keep failing (boot failure, crash): a skip, never a
-    bad commit."""
+    ``measure(commit, boots)`` brings the commit to ``boots`` boots with stored runs (built
+    or reused, then booted as a comparison of its own) and returns {boot: per-run values};
+    None when the commit does not build, or its runs keep failing (boot failure, crash): a
+    skip, never a bad commit. ``together`` measures a step and its good kernel in the same
+    rounds."""
 
     def __init__(
         self,
@@ -198,51 +118,77 @@ class StoredMeasurer:
         self.progress = progress
         # a latency timed on a coarse clock moves with the clock, not the kernel
         self.latency = latency
+        # a commit's build: its id, None when it does not build (absent: not known yet)
         self.builds: dict[str, int | None] = {}
         self.boots = 0
-        # kernels built by this bisection only (the lab may have built the ends before)
-        self._built_before = lab.built
+        self._built = 0  # kernels built by this bisection only
 
     def build_id(self, commit: str) -> int | None:
-        if commit not in self.builds:
-            self._say(f"build {commit[:12]}")
-            self.builds[commit] = self.lab.build(self.eng, self.tree, commit)
-        return self.builds[commit]
+        """The commit's stored build (None: not built yet, or it does not build)."""
+        if commit in self.builds:
+            return self.builds[commit]
+        with db.session(self.eng) as s:
+            if kernels_store.failed_build(s, commit, self.lab.settings.config) is not None:
+                self.builds[commit] = None
+                return None
+            row = kernels_store.latest_configured_build(s, commit)
+        if row is not None and row.status == "built":
+            self.builds[commit] = row.id
+            return row.id
+        return None
+
+    def _broken(self, commit: str) -> bool:
+        return self.build_id(commit) is None and commit in self.builds
+
+    def _boots(self, commit: str) -> int:
+        bid = self.build_id(commit)
+        return 0 if bid is None else done_boots(self.eng, bid, self.job_id)
+
+    def _compare(self, commits: list[str], boots: int) -> None:
+        """``boots`` more rounds of ``commits`` (the first the comparison's base)."""
+        m = comparison.measure(
+            self.eng, self.lab, tree=self.tree, kernels=commits, jobs=[self.job], boots=boots,
+            source="bisect", title=f"bisect {self.job}: " + " ".join(c[:12] for c in commits),
+        )  # fmt: skip
+        self.builds.update(m.builds)
+        self._built += m.built
+        self.boots += boots * sum(1 for c in commits if m.builds.get(c) is not None)
 
     def together(self, commits: list[str], runs: int) -> None:
-        """Top the commits that build up to ``runs`` boots in shared, shuffled rounds."""
-        ids = [b for b in (self.build_id(c) for c in commits) if b is not None]
+        """Top the commits that build up to ``runs`` boots in shared, shuffled rounds, the
+        good kernel (the last) as the comparison's base."""
+        ids = [c for c in reversed(commits) if not self._broken(c)]
         if len(ids) < 2:
             return  # one kernel: measure() tops it up alone
+        short = max(runs - self._boots(c) for c in ids)
+        if short <= 0:
+            return
         self._say(f"run {len(ids)} kernels side by side: up to {runs} boots each of {self.job}")
-        _have, calls = top_up_rounds(
-            self.eng, self.lab, self.tree, ids, self.job, self.job_id, runs
-        )
-        self.boots += calls
+        self._compare(ids, short)
 
     def measure(self, commit: str, runs: int) -> dict[str, list[float]] | None:
-        bid = self.build_id(commit)
-        if bid is None:
+        if self._broken(commit):
             return None
-        values = per_boot_values(self.eng, bid, self.job_id, self.metric_id)
+        bid = self.build_id(commit)
+        values = per_boot_values(self.eng, bid, self.job_id, self.metric_id) if bid else {}
         for _attempt in range(2):  # one retry when some runs were lost or failed
             if len(values) >= runs:
                 break
             want = runs - len(values)
             self._say(f"run {commit[:12]}: {want} more boot(s) of {self.job}")
-            _have, calls = top_up_boots(
-                self.eng, self.lab, self.tree, bid, self.job, self.job_id, runs
-            )
-            self.boots += calls
+            self._compare([commit], want)
+            bid = self.build_id(commit)
+            if bid is None:
+                return None
             values = per_boot_values(self.eng, bid, self.job_id, self.metric_id)
-        if self.latency and (why := coarse_clock(self.eng, bid, self.job_id)):
+        if bid is not None and self.latency and (why := coarse_clock(self.eng, bid, self.job_id)):
             self._say(f"{commit[:12]}: latencies timed with a {why}: cannot be judged")
             return None
         # fewer: the kernel boots but the job does not finish on it, so it cannot be judged
         return values if len(values) >= runs else None
 
     def built(self) -> int:
-        return self.lab.built - self._built_before
+        return self._built
 
     def _say(self, msg: str) -> None:
         if self.progress:

@@ -62,9 +62,12 @@ def nights(eng: Engine, tracked_id: int) -> list[Night]:
     return out
 
 
-def record_night(eng: Engine, tracked_id: int, head: str, build_id: int) -> int:
+def record_night(
+    eng: Engine, tracked_id: int, head: str, build_id: int, after_run: int | None = None
+) -> int:
     """Append tonight's head to the branch's history (a head already last in it is the same
-    night run again); the night's index."""
+    night run again); the night's index. ``after_run``: the last run stored before tonight's
+    first look began (default: the last one now)."""
     with db.session(eng) as s:
         row = trees_q.branch(s, tracked_id)
         meta = dict(row.meta or {})
@@ -76,7 +79,7 @@ def record_night(eng: Engine, tracked_id: int, head: str, build_id: int) -> int:
                 "head": head,
                 "build": build_id,
                 "at": datetime.now(UTC).isoformat(),
-                "after_run": kernels_store.last_run_id(s),
+                "after_run": kernels_store.last_run_id(s) if after_run is None else after_run,
             }
         )
         meta["nights"] = hist

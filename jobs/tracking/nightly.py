@@ -16,12 +16,15 @@ added from the web admin. A YAML file::
 
 Per branch and night:
 
-1. resolve the head; build it (a stored build or a stored build failure is reused);
-2. no baseline yet: measure the head and make it the baseline (``state: baseline``);
-3. otherwise measure the baseline and the head (runs already stored count), judge every
-   metric with a direction with :func:`verdict.judge_many`, and while a headline metric
-   (:func:`verdict.is_headline`) is undecided add runs to both sides at the policy's next
-   look, up to the cap (an undecided counter or duration alone measures nothing more);
+1. resolve the head; the head and the baseline are one comparison
+   (:mod:`stackbench.jobs.tracking.comparison`), driven like a series' through the journey
+   and its executor: both built (a stored build or a stored build failure is reused), then
+   booted in the same shuffled rounds over every idle worker of the machine kind, and more
+   rounds of both while a headline metric is undecided, up to the cap (the series' adaptive
+   looks);
+2. no baseline yet: measure the head alone and make it the baseline (``state: baseline``);
+3. judge every metric with a direction as the comparison's series report does (each pair
+   through ``blocks.pair``);
 4. every metric judged changed for the worse opens a regression (one row per job, metric,
    good and bad kernel: a second run of the same night finds it and opens nothing);
 5. nothing regressed: the head becomes the new baseline and the regressions open against
@@ -58,8 +61,11 @@ from sqlalchemy.orm import Session
 
 from stackbench.errors import NotFoundError, StackbenchError
 from stackbench.jobs.executors import jobspecs
+from stackbench.jobs.executors.jobspecs import plan_for, resolve_jobs
+from stackbench.jobs.executors.settings import Settings
 from stackbench.jobs.tracking import bisect_runner as br
-from stackbench.jobs.tracking import history
+from stackbench.jobs.tracking import comparison, history
+from stackbench.jobs.tracking.comparison import Lab
 from stackbench.jobs.tracking.tracked_branches import (
     Tracked,
     load_tracked,
@@ -70,19 +76,17 @@ from stackbench.resultsdb import (
     db,
     jobs_q,
     kernels_q,
+    kernels_store,
     regressions_q,
     regressions_store,
     trees_q,
     trees_store,
 )
-from stackbench.resultsdb.buildruns import coarse_clock
+from stackbench.resultsdb.buildruns import coarse_clock, done_boots
 from stackbench.resultsdb.verdict import (
     DEFAULT,
     Policy,
     Verdict,
-    family,
-    is_headline,
-    judge_many,
 )
 from stackbench.resultsdb.verdict import (
     coarse_clock as coarse_verdict,
@@ -140,86 +144,38 @@ def _policy_for(row: trees_q.TrackedBranch, policy: Policy | None) -> Policy:
 
 def _subjobs(jobs: list[str]) -> list[str]:
     """The tracked job specs split into one spec per sub-job (a list parameter expands)."""
-    from stackbench.jobs.driver import pipeline
-
     out = []
     for spec in jobs:
-        for sj in pipeline.plan_for(pipeline.resolve_jobs([spec], 1), pipeline.Settings()):
+        for sj in plan_for(resolve_jobs([spec], 1), Settings()):
             out.append(br.spec_for(sj.suite, sj.params))
     return out
 
 
-def _measure(eng: Engine, lab: br.Lab, tree: str, bid: int, job: str, jid: int, boots: int) -> int:
-    """Top the job's stored boots on a kernel up to ``boots`` (the verdict's unit); the count
-    of boots with finished runs."""
-    return br.top_up_boots(eng, lab, tree, bid, job, jid, boots)[0]
-
-
 def judge_job(
-    eng: Engine,
-    lab: br.Lab,
-    tree: str,
-    base_id: int,
-    head_id: int,
-    job: str,
-    policy: Policy,
-    progress: Progress | None = None,
+    eng: Engine, series_id: int, base_id: int, head_id: int, job: str, policy: Policy
 ) -> JobOutcome:
-    """Measure both kernels as the verdict needs and judge every metric with a direction."""
+    """Every metric with a direction of one job, the head against the base, as the series
+    report of their comparison (``series_id``) judges it."""
     (jid,) = br.job_ids(eng, job)
     out = JobOutcome(job, jid)
-    runs = policy.start_runs
-    while True:
-        if progress:
-            progress(f"{job}: {runs} boots per kernel")
-        # both kernels in the same rounds of boots, shuffled: the host's slow spells fall
-        # on both sides instead of on whichever kernel ran then
-        have, _calls = br.top_up_rounds(eng, lab, tree, [base_id, head_id], job, jid, runs)
-        out.runs_base, out.runs_head = have[base_id], have[head_id]
-        metrics = [
-            m for m in br.metrics_of(eng, [base_id, head_id], jid) if m.higher_is_better is not None
-        ]
-        pairs = {
-            m.name: (
-                br.per_boot_values(eng, base_id, jid, m.id),
-                br.per_boot_values(eng, head_id, jid, m.id),
-                m.higher_is_better,
-                m.kind,
-            )
-            for m in metrics
-        }
-        # a latency timed on a coarse clock on either side is never judged (nor a regression)
-        coarse = any(coarse_clock(eng, b, jid) for b in (base_id, head_id))
-        untimed = {n: p for n, p in pairs.items() if coarse and p[3] == "latency"}
-        pairs = {n: p for n, p in pairs.items() if n not in untimed}
-        families = {n: family(jid, head_id, is_headline(n, p[3], p[2])) for n, p in pairs.items()}
-        out.verdicts = judge_many(pairs, policy, families) if pairs else {}
-        out.verdicts.update(
-            {n: coarse_verdict(n, len(p[0]), len(p[1])) for n, p in untimed.items()}
-        )
-        out.metrics = {
-            m.name: (m.id, m.higher_is_better) for m in metrics if m.kind not in FOLLOWERS
-        }
-        # only a headline metric that is still undecided is worth more boots of both kernels;
-        # a noisy counter or duration stays undecided and is reported as such
-        wanted = max(
-            (
-                v.runs_wanted
-                for n, v in out.verdicts.items()
-                if v.outcome == "undecided"
-                and n in pairs
-                and is_headline(n, pairs[n][3], pairs[n][2])
-            ),
-            default=0,
-        )
-        have = min(out.runs_base, out.runs_head)
-        if not wanted or wanted <= have or wanted <= runs or have < runs:
-            break
-        runs = min(wanted, policy.max_runs)
+    out.runs_base, out.runs_head = done_boots(eng, base_id, jid), done_boots(eng, head_id, jid)
+    metrics = [
+        m for m in br.metrics_of(eng, [base_id, head_id], jid) if m.higher_is_better is not None
+    ]
+    kind = {m.name: m.kind for m in metrics}
+    judged = comparison.pair_verdicts(eng, series_id, base_id, head_id, jid, policy)
+    # a latency timed on a coarse clock on either side is never judged (nor a regression)
+    coarse = any(coarse_clock(eng, b, jid) for b in (base_id, head_id))
+    for m in metrics:
+        if coarse and m.kind == "latency":
+            out.verdicts[m.name] = coarse_verdict(m.name, out.runs_base, out.runs_head)
+        elif m.name in judged:
+            out.verdicts[m.name] = judged[m.name]
+    out.metrics = {m.name: (m.id, m.higher_is_better) for m in metrics if m.kind not in FOLLOWERS}
     out.worse = sorted(
         n
         for n, v in out.verdicts.items()
-        if v.outcome == "changed" and v.direction == "worse" and pairs[n][3] not in FOLLOWERS
+        if v.outcome == "changed" and v.direction == "worse" and kind[n] not in FOLLOWERS
     )
     return out
 
@@ -294,7 +250,7 @@ class BranchReport:
 
 def run_branch(
     eng: Engine,
-    lab: br.Lab,
+    lab: Lab,
     tracked_id: int,
     *,
     now: bool = True,
@@ -302,7 +258,6 @@ def run_branch(
     progress: Progress | None = None,
 ) -> BranchReport:
     started = time.monotonic()
-    built_before = lab.built
     with db.session(eng) as s:
         row = trees_q.branch(s, tracked_id)
         if row is None:
@@ -322,7 +277,7 @@ def run_branch(
 
     def done(state: str, message: str = "") -> BranchReport:
         rep.state, rep.message = state, message
-        rep.kernels_built = lab.built - built_before
+        rep.kernels_built += sum(int(b.get("kernels_built") or 0) for b in rep.bisects)
         rep.seconds = round(time.monotonic() - started, 1)
         _remember(eng, tracked_id, rep)
         say(f"{state}{': ' + message if message else ''}")
@@ -337,24 +292,40 @@ def run_branch(
         return done("error", "no jobs tracked")
     specs = _subjobs(jobs)
     say(f"head {rep.head[:12]}, baseline {baseline[:12] or 'none'}")
-    head_id = lab.build(eng, tree_name, rep.head)
+    against = baseline_id is not None and baseline != rep.head
+    if baseline_id is not None and not against:
+        # the head is the baseline, measured the night it became one
+        history.close_night(
+            eng, tracked_id, history.record_night(eng, tracked_id, rep.head, baseline_id)
+        )
+        return done("unchanged", "the head is the baseline")
+    with db.session(eng) as s:
+        before = kernels_store.last_run_id(s)
+    # tonight's head and its baseline booted in the same rounds, as a series' kernels are:
+    # the first look is blocked by round, never against the baseline's boots of another night
+    m = comparison.measure(
+        eng, lab, tree=tree_name, kernels=[baseline, rep.head] if against else [rep.head],
+        jobs=specs, boots=pol.start_runs, cap=pol.max_runs if against else None, policy=pol,
+        source="nightly",
+        title=f"nightly {tree_name}:{row.branch} {rep.head[:12]}"
+        + (f" against {baseline[:12]}" if against else ""),
+    )  # fmt: skip
+    rep.kernels_built = m.built
+    head_id = m.builds.get(rep.head)
     if head_id is None:
         return done("build-failed", f"head {rep.head[:12]} does not build")
-    night = history.record_night(eng, tracked_id, rep.head, head_id)
-    if baseline_id is None or baseline == rep.head:
+    night = history.record_night(eng, tracked_id, rep.head, head_id, after_run=before)
+    if baseline_id is None:
         for job in specs:
             (jid,) = br.job_ids(eng, job)
-            n = _measure(eng, lab, tree_name, head_id, job, jid, pol.start_runs)
-            rep.jobs.append({"job": job, "runs_head": n})
+            rep.jobs.append({"job": job, "runs_head": done_boots(eng, head_id, jid)})
         history.close_night(eng, tracked_id, night)
-        if baseline_id is None:
-            _set_baseline(eng, tracked_id, head_id)
-            rep.baseline = rep.head
-            return done("baseline", f"first night: {rep.head[:12]} is the baseline")
-        return done("unchanged", "the head is the baseline")
+        _set_baseline(eng, tracked_id, head_id)
+        rep.baseline = rep.head
+        return done("baseline", f"first night: {rep.head[:12]} is the baseline")
     new: list[int] = []
     for job in specs:
-        out = judge_job(eng, lab, tree_name, baseline_id, head_id, job, pol, say)
+        out = judge_job(eng, m.series_id, baseline_id, head_id, job, pol)
         rep.jobs.append(out.as_dict())
         with db.session(eng) as s:
             for name in out.worse:
@@ -518,7 +489,7 @@ def run_nightly(
     now: bool = True,
     branches: list[str] | None = None,
     progress: Progress | None = None,
-    lab: br.Lab | None = None,
+    lab: Lab | None = None,
     policy: Policy | None = None,
     tracked: list[Tracked] | None = None,
     aa_boots: int = 0,
@@ -526,17 +497,16 @@ def run_nightly(
     """Run every enabled tracked branch (or only ``branches``, given as ``TREE:BRANCH``) and
     return the summary that the nightly mail is made of.
 
-    ``tracked``: definitions to sync first (default: the YAML folders); ``lab``: where kernels
-    and runs come from (default: real kernels under QEMU); ``policy``: the verdict rule
+    ``tracked``: definitions to sync first (default: the YAML folders); ``lab``: where commits
+    come from and what measures them (default: real kernels under QEMU on this machine;
+    ``comparison.BuildbotLab``: a master's workers); ``policy``: the verdict rule
     (default: each branch's runs and max_runs over stackbench's default rule); ``aa_boots``:
     after the branches, boot each one's baseline 2 * aa_boots more times for the machines'
     A/A (jobs/tracking/nightly_aa.py; 0: none)."""
     started = time.monotonic()
     sync_tracked(eng, load_tracked() if tracked is None else tracked)
     if lab is None:
-        from stackbench.jobs.tracking.lab import LocalLab
-
-        lab = LocalLab()
+        lab = comparison.ThisMachine()
     with db.session(eng) as s:
         rows = trees_store.branch_list(s)
     wanted = set(branches or [])

@@ -14,8 +14,10 @@ from typing import Any
 from sqlalchemy import Engine, func, select
 
 from stackbench.jobs.tracking import bisect_runner as br
+from stackbench.jobs.tracking import comparison
+from stackbench.jobs.tracking.comparison import Lab
 from stackbench.resultsdb import aa, buildruns, db, quarantine
-from stackbench.resultsdb.models import Machine, Run
+from stackbench.resultsdb.models import KernelBuild, Machine, Run
 from stackbench.resultsdb.verdict import DEFAULT, Policy, is_headline
 
 KEEP = 30  # nights of A/A figures a machine keeps
@@ -23,7 +25,7 @@ KEEP = 30  # nights of A/A figures a machine keeps
 
 def run_aa(
     eng: Engine,
-    lab: br.Lab,
+    lab: Lab,
     tree: str,
     build_id: int,
     job: str,
@@ -43,10 +45,12 @@ def run_aa(
         return out
 
     stored = {key: len(v) for key, v in boots_by_kind().items()}
-    have = buildruns.done_boots(eng, build_id, jid)
     with db.session(eng) as s:
         last_run = s.scalar(select(func.max(Run.id))) or 0
-    br.top_up_boots(eng, lab, tree, build_id, job, jid, have + 2 * boots)
+        commit = s.get(KernelBuild, build_id).commit
+    # the kernel alone, in rounds of its own over the lab's workers, as any comparison
+    comparison.measure(eng, lab, tree=tree, kernels=[commit], jobs=[job], boots=2 * boots,
+                       source="aa", title=f"A/A {commit[:12]}")  # fmt: skip
     with db.session(eng) as s:
         # the machines of tonight's boots: the figures are theirs, not their whole kind's
         booted = set(
@@ -91,7 +95,7 @@ def record(
 
 def for_branches(
     eng: Engine,
-    lab: br.Lab,
+    lab: Lab,
     tracked_ids: list[int],
     boots: int,
     subjobs: Any,

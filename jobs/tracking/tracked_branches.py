@@ -54,11 +54,11 @@ class Tracked:
 def clean_tracked(data: Any, origin: Path) -> Tracked:
     """A validated tracked-branch document (InputError naming the file and the field)."""
     schema.check(data, SCHEMA, origin, "tracked branch")
-    from stackbench.jobs.driver import pipeline
+    from stackbench.jobs.executors.jobspecs import parse_job_spec
 
     for spec in data["jobs"]:
         try:
-            pipeline.parse_job_spec(spec)
+            parse_job_spec(spec)
         except (InputError, NotFoundError) as exc:
             raise InputError(origin, f"jobs: {spec!r}: {one_line(exc)}") from None
     runs, cap = data.get("runs"), data.get("max_runs")
@@ -106,7 +106,7 @@ def load_tracked(dirs: Iterable[Path] | None = None) -> list[Tracked]:
 def sync_tracked(eng: Engine, tracked: Iterable[Tracked]) -> list[int]:
     """Create or update the tracked_branch rows of YAML definitions (the YAML wins for jobs,
     runs and enabled; the baseline and history stay). Returns their ids."""
-    from stackbench.jobs.driver import pipeline
+    from stackbench.jobs.executors.series_state import register_tree
     from stackbench.kernels import trees
 
     ids = []
@@ -114,7 +114,7 @@ def sync_tracked(eng: Engine, tracked: Iterable[Tracked]) -> list[int]:
     tree_defs = {t.tree: trees.load_tree(t.tree) for t in items}  # unknown trees fail first
     with db.session(eng) as s:
         for t in items:
-            tree = pipeline.register_tree(s, tree_defs[t.tree])
+            tree = register_tree(s, tree_defs[t.tree])
             row = trees_q.save_branch(
                 s,
                 tree.id,

@@ -34,6 +34,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cpus", type=int, default=2, help="guest CPUs (default 2)")
     p.add_argument("--mem-mb", type=int, default=1024, help="guest memory (default 1024)")
     p.add_argument("--accel", choices=["auto", "kvm", "tcg"], default="auto")
+    p.add_argument(
+        "--buildbot",
+        action="store_true",
+        help="measure on the Buildbot master's workers, rounds shared out (default: here)",
+    )
 
 
 def policy_from(runs: int | None, cap: int | None):
@@ -57,15 +62,19 @@ def policy_from(runs: int | None, cap: int | None):
 
 
 def run(args: argparse.Namespace) -> int:
+    from stackbench.errors import InputError
     from stackbench.jobs.executors.settings import Settings
     from stackbench.jobs.tracking import bisect_runner
-    from stackbench.jobs.tracking.lab import LocalLab
+    from stackbench.jobs.tracking.comparison import lab_for
     from stackbench.resultsdb import db
 
     policy = policy_from(args.runs, args.runs_cap)
     eng = db.engine()
+    if args.buildbot and (args.cpus, args.mem_mb, args.accel) != (2, 1024, "auto"):
+        raise InputError("--buildbot", "the workers' machine kind sets the guest: "
+                         "--cpus, --mem-mb and --accel are for runs here")  # fmt: skip
     settings = Settings(cpus=args.cpus, mem_mb=args.mem_mb, accel=args.accel)
-    lab = LocalLab(settings=settings)
+    lab = lab_for(settings, args.buildbot)
 
     def progress(msg: str) -> None:
         print(f"bisect: {msg}", file=sys.stderr, flush=True)

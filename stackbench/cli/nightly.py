@@ -21,6 +21,8 @@ without measuring twice; --now measures whatever is missing and judges again).
 
   --branch TREE:BRANCH   only this branch (repeatable)
   --no-bisect            open regressions but do not bisect them
+  --buildbot             measure on the Buildbot master's workers: each comparison's
+                         rounds shared out over every idle worker of the machine kind
   --aa N                 then boot each branch's baseline 2 x N more times, judge the two
                          interleaved sets against each other and keep the figures on the
                          machines (the machines page's A/A table)
@@ -38,13 +40,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cpus", type=int, default=2, help="guest CPUs (default 2)")
     p.add_argument("--mem-mb", type=int, default=1024, help="guest memory (default 1024)")
     p.add_argument("--accel", choices=["auto", "kvm", "tcg"], default="auto")
+    p.add_argument(
+        "--buildbot",
+        action="store_true",
+        help="measure on the Buildbot master's workers, rounds shared out (default: here)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     from stackbench.errors import InputError
     from stackbench.jobs.executors.settings import Settings
     from stackbench.jobs.tracking import nightly
-    from stackbench.jobs.tracking.lab import LocalLab
+    from stackbench.jobs.tracking.comparison import lab_for
     from stackbench.resultsdb import db
 
     for b in args.branch:
@@ -53,8 +60,11 @@ def run(args: argparse.Namespace) -> int:
     if args.aa and not 2 <= args.aa <= 100:
         raise InputError(f"--aa {args.aa}", "expected 2 to 100 boots per set (0: no A/A)")
     eng = db.engine()
+    if args.buildbot and (args.cpus, args.mem_mb, args.accel) != (2, 1024, "auto"):
+        raise InputError("--buildbot", "the workers' machine kind sets the guest: "
+                         "--cpus, --mem-mb and --accel are for runs here")  # fmt: skip
     settings = Settings(cpus=args.cpus, mem_mb=args.mem_mb, accel=args.accel)
-    lab = LocalLab(settings=settings)
+    lab = lab_for(settings, args.buildbot)
     tracked = nightly.load_tracked()
     if args.no_bisect:
         for t in tracked:
