@@ -31,7 +31,6 @@ from stackbench.jobs.driver import lifecycle
 from stackbench.jobs.driver.journey import Journey
 from stackbench.jobs.driver.local_executor import LocalExecutor
 from stackbench.jobs.executors.faults import host_fault
-
 from stackbench.jobs.executors.progress import ProgressFn
 from stackbench.jobs.executors.series_state import SeriesRun
 from stackbench.jobs.executors.settings import Settings
