@@ -37,7 +37,6 @@ NOT_REPRODUCED = "not reproduced"
 CONTRADICTED = "contradicted"
 NOT_CHECKED = "not checked"
 STATUSES = (CONFIRMED, CONSISTENT, NOT_REPRODUCED, CONTRADICTED, NOT_CHECKED)
-_KERNEL_REASON = re.compile(r"not in this series|has no kernels")
 # rows about a metric's spread, not its value: no verdict speaks to them
 DISPERSION = ("stddev", "coeffvar", "ci", "%stddev")
 
@@ -197,50 +196,22 @@ class _Pairs:
         return None
 
 
-def _remap(
-    stored: list[dict[str, Any]], kernels: list[tuple[str, str]], subjects: list[tuple[str, str]]
-) -> list[dict[str, Any]]:
-    """The stored claims with their kernel columns mapped again onto the series' applied
-    commits (the shas git am gave) by our tables' names, else by the patches' subjects,
-    when the claims mapper is installed."""
-    try:
-        from stackbench.patches import claims as parser
-        from stackbench.patches.claims_map import map_claims as mapper
-
-        fields = parser.Claim.__dataclass_fields__
-        objs = [
-            parser.Claim(**{k: _field(c["claim"], k) for k in fields if k in c["claim"]})
-            for c in stored
-        ]
-        fresh = [
-            a if a.kernel_index is not None and a.base_index is not None else b
-            for a, b in zip(mapper(objs, kernels), mapper(objs, subjects), strict=True)
-        ]
-    except (ImportError, AttributeError, KeyError, TypeError, ValueError):
-        return stored
-    # the job was the submission's to choose (it joined the plan): only the kernels are
-    # mapped again, and the reason keeps the job's part
-    out = []
-    for c, m in zip(stored, fresh, strict=True):
-        missing = m.kernel_index is None or m.base_index is None
-        c = dict(c, kernel_index=m.kernel_index, base_index=m.base_index)
-        if m.job == c.get("job"):  # the same job: the mapper's metric and reason of now
-            c.update(metric=m.metric, statistic=getattr(m, "statistic", None), reason=m.reason)
-        else:
-            c["reason"] = m.reason if missing else _job_reason(c.get("reason"))
-        out.append(c)
-    return out
-
-
-def _job_reason(reason: str | None) -> str | None:
-    # the mapper joins its job and kernel reasons with "; "
-    parts = [p for p in (reason or "").split("; ") if p and not _KERNEL_REASON.search(p)]
-    return "; ".join(parts) or None
-
-
-def _field(claim: dict[str, Any], key: str) -> Any:
-    v = claim[key]
-    return tuple(v) if isinstance(v, list) else v
+def stack_names(row: Any) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """A series' kernels, base first, as (commit, the name our tables give it) and as
+    (commit, the patch's subject: the name an author gives a table's column)."""
+    stack = kernels_store.stack(row)
+    # the names the tables give the kernels (jobs/driver/apply_stage.kernel_name)
+    names = [
+        (row.base_ref or k.commit[:12] or "base")
+        if k.patch is None
+        else f"{k.label}-{k.commit[:8]}".rstrip("-")
+        for k in stack
+    ]
+    kernels = [(k.commit, n) for n, k in zip(names, stack, strict=True)]
+    subjects = [
+        (k.commit, k.patch.subject if k.patch else n) for n, k in zip(names, stack, strict=True)
+    ]
+    return kernels, subjects
 
 
 def series_of_kernels(eng: Engine, refs: list[str]) -> int | None:
@@ -275,19 +246,8 @@ def check_series(eng: Engine, series_id: int, *, previous: bool = True) -> Claim
         stored = claims_store.of_series(row)
         if not stored:
             return None
-        stack = kernels_store.stack(row)
-        # the names the tables give the kernels (jobs/driver/apply_stage.kernel_name)
-        names = [
-            (row.base_ref or k.commit[:12] or "base")
-            if k.patch is None
-            else f"{k.label}-{k.commit[:8]}".rstrip("-")
-            for k in stack
-        ]
-        kernels = [(k.commit, n) for n, k in zip(names, stack, strict=True)]
-        # the names an author gives a table's columns: the patches' subjects
-        subjects = [
-            (k.commit, k.patch.subject if k.patch else n) for n, k in zip(names, stack, strict=True)
-        ]
+        kernels, _subjects = stack_names(row)
+        names = [n for _c, n in kernels]
         prev_id = claims_store.previous_version(row) if previous else None
         report = ClaimsReport(
             series_id=row.id,
@@ -298,7 +258,7 @@ def check_series(eng: Engine, series_id: int, *, previous: bool = True) -> Claim
             left_out=int((row.meta or {}).get("claims_left_out") or 0),
         )
     pairs = _Pairs(eng)
-    for c in _remap(stored, kernels, subjects):
+    for c in stored:
         report.checks.append(_check(c, kernels, names, pairs, report.checked))
     report.our_machine = our_machine(eng, pairs.machines) if pairs.machines else ""
     if prev_id is not None:

@@ -48,6 +48,11 @@ def put(
     )  # fmt: skip
 
 
+def replace(row: Series, claims: list[dict[str, Any]]) -> None:
+    """The kept claims, as mapped again (their kernel columns onto the applied commits)."""
+    series_store.merge_meta(row, claims=[{k: c.get(k) for k in KEYS} for c in claims])
+
+
 def own_jobs(row: Series) -> list[str] | None:
     """The jobs the series asked for itself, without those its claims added."""
     jobs = (row.meta or {}).get("jobs")

@@ -36,7 +36,7 @@ def _meta(eng, sid: int) -> dict:
 def _mapped(meta: dict) -> None:
     """The short form's claim kept, mapped to the vm-scalability case it names, whose job
     joined the series' own."""
-    pytest.importorskip("stackbench.patches.claims_map")
+    pytest.importorskip("stackbench.jobs.driver.claims_map")
     (claim,) = meta["claims"]
     assert claim["claim"]["metric"].startswith("mmap-pread-seq-mt")
     assert claim["job"] and "mmap-pread-seq-mt" in claim["job"]

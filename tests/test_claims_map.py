@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from conftest import SHARED
 
+from stackbench.jobs.driver.claims_map import map_claims
 from stackbench.patches import claims
-from stackbench.patches.claims_map import map_claims
 
 
 def seed(n: str) -> str:

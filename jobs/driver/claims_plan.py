@@ -10,8 +10,11 @@ import re
 from typing import Any
 
 from stackbench.errors import InputError, StackbenchError
+from stackbench.jobs.driver import claims_map
+from stackbench.jobs.driver.claims_map import map_claims as mapper
 from stackbench.jobs.executors.jobspecs import parse_job_spec, plan_for, split_job_specs
 from stackbench.jobs.executors.settings import DEFAULT_JOBS, Settings
+from stackbench.patches import claims as parser
 
 log = logging.getLogger(__name__)
 _SPEC = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[(.*)\])?$")
@@ -29,9 +32,7 @@ def kernels_at_submission(parsed: Any, base: str) -> list[tuple[str, str]]:
 
 def read_claims(parsed: Any, base: str) -> list[Any]:
     """The claims of the cover letter (of the first patch's changelog for a single patch),
-    mapped (:func:`stackbench.patches.claims_map.cover_claims`)."""
-    from stackbench.patches import claims_map
-
+    mapped (:func:`stackbench.jobs.driver.claims_map.cover_claims`)."""
     text = parsed.cover_letter or ""
     if not text and len(parsed.patches) == 1:
         text = parsed.patches[0].body or ""
@@ -121,3 +122,61 @@ def opt_in(s: Any, series: Any) -> bool:
         series_store.merge_meta(series, jobs=jobs)
     s.flush()
     return bool(added)
+
+
+def remap_kernels(s: Any, series: Any) -> None:
+    """The kept claims' kernel columns mapped again onto the commits ``git am`` gave (by our
+    tables' names, else by the patches' subjects): done once, when the apply is recorded."""
+    from stackbench.resultsdb import claims_check, claims_store
+
+    stored = claims_store.of_series(series)
+    if not stored:
+        return
+    kernels, subjects = claims_check.stack_names(series)
+    claims_store.replace(series, _remap(stored, kernels, subjects))
+
+
+_KERNEL_REASON = re.compile(r"not in this series|has no kernels")
+
+
+def _remap(
+    stored: list[dict[str, Any]], kernels: list[tuple[str, str]], subjects: list[tuple[str, str]]
+) -> list[dict[str, Any]]:
+    """The stored claims with their kernel columns mapped again onto the series' applied
+    commits (the shas git am gave) by our tables' names, else by the patches' subjects,
+    ."""
+    try:
+        fields = parser.Claim.__dataclass_fields__
+        objs = [
+            parser.Claim(**{k: _field(c["claim"], k) for k in fields if k in c["claim"]})
+            for c in stored
+        ]
+        fresh = [
+            a if a.kernel_index is not None and a.base_index is not None else b
+            for a, b in zip(mapper(objs, kernels), mapper(objs, subjects), strict=True)
+        ]
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return stored
+    # the job was the submission's to choose (it joined the plan): only the kernels are
+    # mapped again, and the reason keeps the job's part
+    out = []
+    for c, m in zip(stored, fresh, strict=True):
+        missing = m.kernel_index is None or m.base_index is None
+        c = dict(c, kernel_index=m.kernel_index, base_index=m.base_index)
+        if m.job == c.get("job"):  # the same job: the mapper's metric and reason of now
+            c.update(metric=m.metric, statistic=getattr(m, "statistic", None), reason=m.reason)
+        else:
+            c["reason"] = m.reason if missing else _job_reason(c.get("reason"))
+        out.append(c)
+    return out
+
+
+def _job_reason(reason: str | None) -> str | None:
+    # the mapper joins its job and kernel reasons with "; "
+    parts = [p for p in (reason or "").split("; ") if p and not _KERNEL_REASON.search(p)]
+    return "; ".join(parts) or None
+
+
+def _field(claim: dict[str, Any], key: str) -> Any:
+    v = claim[key]
+    return tuple(v) if isinstance(v, list) else v

@@ -27,6 +27,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from stackbench.errors import NotFoundError, StackbenchError
+from stackbench.jobs.driver import claims_plan
 from stackbench.resultsdb import (
     comparisons_q,
     db,
@@ -241,6 +242,9 @@ def record_apply(s: Session, series_id: int, result: ApplyResult) -> series_stor
     if row is None:
         raise NotFoundError(f"no series {series_id}")
     outcome = apply_outcome(s, series_id, result)
+    if result.ok:
+        s.flush()
+        claims_plan.remap_kernels(s, row)  # the claims' columns are commits now
     # a move MOVES refuses raises here, and the caller's transaction drops the patches' rows
     _move(s, row, outcome.state, error=outcome.error)
     series_store.add_event(s, series_id, f"series:{series_id}", row.state, outcome.message)

@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("guest", f"{args.cpus} CPUs and {args.mem_mb} MB is too small a guest")
     found = claims.parse(text)
     if args.kernel:
-        from stackbench.patches import claims_map
+        from stackbench.jobs.driver import claims_map
 
         kernels = [(k, k) for k in args.kernel]
         mapped = claims_map.map_claims(found, kernels, cpus=args.cpus, mem_mb=args.mem_mb)

@@ -22,7 +22,7 @@ from stackbench.web import comparisons, dbsession, filters, progress, verdicts
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
-    from stackbench.patches.claims_map import MappedClaim
+    from stackbench.jobs.driver.claims_map import MappedClaim
     from stackbench.resultsdb.models import Series
 
 bp = Blueprint("series", __name__)
@@ -104,7 +104,7 @@ def state_key(
 
 def cover_claims(x: Series) -> list[MappedClaim]:
     """The cover letter's claims against this series' kernels: base, then each patch."""
-    from stackbench.patches import claims_map
+    from stackbench.jobs.driver import claims_map
 
     kernels = [(x.base_commit or "", x.base_ref)]
     kernels += [(p.commit_sha or "", p.subject) for p in sorted(x.patches, key=lambda p: p.idx)]
