@@ -414,6 +414,8 @@ def comparison_get(key: str):
                 }
                 for m in result.get("metrics", [])
             ],
+            # per commit: the functions its patch changes and their calls per job
+            "coverage": result.get("coverage", []),
         }
         body = json.dumps(doc, separators=(",", ":")).encode()
         comparisons.CACHE.put(ck, body)

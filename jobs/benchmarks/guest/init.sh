@@ -28,6 +28,7 @@ mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev 2> /dev/null
 mount -t tmpfs -o mode=1777 tmpfs /tmp
 [ -d /sys/kernel/debug ] && mount -t debugfs debugfs /sys/kernel/debug 2> /dev/null
+[ -d /sys/kernel/tracing ] && mount -t tracefs tracefs /sys/kernel/tracing 2> /dev/null
 
 SB=/stackbench
 R=/results
@@ -153,6 +154,35 @@ send_results() {
 	sync
 }
 
+# An evidence boot (jobs/executors/coverage_stage.py) lists the functions the series' patches
+# change in /stackbench/coverage: ftrace's function profiler counts their calls during each
+# benchmark into <run>/funcprof (trace_stat/function<cpu>), the names this kernel cannot
+# trace (inlined, notrace, absent) into <run>/funcprof-untraceable. Measured boots have no list.
+T=/sys/kernel/tracing
+funcprof_start() { # <run dir>
+	[ -s $SB/coverage ] || return 0
+	if [ ! -e $T/function_profile_enabled ]; then
+		echo "this kernel has no function profiler ($T/function_profile_enabled)" > "$1/funcprof-error"
+		return 0
+	fi
+	: > $T/set_ftrace_filter
+	: > "$1/funcprof-untraceable"
+	while read -r fn; do
+		[ -n "$fn" ] || continue
+		echo "$fn" >> $T/set_ftrace_filter 2> /dev/null || echo "$fn" >> "$1/funcprof-untraceable"
+	done < $SB/coverage
+	# an empty filter would profile every function
+	[ -s $T/set_ftrace_filter ] || return 0
+	echo 1 > $T/function_profile_enabled && : > /tmp/funcprof-on
+}
+
+funcprof_stop() { # <run dir>
+	[ -e /tmp/funcprof-on ] || return 0
+	rm -f /tmp/funcprof-on
+	echo 0 > $T/function_profile_enabled
+	cat $T/trace_stat/function* > "$1/funcprof" 2> /dev/null
+}
+
 run_one() { # <name> <suite> <run> <timeout_s>
 	name=$1 suite=$2 run=$3 tmo=$4
 	d=$R/$name/$run
@@ -193,6 +223,7 @@ run_one() { # <name> <suite> <run> <timeout_s>
 run_bench() { # <name> <suite> <run dir> <timeout_s>; sets rc
 	name=$1 suite=$2 d=$3 tmo=$4
 	snapshot "$d" before
+	funcprof_start "$d"
 	(
 		set -a
 		. "$SB/jobs/$name.env"
@@ -203,6 +234,7 @@ run_bench() { # <name> <suite> <run dir> <timeout_s>; sets rc
 		exec timeout -s KILL "$tmo" sh "$SB/guest/${SB_RUNNER:-run-$suite.sh}"
 	) < /dev/null > "$d/output" 2> "$d/stderr"
 	rc=$?
+	funcprof_stop "$d"
 	snapshot "$d" after
 }
 
