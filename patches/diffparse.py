@@ -226,7 +226,8 @@ def function_spans(source: str) -> list[FunctionSpan]:
         first = i
         while first > 0:
             above = lines[first - 1]
-            if not above.strip() or above.startswith(_NOT_DECL) or above.rstrip().endswith(";"):
+            bare = above.strip()
+            if not bare or bare.startswith(_NOT_DECL) or bare.endswith((";", "*/")):
                 break
             first -= 1
         decl = " ".join(ln.strip() for ln in lines[first:i])
@@ -293,3 +294,15 @@ def changed_functions(
             change = "added" if before is None else "removed" if after is None else "modified"
             out.setdefault((path, name), ChangedFunction(name, path, change, decl.static, decl.inline))  # fmt: skip
     return list(out.values())
+
+
+def callers(source: str, name: str) -> list[str]:
+    """The functions of a C file whose bodies call ``name``: where a count of ``name``'s
+    calls must come from when the compiler folded it into them."""
+    call = re.compile(rf"\b{re.escape(name)}\s*\(")
+    lines = source.splitlines()
+    return [
+        s.name
+        for s in function_spans(source)
+        if s.name != name and call.search(_COMMENT.sub(" ", "\n".join(lines[s.start : s.end])))
+    ]

@@ -49,8 +49,9 @@ def save_counts(s: Session, build_id: int, job: str, counted: dict[str, Any]) ->
 @dataclass
 class FunctionCalls:
     """One changed function's calls during one job on the commit's kernel and its base's
-    (None: not traceable there, or not measured; ``base_absent``: the base has no such
-    function, the patch adds it)."""
+    (None: not traceable there, or not measured). A function the compiler folded into its
+    callers has ``via``: the nearest callers the kernel kept, each (name, calls, base
+    calls): they ran, so the code they hold could run."""
 
     name: str
     kind: str
@@ -58,11 +59,21 @@ class FunctionCalls:
     calls: int | None
     base_calls: int | None
     measured: bool
+    via: list[tuple[str, int | None, int | None]] = field(default_factory=list)
+
+    @property
+    def ran(self) -> bool | None:
+        """Whether it (or, folded in, a caller) was called; None when nothing was counted."""
+        if self.calls is not None:
+            return self.calls > 0
+        counted = [c for _n, c, _b in self.via if c is not None]
+        return any(counted) if counted else None
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "function": self.name, "kind": self.kind, "change": self.change,
             "calls": self.calls, "base_calls": self.base_calls, "measured": self.measured,
+            "via": [{"function": n, "calls": c, "base_calls": b} for n, c, b in self.via],
         }  # fmt: skip
 
 
@@ -83,10 +94,8 @@ class CommitCoverage:
     @property
     def flag(self) -> str:
         """NOT_RUN when some function could be counted and none ran in any job."""
-        counted = [f for calls in self.jobs.values() for f in calls if f.calls is not None]
-        if counted and not any(f.calls for f in counted):
-            return NOT_RUN
-        return ""
+        ran = [f.ran for calls in self.jobs.values() for f in calls if f.ran is not None]
+        return NOT_RUN if ran and not any(ran) else ""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -146,6 +155,28 @@ def load(conn: Any, kernels: list[Kernel]) -> list[CommitCoverage]:
             ]
         out.append(row)
     return out if any(r.jobs or r.functions is not None for r in out) else []
+
+
+def _via(
+    fn: dict[str, Any], calls: dict[str, int | None], base: dict[str, int | None]
+) -> list[tuple[str, int | None, int | None]]:
+    """The nearest callers with a count, for a function with none (folded into them)."""
+    if calls.get(fn["name"]) is not None:
+        return []
+    graph = fn.get("callers") or {}
+    seen, level, out = {fn["name"]}, list(graph.get(fn["name"], [])), []
+    while level and not out:
+        nxt = []
+        for c in level:
+            if c in seen:
+                continue
+            seen.add(c)
+            if calls.get(c) is not None:
+                out.append((c, calls[c], base.get(c)))
+            else:
+                nxt += graph.get(c, [])
+        level = nxt
+    return out
 
 
 def _json(value: Any) -> Any:

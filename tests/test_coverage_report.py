@@ -86,3 +86,22 @@ def test_uncountable_and_unchanged_commits_are_not_flagged() -> None:
     assert "helper (static inline): not traceable in this kernel (inlined or notrace)" in text
     assert "2/2: no function changed" in text
     assert coverage.render([]) == ""
+
+
+def test_a_folded_in_function_is_counted_at_its_callers() -> None:
+    folded = FunctionCalls(
+        "__do_huge_pmd_anonymous_page", "static", "modified", None, None, True,
+        via=[("do_huge_pmd_anonymous_page", 1024, 1000)],
+    )  # fmt: skip
+    row = CommitCoverage(2, "3/3", [{"name": "__do_huge_pmd_anonymous_page"}], jobs={"j": [folded]})
+    assert not row.flag
+    assert (
+        "__do_huge_pmd_anonymous_page (static): inlined into its callers; "
+        "do_huge_pmd_anonymous_page 1,024 calls (base 1,000)"
+    ) in coverage.render([row])
+    idle = FunctionCalls("f", "static", "modified", None, None, True, via=[("g", 0, 0)])
+    row = CommitCoverage(3, "4/4", [{"name": "f"}], jobs={"j": [idle]})
+    assert row.flag == NOT_RUN
+    assert "f (static): inlined into its callers; g 0 calls: this benchmark did not run" in (
+        coverage.render([row])
+    )

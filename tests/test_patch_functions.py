@@ -114,3 +114,14 @@ def test_without_the_trees_the_hunk_headers_name_the_functions() -> None:
     )
     got = diffparse.changed_functions(diff, lambda p: None, lambda p: None)
     assert [(c.name, c.path) for c in got] == [("foo", "mm/x.c")]
+
+
+def test_the_callers_of_a_function_the_compiler_may_fold_in(mm_repo: Path) -> None:
+    """A static function called once is inlined at -Os (tinyconfig's): its calls are counted
+    at its callers, which the file names (comments do not count as calls)."""
+    compaction = (mm_repo / "mm/compaction.c").read_text()
+    huge = (mm_repo / "mm/huge_memory.c").read_text()
+    assert diffparse.callers(compaction, "compaction_restarting") == ["compact_zone"]
+    assert diffparse.callers(huge, "__do_huge_pmd_anonymous_page") == ["do_huge_pmd_anonymous_page"]
+    names = {s.name for s in diffparse.function_spans(compaction)}
+    assert "thresholds" not in names  # a comment line above a function is no declaration

@@ -35,9 +35,15 @@ def enabled() -> bool:
     return sbconfig.get_flag("STACKBENCH_EVIDENCE_BOOT")
 
 
+# how far up the static callers of a folded-in function the evidence boot looks for ones
+# the kernel kept (a non-static caller always has an out-of-line copy)
+CALLER_DEPTH = 3
+
+
 def patch_functions(repo: Path, commit: str, diff: str) -> list[dict[str, Any]]:
     """The functions ``diff`` (``commit``'s patch) changes, read from ``commit`` and its
-    parent in ``repo``."""
+    parent in ``repo``; a static one also gets ``callers``, the call graph of its file
+    above it (name -> the functions calling it), for when the compiler inlined it."""
     cache: dict[str, str | None] = {}
 
     def reader(rev: str):
@@ -50,8 +56,30 @@ def patch_functions(repo: Path, commit: str, diff: str) -> list[dict[str, Any]]:
 
         return read
 
-    found = diffparse.changed_functions(diff, reader(f"{commit}^"), reader(commit))
-    return [dataclasses.asdict(f) for f in found]
+    new = reader(commit)
+    out = []
+    for f in diffparse.changed_functions(diff, reader(f"{commit}^"), new):
+        d = dataclasses.asdict(f)
+        source = new(f.path) if f.static and f.change != "removed" else None
+        if source is not None:
+            d["callers"] = _caller_graph(source, f.name)
+        out.append(d)
+    return out
+
+
+def _caller_graph(source: str, name: str) -> dict[str, list[str]]:
+    statics = {s.name for s in diffparse.function_spans(source) if s.static}
+    graph: dict[str, list[str]] = {}
+    level = [name]
+    for _ in range(CALLER_DEPTH):
+        up = []
+        for fn in level:
+            if fn in graph:
+                continue
+            graph[fn] = diffparse.callers(source, fn)
+            up += [c for c in graph[fn] if c in statics]
+        level = up
+    return graph
 
 
 def series_functions(eng: Engine, repo: Path, tasks: list[KernelTask]) -> list[str]:
@@ -67,7 +95,11 @@ def series_functions(eng: Engine, repo: Path, tasks: list[KernelTask]) -> list[s
                 continue
             found = patch_functions(repo, t.commit, row.diff or "")
             coverage_store.save_functions(s, t.patch_id, found)
-            names.update((f["name"], None) for f in found if f["change"] != "removed")
+            for f in found:
+                if f["change"] != "removed":
+                    names[f["name"]] = None
+                    for callers in (f.get("callers") or {}).values():
+                        names.update(dict.fromkeys(callers))
     return list(names)
 
 

@@ -18,21 +18,29 @@ def _count(n: int) -> str:
     return f"{n:,}"
 
 
+def _calls(name: str, calls: int, base: int | None, added: bool = False) -> str:
+    if added and base is None:
+        against = " (new: not in the base)"
+    else:
+        against = f" (base {_count(base)})" if base is not None else ""
+    if calls == 0:
+        return f"{name} 0 calls" + (against if base else "")
+    return f"{name} {_count(calls)} calls{against}"
+
+
 def function_text(f: FunctionCalls) -> str:
     """One function's part of a job's line."""
     name = f"{f.name} ({f.kind})" if f.kind else f.name
+    not_run = ": this benchmark did not run the changed code"
     if not f.measured:
         return f"{name}: not counted on this kernel"
+    if f.calls is None and f.via:
+        parts = ", ".join(_calls(c, n, b) for c, n, b in f.via if n is not None)
+        return f"{name}: inlined into its callers; {parts}" + ("" if f.ran else not_run)
     if f.calls is None:
         return f"{name}: not traceable in this kernel (inlined or notrace)"
-    if f.change == "added" and f.base_calls is None:
-        base = " (new: not in the base)"
-    else:
-        base = f" (base {_count(f.base_calls)})" if f.base_calls is not None else ""
-    if f.calls == 0:
-        base = base if f.base_calls else ""
-        return f"{name} 0 calls{base}: this benchmark did not run the changed code"
-    return f"{name} {_count(f.calls)} calls{base}"
+    text = _calls(name, f.calls, f.base_calls, f.change == "added")
+    return text + (not_run if f.calls == 0 else "")
 
 
 def commit_lines(row: CommitCoverage) -> list[str]:

@@ -207,6 +207,8 @@ def patch_json(p: Patch, full: bool = False) -> dict[str, Any]:
         "commit": p.commit_sha,
         "state": p.state,
         "error": p.error,
+        # the functions the patch changes (docs/coverage.md); None before an evidence boot
+        "changed_functions": (p.meta or {}).get("changed_functions"),
     }
     if full:
         d.update(body=p.body, diff=p.diff)
