@@ -171,8 +171,8 @@ funcprof_start() { # <run dir>
 		[ -n "$fn" ] || continue
 		echo "$fn" >> $T/set_ftrace_filter 2> /dev/null || echo "$fn" >> "$1/funcprof-untraceable"
 	done < $SB/coverage
-	# an empty filter would profile every function
-	[ -s $T/set_ftrace_filter ] || return 0
+	# an empty filter would profile every function (tracefs files have no size: read it)
+	grep -q . $T/set_ftrace_filter || return 0
 	echo 1 > $T/function_profile_enabled && : > /tmp/funcprof-on
 }
 
