@@ -165,7 +165,10 @@ def evidence_boots(
             continue
         subjobs = [sj for sj in plan if t.runs_subjob(sj)]
         sr.emit("evidence", i, len(own), t.name, f"counting calls of {len(functions)} functions")
-        counted = evidence_boot(sr, t, subjobs, functions)
+        try:
+            counted = evidence_boot(sr, t, subjobs, functions)
+        except StackbenchError as exc:
+            counted = {sj.name: {"error": f"the evidence boot failed: {exc}"} for sj in subjobs}
         with db.session(eng) as s:
             for job, got in counted.items():
                 coverage_store.save_counts(s, t.build_id, job, got)
