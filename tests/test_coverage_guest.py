@@ -99,6 +99,43 @@ def _calls(row: coverage_store.CommitCoverage) -> dict[str, tuple[int | None, in
     return out
 
 
+def test_an_evidence_boot_counts_the_calls_in_the_guest(kernel_env, tmp_path):
+    """One evidence boot of the cached base kernel (tiny-guest: the profiler compiled in)
+    under TCG: the guest counts the listed functions during the run, names the one the
+    compiler folded in as untraceable, and counts 0 for one the job never calls; a boot
+    without a list leaves the profiler off and the runs without counts."""
+    from stackbench.jobs.executors import boot_stage, jobspecs
+    from stackbench.kernels import build, trees
+    from stackbench.resultsdb.rundata import KernelSpec
+
+    tree = trees.load_tree("linux-6.1")
+    base = trees.resolve(trees.ensure_repo(tree), tree.default_base)
+    art = build.find_artifact("linux-6.1", base)
+    if art is None:
+        pytest.skip("the base kernel is not built with today's tiny-guest config (a cold build)")
+    settings = pipeline.Settings(cpus=2, mem_mb=1024, init_timeout_s=120, accel="tcg")
+    plan = [sj for sj in jobspecs.plan_for(jobspecs.resolve_jobs([VMS], 1), settings)]
+    # __do_huge_pmd_anonymous_page has one caller: gcc folds it in (no symbol at -Os)
+    wanted = ["vma_thp_gfp_mask", "do_huge_pmd_anonymous_page", "sysctl_compaction_handler",
+              "__do_huge_pmd_anonymous_page"]  # fmt: skip
+    kernel = KernelSpec(commit=base, name="base")
+    runs = {}
+    for label, coverage in (("evidence", wanted), ("measured", None)):
+        _res, got = boot_stage.run_kernel(
+            art / "bzImage", {}, plan, kernel=kernel, settings=settings,
+            workdir=tmp_path / label, boot_id=label, coverage=coverage,
+        )  # fmt: skip
+        assert [r.status for r in got] == ["done"], [r.error for r in got]
+        runs[label] = got[0]
+    counted = runs["evidence"].meta["coverage"]
+    print(counted)
+    assert counted["untraceable"] == ["__do_huge_pmd_anonymous_page"]
+    assert counted["calls"]["vma_thp_gfp_mask"] > 0
+    assert counted["calls"]["do_huge_pmd_anonymous_page"] > 0
+    assert counted["calls"]["sysctl_compaction_handler"] == 0
+    assert "coverage" not in runs["measured"].meta
+
+
 def test_each_commit_shows_the_calls_of_the_functions_it_changes(eng, kernel_env, tmp_path, client):  # noqa: F811
     sid = pipeline.submit(eng, stack_with_plants(tmp_path), jobs=[VMS], runs=1)
     settings = pipeline.Settings(

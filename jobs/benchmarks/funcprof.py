@@ -1,6 +1,8 @@
-"""What the guest's function profiler counted during a run of an evidence boot
+"""What the guest's function tracer counted during a run of an evidence boot
 (jobs/benchmarks/guest/init.sh writes it, jobs/executors/coverage_stage.py asks for it): the
-calls of each function the series' patches change, summed over ``trace_stat/function<cpu>``."""
+calls of each function the series' patches change, as ``<function> <calls>`` lines (the
+guest counts the trace buffer's entries; the same reader takes ftrace's
+``trace_stat/function<cpu>`` tables, summing the CPUs)."""
 
 from __future__ import annotations
 
@@ -37,4 +39,10 @@ def read_run(run_dir: Path, wanted: list[str]) -> dict[str, Any] | None:
     prof = run_dir / "funcprof"
     counted = parse_trace_stat(prof.read_text(errors="replace")) if prof.is_file() else {}
     calls = {fn: counted.get(fn, 0) for fn in wanted if fn not in untraceable}
-    return {"calls": calls, "untraceable": untraceable}
+    out: dict[str, Any] = {"calls": calls, "untraceable": untraceable}
+    overrun = run_dir / "funcprof-overrun"
+    lost = overrun.read_text().strip() if overrun.is_file() else ""
+    if lost.isdigit() and int(lost):
+        # the ring buffer was full: every count is a lower bound
+        out["lost_events"] = int(lost)
+    return out

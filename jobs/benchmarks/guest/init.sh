@@ -155,32 +155,47 @@ send_results() {
 }
 
 # An evidence boot (jobs/executors/coverage_stage.py) lists the functions the series' patches
-# change in /stackbench/coverage: ftrace's function profiler counts their calls during each
-# benchmark into <run>/funcprof (trace_stat/function<cpu>), the names this kernel cannot
-# trace (inlined, notrace, absent) into <run>/funcprof-untraceable. Measured boots have no list.
+# change in /stackbench/coverage: ftrace's function tracer, filtered to them, records their
+# calls during each benchmark; <run>/funcprof gets "<function> <calls>" lines, the names this
+# kernel cannot trace (inlined, notrace, absent) go to <run>/funcprof-untraceable, events
+# the ring buffer dropped to <run>/funcprof-overrun. Not the function profiler: without the
+# graph tracer it ignores set_ftrace_filter and patches every function, which under TCG
+# with two vCPUs died on a stray int3. Measured boots have no list.
 T=/sys/kernel/tracing
 funcprof_start() { # <run dir>
 	[ -s $SB/coverage ] || return 0
-	if [ ! -e $T/function_profile_enabled ]; then
-		echo "this kernel has no function profiler ($T/function_profile_enabled)" > "$1/funcprof-error"
+	if [ ! -e $T/set_ftrace_filter ]; then
+		echo "this kernel has no function tracer ($T/set_ftrace_filter)" > "$1/funcprof-error"
 		return 0
 	fi
 	: > $T/set_ftrace_filter
 	: > "$1/funcprof-untraceable"
 	while read -r fn; do
-		[ -n "$fn" ] || continue
-		echo "$fn" >> $T/set_ftrace_filter 2> /dev/null || echo "$fn" >> "$1/funcprof-untraceable"
+		[ -n "$fn" ] && echo "$fn" >> $T/set_ftrace_filter 2> /dev/null
 	done < $SB/coverage
-	# an empty filter would profile every function (tracefs files have no size: read it)
+	# what the kernel took, read back: a refused name's failed write is not always reported
+	while read -r fn; do
+		[ -n "$fn" ] || continue
+		grep -qx "$fn" $T/set_ftrace_filter || echo "$fn" >> "$1/funcprof-untraceable"
+	done < $SB/coverage
+	# an empty filter would trace every function (tracefs files have no size: read it)
 	grep -q . $T/set_ftrace_filter || return 0
-	echo 1 > $T/function_profile_enabled && : > /tmp/funcprof-on
+	echo 0 > $T/tracing_on
+	echo 8192 > $T/buffer_size_kb
+	: > $T/trace
+	echo function > $T/current_tracer && echo 1 > $T/tracing_on && : > /tmp/funcprof-on
 }
 
 funcprof_stop() { # <run dir>
 	[ -e /tmp/funcprof-on ] || return 0
 	rm -f /tmp/funcprof-on
-	echo 0 > $T/function_profile_enabled
-	cat $T/trace_stat/function* > "$1/funcprof" 2> /dev/null
+	echo 0 > $T/tracing_on
+	grep -v '^#' $T/trace | sed -n 's/.*: \([^ ]*\) <-.*/\1/p' | sort | uniq -c |
+		awk '{ print $2, $1 }' > "$1/funcprof"
+	cat $T/per_cpu/cpu*/stats 2> /dev/null | awk '$1 == "overrun:" { n += $2 } END { print n + 0 }' \
+		> "$1/funcprof-overrun"
+	echo nop > $T/current_tracer
+	echo 1 > $T/tracing_on
 }
 
 run_one() { # <name> <suite> <run> <timeout_s>
