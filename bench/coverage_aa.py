@@ -1,5 +1,5 @@
 """What the evidence boot's kernel option costs the measured boots: an A/A of the default
-base built with the guest config (ftrace's function profiler compiled in, off, its call sites
+base built with the guest config (ftrace's function tracer compiled in, off, its call sites
 NOPs) and without it (``tiny-guest+no-ftrace``), booted alternately under QEMU, one boot a
 unit. Prints each side's boot means of the headline metric and the cost with its 95%
 interval (Welch); the floor: the interval holds 0 or the cost is under 1%.
@@ -73,7 +73,7 @@ def main() -> None:
     print(f"{args.metric}: with {statistics.fmean(a):.0f} (sd {statistics.stdev(a):.0f}), "
           f"without {base:.0f} (sd {statistics.stdev(b):.0f}), {len(a)}/{len(b)} boots")  # fmt: skip
     met = lo <= 0 <= hi or abs(cost) < FLOOR_PCT
-    print(f"A/A cost of the function profiler compiled in (off): {cost:+.2f}% "
+    print(f"A/A cost of ftrace compiled in (off): {cost:+.2f}% "
           f"[{lo:+.2f}%, {hi:+.2f}%] at 95% (p {test.pvalue:.2f}); floor: the interval "
           f"holds 0 or |cost| < {FLOOR_PCT:g}%: {'met' if met else 'NOT met'}")  # fmt: skip
 

@@ -1,9 +1,9 @@
 """The evidence boot: once a series' kernels are measured, each is booted once more with
-every job at one run, ftrace's function profiler counting the calls of the functions the
+every job at one run, ftrace's function tracer counting the calls of the functions the
 series' patches change (stackbench.patches.diffparse.changed_functions, read against the
 tree's own commits). Its runs are never stored as runs, so no verdict ever sees them; only
 the counts are kept, on the kernel (stackbench.resultsdb.coverage_store). The measured boots
-list no function, so the profiler stays off and ftrace's call sites stay NOPs."""
+list no function, so no tracer runs and ftrace's call sites stay NOPs."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from stackbench.resultsdb.models import Patch
 from stackbench.resultsdb.rundata import KernelSpec
 
 # the kernel config symbol the guest's counting needs (kernels/configs/tiny-guest.config)
-PROFILER = "CONFIG_FUNCTION_PROFILER"
+PROFILER = "CONFIG_FUNCTION_TRACER"
 
 
 def enabled() -> bool:
@@ -103,7 +103,7 @@ def series_functions(eng: Engine, repo: Path, tasks: list[KernelTask]) -> list[s
     return list(names)
 
 
-def _has_profiler(t: KernelTask) -> bool:
+def _has_tracer(t: KernelTask) -> bool:
     assert t.build is not None and t.build.artifact_dir is not None
     config = Path(t.build.artifact_dir) / "config"
     return config.is_file() and f"{PROFILER}=y" in config.read_text(errors="replace").splitlines()
@@ -115,7 +115,7 @@ def evidence_boot(
     """Boot ``t`` once with every sub-job of ``plan`` at one run, counting ``functions``;
     per sub-job what the guest counted (``calls``/``untraceable``, or ``error``)."""
     assert t.build is not None
-    if not _has_profiler(t):
+    if not _has_tracer(t):
         why = f"this kernel was built without {PROFILER} (its config predates it)"
         return {sj.name: {"error": why} for sj in plan}
     one = [dataclasses.replace(sj, runs=1) for sj in plan]

@@ -8,7 +8,7 @@ from stackbench.resultsdb.coverage_store import CommitCoverage, FunctionCalls
 
 TITLE = "== patched code: calls of the changed functions during each job"
 FOOTER = (
-    "calls: ftrace's function profiler on an evidence boot of each kernel (one more boot, "
+    "calls: ftrace's function tracer on an evidence boot of each kernel (one more boot, "
     "its runs in no verdict); a static inline function the compiler folded into its "
     "callers cannot be counted"
 )
