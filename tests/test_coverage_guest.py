@@ -136,6 +136,8 @@ def test_an_evidence_boot_counts_the_calls_in_the_guest(kernel_env, tmp_path):
     assert "coverage" not in runs["measured"].meta
 
 
+# five kernels to build (about 6 minutes each on this loaded host) and twelve boots
+@pytest.mark.long
 def test_each_commit_shows_the_calls_of_the_functions_it_changes(eng, kernel_env, tmp_path, client):  # noqa: F811
     sid = pipeline.submit(eng, stack_with_plants(tmp_path), jobs=[VMS], runs=1)
     settings = pipeline.Settings(
