@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from kernelkit import cache_dir, require_kernel_tools, use_kernel_cache
+from kernelkit import base_kernel, cache_dir, require_kernel_tools, use_kernel_cache
 from test_web_support import app, client  # noqa: F401  (fixtures)
 
 from stackbench.jobs.driver import pipeline
@@ -99,20 +99,16 @@ def _calls(row: coverage_store.CommitCoverage) -> dict[str, tuple[int | None, in
     return out
 
 
-def test_an_evidence_boot_counts_the_calls_in_the_guest(kernel_env, tmp_path):
+def test_an_evidence_boot_counts_the_calls_in_the_guest(kernel_env, monkeypatch, tmp_path):
     """One evidence boot of the cached base kernel (tiny-guest: the profiler compiled in)
     under TCG: the guest counts the listed functions during the run, names the one the
     compiler folded in as untraceable, and counts 0 for one the job never calls; a boot
     without a list leaves the profiler off and the runs without counts."""
     from stackbench.jobs.executors import boot_stage, jobspecs
-    from stackbench.kernels import build, trees
     from stackbench.resultsdb.rundata import KernelSpec
 
-    tree = trees.load_tree("linux-6.1")
-    base = trees.resolve(trees.ensure_repo(tree), tree.default_base)
-    art = build.find_artifact("linux-6.1", base)
-    if art is None:
-        pytest.skip("the base kernel is not built with today's tiny-guest config (a cold build)")
+    _repo, res = base_kernel(monkeypatch)  # reused from the cache unless its config changed
+    art, base = res.artifact_dir, res.commit
     settings = pipeline.Settings(cpus=2, mem_mb=1024, init_timeout_s=120, accel="tcg")
     plan = [sj for sj in jobspecs.plan_for(jobspecs.resolve_jobs([VMS], 1), settings)]
     # __do_huge_pmd_anonymous_page has one caller: gcc folds it in (no symbol at -Os)
