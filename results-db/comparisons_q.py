@@ -58,20 +58,32 @@ def get_or_create(s: Session, key: str, build_ids: list[int], params: dict[str, 
     return s.scalars(select(Comparison).where(Comparison.key == key)).one()
 
 
+# the kernels' coverage counts (stackbench.resultsdb.coverage_store) as a short digest
+_COVERAGE_DIGEST = (
+    "SELECT left(md5(coalesce(string_agg((k.meta->'coverage')::text, ',' ORDER BY k.id), '')), 8) "
+    "FROM kernel_build k WHERE k.id = ANY({ids})"
+)
+
+
 def fingerprint(s: Session | Connection, build_ids: list[int]) -> str:
-    """What changes whenever a run of the kernels is added or removed: count and newest id."""
-    n, mx = s.execute(
-        text("SELECT count(*), coalesce(max(id), 0) FROM run WHERE build_id = ANY(:ids)"),
+    """What changes whenever a run of the kernels is added or removed (count and newest
+    id) or an evidence boot stores their coverage (a digest of it)."""
+    n, mx, cov = s.execute(
+        text(
+            "SELECT count(*), coalesce(max(id), 0), "
+            f"({_COVERAGE_DIGEST.format(ids=':ids')}) FROM run WHERE build_id = ANY(:ids)"
+        ),
         {"ids": build_ids},
     ).one()
-    return f"{n}:{mx}"
+    return f"{n}:{mx}:{cov}"
 
 
 # one round trip: the stored comparison, its result's fingerprint and its runs' live one
+_IDS = "ARRAY(SELECT jsonb_array_elements_text(c.build_ids)::int)"
 _LOOKUP = text(
     "SELECT c.id, c.build_ids, c.params, c.result->>'fingerprint', "
-    "(SELECT count(*) || ':' || coalesce(max(r.id), 0) FROM run r WHERE r.build_id = ANY("
-    "ARRAY(SELECT jsonb_array_elements_text(c.build_ids)::int))) "
+    "(SELECT count(*) || ':' || coalesce(max(r.id), 0) || ':' || "
+    f"({_COVERAGE_DIGEST.format(ids=_IDS)}) FROM run r WHERE r.build_id = ANY({_IDS})) "
     "FROM comparison c WHERE c.key = :key"
 )
 

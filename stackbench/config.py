@@ -74,6 +74,9 @@ VARIABLES: tuple[Var, ...] = (
     Var("STACKBENCH_KEEP_FAILED_BOOTS_DAYS", "7", "days the working directory of a failed boot "
         "(`$STACKBENCH_HOME/stackbench-job-*`: console, initramfs, the guest's results) is kept "
         "for a look; a boot that went well leaves none"),
+    Var("STACKBENCH_EVIDENCE_BOOT", "1", "after a series' first rounds, boot each kernel once "
+        "more to count calls of the functions its patches change (the coverage report; those "
+        "runs enter no verdict); 0: no evidence boots"),
     Var("STACKBENCH_BAREMETAL_DIR", "/var/lib/stackbench/baremetal", "a bare-metal box's job "
         "spool"),
     Var("STACKBENCH_KEXEC", "/usr/local/libexec/stackbench/stackbench-kexec", "a bare-metal "

@@ -19,7 +19,8 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from stackbench.errors import NotFoundError, StackbenchError
-from stackbench.resultsdb import comparisons_q, db, kernels_q, query, storable
+from stackbench.resultsdb import comparisons_q, coverage_store, db, kernels_q, query, storable
+from stackbench.resultsdb.tables import coverage as coverage_table
 from stackbench.resultsdb.tables import render
 from stackbench.resultsdb.tables.verdict import job_title as judged_title
 from stackbench.resultsdb.verdict import is_headline
@@ -141,15 +142,19 @@ def create_for(
     return get_or_create(s, ids, opts, owner_id=user_id)
 
 
-def _render_tables(ds: query.Dataset, opts: Options) -> tuple[dict[str, Any], dict[str, str]]:
-    """Every table the page shows, each made as ``stackbench compare`` makes it."""
+def _render_tables(
+    ds: query.Dataset, opts: Options, flags: dict[int, str] | None = None
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """Every table the page shows, each made as ``stackbench compare`` makes it (``flags``:
+    the coverage notes on the stackbench table's kernel lines)."""
     tables: dict[str, Any] = {"mmtests": []}
     errors: dict[str, str] = {}
     for style in ("lkp", "stackbench"):
         try:
             # as the CLI prints them: LKP's changed rows and the headline verdicts by
             # default, every row with all_rows
-            tables[style] = render.table_of(ds, style, all_rows=opts.all_rows)
+            kw = {"flags": flags} if style == "stackbench" else {}
+            tables[style] = render.table_of(ds, style, all_rows=opts.all_rows, **kw)
         except StackbenchError as exc:
             errors[style] = str(exc)
     msgs = []
@@ -231,12 +236,15 @@ def compute(eng: Engine, build_ids: list[int], opts: Options) -> dict[str, Any]:
         conn = s.connection()
         kernels = query.kernels_by_id(conn, build_ids)
         ds = query.load(conn, kernels, suite=opts.suite, machine=opts.machine)
+        covered = coverage_store.load(conn, kernels)
     result: dict[str, Any] = {
         "fingerprint": fp,
         "kernels": [{"id": k.id, "commit": k.commit, "label": k.label} for k in kernels],
         "tables": {},
         "errors": {},
         "metrics": [],
+        "coverage": [r.as_dict() for r in covered],
+        "coverage_text": coverage_table.render(covered),
     }
     if not ds.runs:
         on = f" on machine {opts.machine}" if opts.machine else ""
@@ -265,7 +273,10 @@ def compute(eng: Engine, build_ids: list[int], opts: Options) -> dict[str, Any]:
             f"runs pooled across {len(result['machines'])} machines: "
             f"{', '.join(result['machines'])}"
         )
-    result["tables"], result["errors"] = _render_tables(ds, opts)
+    flags = {r.kernel_id: r.flag for r in covered if r.flag}
+    result["tables"], result["errors"] = _render_tables(ds, opts, flags)
+    if result["tables"].get("stackbench"):
+        result["tables"]["stackbench"] += result["coverage_text"]
     if result.get("pooled"):
         head = render.check_machines(ds, pool=True)  # the CLI's first line
         for style in ("lkp", "stackbench"):

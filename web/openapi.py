@@ -63,7 +63,8 @@ ROUTES: list[tuple[str, str, str, str | None, str | None, int]] = [
     (
         "get",
         "/api/comparisons/{key}",
-        "Kernels, per-metric run values and verdicts",
+        "Kernels, per-metric run values and verdicts, and per commit the functions its "
+        "patch changes with their calls per job on the evidence boot (coverage)",
         None,
         None,
         200,

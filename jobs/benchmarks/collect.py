@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from stackbench.errors import InputError
-from stackbench.jobs.benchmarks import knobs
+from stackbench.jobs.benchmarks import funcprof, knobs
 from stackbench.jobs.benchmarks.definitions import HIGHALLOC_PASSES, SubJob
 from stackbench.jobs.benchmarks.guest.initramfs import GuestPlan, as_plan
 from stackbench.jobs.benchmarks.parsers import (
@@ -315,6 +315,7 @@ def collect_run(
     machine: MachineSpec,
     source: str = "qemu",
     boot_id: str | None = None,
+    coverage: list[str] | None = None,
 ) -> RunData:
     run_dir = root / sj.name / str(iteration)
     data = RunData(
@@ -404,6 +405,9 @@ def collect_run(
         for stage, zones in frag.items():
             for zone, info in zones.items():
                 samples[f"fragmentation.{stage}.{zone.replace('/', '-')}"] = [float(info["score"])]
+    cov = funcprof.read_run(run_dir, coverage or [])
+    if cov is not None:
+        data.meta["coverage"] = cov
     samples["duration.elapsed"] = [data.duration_s]
     data.samples = samples
     data.status = "done"
@@ -418,8 +422,10 @@ def collect(
     machine: MachineSpec,
     source: str = "qemu",
     boot_id: str | None = None,
+    coverage: list[str] | None = None,
 ) -> list[RunData]:
     """One RunData per (sub-job, run) of ``plan``; runs the guest never reached are "lost".
+    ``coverage``: the functions an evidence boot profiled (their calls go to meta).
 
     ``boot_id`` (e.g. the pipeline's build request) makes repeated boots of the same kernel
     and plan distinct runs instead of duplicates of the first.
@@ -430,7 +436,14 @@ def collect(
         for i in range(sj.runs):
             out.append(
                 collect_run(
-                    root, sj, i, kernel=kernel, machine=machine, source=source, boot_id=boot_id
-                )
+                    root,
+                    sj,
+                    i,
+                    kernel=kernel,
+                    machine=machine,
+                    source=source,
+                    boot_id=boot_id,
+                    coverage=coverage,
+                )  # fmt: skip
             )
     return out

@@ -18,6 +18,7 @@ from typing import Any
 
 from stackbench.jobs.driver.apply_stage import apply_stage
 from stackbench.jobs.driver.journey import Batch, Journey, Kernel, Progress
+from stackbench.jobs.executors import coverage_stage
 from stackbench.jobs.executors import plan as boot_plan
 from stackbench.jobs.executors.boot_stage import boot_and_store, boot_estimate
 from stackbench.jobs.executors.build_stage import build_estimate, build_one
@@ -147,6 +148,9 @@ class LocalExecutor:
                     attempt = series_runs_store.current(s, sid)
                     worker = series_store.latest_machine(s, sid) or ""
                     series_runs_store.record_round(s, attempt, boot.round, None, worker, "done")
+        if batch.more is None and coverage_stage.enabled():
+            # once, after the first rounds: the counts do not depend on how many rounds follow
+            coverage_stage.evidence_boots(eng, sr, self.repo, self.tasks, subjobs)
         return True
 
 

@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from stackbench.errors import StackbenchError
-from stackbench.resultsdb import query
+from stackbench.resultsdb import coverage_store, query
 from stackbench.resultsdb.tables import (
     alloc_latency,
+    coverage,
     lkp,
     mmtests,
     order_success,
@@ -126,6 +127,7 @@ def _compute(
         on = f" on machine {o.machine}" if o.machine else ""
         raise StackbenchError("no results stored for " + ", ".join(refs) + on)
     header = check_machines(ds, o.pool_machines) + boxes_line(ds)
+    covered = coverage_store.load(conn, kernels) if o.style == "stackbench" else []
     text = table_of(
         ds,
         o.style,
@@ -134,8 +136,9 @@ def _compute(
         monitor=o.monitor,
         metric=o.metric,
         pass_no=o.pass_no,
+        flags={r.kernel_id: r.flag for r in covered if r.flag},
     )
-    return header + text, build_ids, fp
+    return header + text + coverage.render(covered), build_ids, fp
 
 
 def table_of(
@@ -147,9 +150,11 @@ def table_of(
     monitor: str | None = None,
     metric: str | None = None,
     pass_no: int = 1,
+    flags: dict[int, str] | None = None,
 ) -> str:
     """The table of ``style`` for the loaded kernels ``ds``: what ``stackbench compare``
-    prints and the comparison page shows (StackbenchError when ``ds`` cannot fill it)."""
+    prints and the comparison page shows (StackbenchError when ``ds`` cannot fill it).
+    ``flags``: a note on a kernel's rows (by build id), as the coverage section gives it."""
     if style == "lkp":
         return lkp.render(ds, all_rows=all_rows)
     if style == "mmtests":
@@ -158,7 +163,7 @@ def table_of(
         # the verdicts' statistics (scipy) take 0.9 s to import (measured): only for them
         from stackbench.resultsdb.tables import verdict
 
-        return verdict.render(ds, all_rows=all_rows)
+        return verdict.render(ds, all_rows=all_rows, flags=flags)
     if style == "alloc-latency":
         return alloc_latency.render(ds, pass_no=pass_no)
     if style == "order-success":

@@ -260,11 +260,16 @@ def _shown(rows: list[Row], headline: set[str], all_rows: bool) -> tuple[list[Ro
 
 
 def render(
-    ds: query.Dataset, policy: verdict.Policy = verdict.DEFAULT, *, all_rows: bool = False
+    ds: query.Dataset,
+    policy: verdict.Policy = verdict.DEFAULT,
+    *,
+    all_rows: bool = False,
+    flags: dict[int, str] | None = None,
 ) -> str:
     """The table. By default each block lists its changed and undecided headline metrics
     (:func:`verdict.is_headline`), largest change first, and one line counting the rest;
-    ``all_rows`` lists every metric by name."""
+    ``all_rows`` lists every metric by name. ``flags``: a note for a kernel's line (build
+    id -> text), e.g. that the benchmarks did not run its patch's code."""
     if len(ds.kernels) < 2:
         raise StackbenchError(
             "the stackbench table compares kernels: give a base and at least one more"
@@ -304,7 +309,8 @@ def render(
             lines.append(f"== {job_title(job)}")
             lines.append(f"   base: {_label(base)}")
             last_job = job.id
-        lines.append(f"   new:  {_label(kernel)}")
+        flag = (flags or {}).get(kernel.id)
+        lines.append(f"   new:  {_label(kernel)}" + (f"  [{flag}]" if flag else ""))
         if formatted:
             lines.extend(_format([HEAD], widths))
             lines.extend(_format(formatted, widths))

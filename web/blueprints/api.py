@@ -219,6 +219,8 @@ def patch_json(p: Patch, full: bool = False) -> dict[str, Any]:
         "commit": p.commit_sha,
         "state": p.state,
         "error": p.error,
+        # the functions the patch changes (docs/coverage.md); None before an evidence boot
+        "changed_functions": (p.meta or {}).get("changed_functions"),
     }
     if full:
         d.update(body=p.body, diff=p.diff)
@@ -426,6 +428,8 @@ def comparison_get(key: str):
                 }
                 for m in result.get("metrics", [])
             ],
+            # per commit: the functions its patch changes and their calls per job
+            "coverage": result.get("coverage", []),
         }
         body = json.dumps(doc, separators=(",", ":")).encode()
         comparisons.CACHE.put(ck, body)

@@ -119,7 +119,7 @@ def show(series_id: int):
     jobs = progress.jobs_for(s, commits)
     # enough rows that a series' hundreds of progress lines fold around its state changes
     events = progress.fold_events(series_q.events(s, x.id, limit=500))
-    comparison, judged = verdicts_of(x, commits)
+    comparison, judged, covered = verdicts_of(x, commits)
     warnings = progress.service_warnings(s, x)
     step, attempts, tries = runs_of(s, x.id)
     return render_template(
@@ -134,6 +134,7 @@ def show(series_id: int):
         events=events,
         comparison=comparison,
         judged=judged,
+        coverage=covered,
         pending=progress.is_pending(x),
         state_key=state_key(x, commits, warnings, step, tries),
         service_warnings=warnings,
@@ -165,22 +166,30 @@ def state(series_id: int):
     }
 
 
-def verdicts_of(x: Series, commits: list[progress.Commit]) -> tuple[str | None, list[dict]]:
-    """The key of the series' own comparison and its verdicts per commit, labelled as the
-    series labels them (none before the series ended, or when its comparison cannot be
-    computed: the page says so)."""
+def verdicts_of(
+    x: Series, commits: list[progress.Commit]
+) -> tuple[str | None, list[dict], list[dict]]:
+    """The key of the series' own comparison, its verdicts per commit, labelled as the
+    series labels them, each with its coverage flag (none before the series ended, or when
+    its comparison cannot be computed: the page says so), and its coverage rows."""
     key = ((x.meta or {}).get("comparison") or {}).get("key")
     if not key:
-        return None, []
+        return None, [], []
     try:
         found = comparisons.lookup(dbsession.engine(), key)
     except StackbenchError:
-        return key, []
+        return key, [], []
     labels = {c.sha: c.label for c in commits if c.sha}
     judged = verdicts.by_commit(found.result)
+    covered = found.result.get("coverage") or []
+    commit_of = {k["id"]: k["commit"] for k in found.result.get("kernels", [])}
+    flags = {commit_of.get(r["kernel_id"]): r["flag"] for r in covered if r.get("flag")}
     for k in judged:
         k["label"] = labels.get(k["commit"], k["label"])
-    return key, judged
+        k["coverage_flag"] = flags.get(k["commit"])
+    for r in covered:
+        r["kernel"] = labels.get(commit_of.get(r["kernel_id"], ""), r["kernel"])
+    return key, judged, covered
 
 
 @bp.route("/series/<int:series_id>/compare")

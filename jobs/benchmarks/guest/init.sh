@@ -28,6 +28,7 @@ mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev 2> /dev/null
 mount -t tmpfs -o mode=1777 tmpfs /tmp
 [ -d /sys/kernel/debug ] && mount -t debugfs debugfs /sys/kernel/debug 2> /dev/null
+[ -d /sys/kernel/tracing ] && mount -t tracefs tracefs /sys/kernel/tracing 2> /dev/null
 
 SB=/stackbench
 R=/results
@@ -153,6 +154,50 @@ send_results() {
 	sync
 }
 
+# An evidence boot (jobs/executors/coverage_stage.py) lists the functions the series' patches
+# change in /stackbench/coverage: ftrace's function tracer, filtered to them, records their
+# calls during each benchmark; <run>/funcprof gets "<function> <calls>" lines, the names this
+# kernel cannot trace (inlined, notrace, absent) go to <run>/funcprof-untraceable, events
+# the ring buffer dropped to <run>/funcprof-overrun. Not the function profiler: without the
+# graph tracer it ignores set_ftrace_filter and patches every function, which under TCG
+# with two vCPUs died on a stray int3. Measured boots have no list.
+T=/sys/kernel/tracing
+funcprof_start() { # <run dir>
+	[ -s $SB/coverage ] || return 0
+	if [ ! -e $T/set_ftrace_filter ]; then
+		echo "this kernel has no function tracer ($T/set_ftrace_filter)" > "$1/funcprof-error"
+		return 0
+	fi
+	: > $T/set_ftrace_filter
+	: > "$1/funcprof-untraceable"
+	while read -r fn; do
+		[ -n "$fn" ] && echo "$fn" >> $T/set_ftrace_filter 2> /dev/null
+	done < $SB/coverage
+	# what the kernel took, read back: a refused name's failed write is not always reported
+	while read -r fn; do
+		[ -n "$fn" ] || continue
+		grep -qx "$fn" $T/set_ftrace_filter || echo "$fn" >> "$1/funcprof-untraceable"
+	done < $SB/coverage
+	# an empty filter would trace every function (tracefs files have no size: read it)
+	grep -q . $T/set_ftrace_filter || return 0
+	echo 0 > $T/tracing_on
+	echo 8192 > $T/buffer_size_kb
+	: > $T/trace
+	echo function > $T/current_tracer && echo 1 > $T/tracing_on && : > /tmp/funcprof-on
+}
+
+funcprof_stop() { # <run dir>
+	[ -e /tmp/funcprof-on ] || return 0
+	rm -f /tmp/funcprof-on
+	echo 0 > $T/tracing_on
+	grep -v '^#' $T/trace | sed -n 's/.*: \([^ ]*\) <-.*/\1/p' | sort | uniq -c |
+		awk '{ print $2, $1 }' > "$1/funcprof"
+	cat $T/per_cpu/cpu*/stats 2> /dev/null | awk '$1 == "overrun:" { n += $2 } END { print n + 0 }' \
+		> "$1/funcprof-overrun"
+	echo nop > $T/current_tracer
+	echo 1 > $T/tracing_on
+}
+
 run_one() { # <name> <suite> <run> <timeout_s>
 	name=$1 suite=$2 run=$3 tmo=$4
 	d=$R/$name/$run
@@ -193,6 +238,7 @@ run_one() { # <name> <suite> <run> <timeout_s>
 run_bench() { # <name> <suite> <run dir> <timeout_s>; sets rc
 	name=$1 suite=$2 d=$3 tmo=$4
 	snapshot "$d" before
+	funcprof_start "$d"
 	(
 		set -a
 		. "$SB/jobs/$name.env"
@@ -203,6 +249,7 @@ run_bench() { # <name> <suite> <run dir> <timeout_s>; sets rc
 		exec timeout -s KILL "$tmo" sh "$SB/guest/${SB_RUNNER:-run-$suite.sh}"
 	) < /dev/null > "$d/output" 2> "$d/stderr"
 	rc=$?
+	funcprof_stop "$d"
 	snapshot "$d" after
 }
 

@@ -254,8 +254,11 @@ def build_initramfs(
     *,
     busybox: Path = BUSYBOX,
     cache_dir: Path | None = None,
+    coverage: list[str] | None = None,
 ) -> Path:
-    """Write the gzip'd newc initramfs for ``plan`` to ``out`` and return ``out``."""
+    """Write the gzip'd newc initramfs for ``plan`` to ``out`` and return ``out``.
+    ``coverage``: an evidence boot's functions whose calls the guest counts during each run
+    (jobs/executors/coverage_stage.py); a measured boot has none."""
     gp = as_plan(plan)
     if not gp.subjobs:
         raise StackbenchError("initramfs: the plan has no sub-jobs")
@@ -326,6 +329,8 @@ def build_initramfs(
     cp.file(
         "stackbench/knobs", knobs.all_paths_text([sj.setup.knobs for sj in gp.subjobs]).encode()
     )
+    if coverage:
+        cp.file("stackbench/coverage", "".join(f"{fn}\n" for fn in coverage).encode())
     data = cp.finish()
 
     out = Path(out)

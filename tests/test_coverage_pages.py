@@ -1,0 +1,87 @@
+"""The coverage report where users read it, from counts stored as an evidence boot stores
+them (stackbench.resultsdb.coverage_store): ``compare --style stackbench``, the comparison
+page, the series page and the comparison's JSON; against a real PostgreSQL, the pages
+through Flask's test client. The counts come from a real boot in test_coverage_guest.py."""
+
+from __future__ import annotations
+
+import re
+
+from sqlalchemy import update
+from test_web_support import add_tree, app, client, make_series, populate_results  # noqa: F401
+
+from stackbench.jobs.driver import lifecycle
+from stackbench.resultsdb import coverage_store
+from stackbench.resultsdb import db as rdb
+from stackbench.resultsdb.models import KernelBuild, Patch, Series
+from stackbench.resultsdb.tables import render
+
+
+def _fn(name: str, static: bool = False) -> dict:
+    return {"name": name, "path": "mm/compaction.c", "change": "modified",
+            "static": static, "inline": False}  # fmt: skip
+
+
+def _stored(eng) -> tuple[int, list[int]]:
+    """A finished 3-patch series: 1/3 changes a function the job calls, 2/3 only a comment,
+    3/3 a function the job never calls."""
+    add_tree(eng)
+    sid = make_series(eng, n=3)
+    build_ids = populate_results(eng, sid, runs=3)
+    with rdb.session(eng) as s:
+        s.execute(update(Series).where(Series.id == sid).values(state="done"))
+        s.execute(
+            update(KernelBuild)
+            .where(KernelBuild.id.in_(build_ids))
+            .values(config_name="tiny-guest")
+        )
+        patches = {p.idx: p.id for p in s.query(Patch).filter(Patch.series_id == sid)}
+        coverage_store.save_functions(s, patches[1], [_fn("compact_zone", static=True)])
+        coverage_store.save_functions(s, patches[2], [])
+        coverage_store.save_functions(s, patches[3], [_fn("sysctl_compaction_handler")])
+        for b, zone in zip(build_ids, (12001, 12345, 12002, 11999), strict=True):
+            counted = {"compact_zone": zone, "sysctl_compaction_handler": 0}
+            coverage_store.save_counts(
+                s, b, "vm-scalability", {"calls": counted, "untraceable": []}
+            )
+    return sid, build_ids
+
+
+def test_the_stackbench_table_flags_the_commit_whose_code_did_not_run(eng) -> None:
+    _sid, build_ids = _stored(eng)
+    with rdb.session(eng) as s:
+        commits = [s.get(KernelBuild, b).commit for b in build_ids]
+    text = render.render(eng, commits, style="stackbench")
+    flagged = [ln for ln in text.splitlines() if ln.startswith("   new:") and "[" in ln]
+    assert len(flagged) == 1 and "patch3" in flagged[0], flagged
+    assert coverage_store.NOT_RUN in flagged[0]
+    assert "vm-scalability: compact_zone (static) 12,345 calls (base 12,001)" in text
+    assert re.search(r"patch2\S*: no function changed", text)
+    assert (
+        "vm-scalability: sysctl_compaction_handler 0 calls: this benchmark did not run the "
+        "changed code"
+    ) in text
+
+
+def test_the_pages_and_the_json_show_the_coverage(eng, client) -> None:  # noqa: F811
+    sid, _ids = _stored(eng)
+    key = lifecycle.publish_comparison(eng, sid)
+    assert key
+    page = client.get(f"/compare/{key}").get_data(as_text=True)
+    section = page[page.index('id="coverage"') :]
+    assert "no function changed" in section
+    assert "0: this benchmark did not run the changed code" in section
+    assert "12,345" in section and "12,001" in section
+    doc = client.get(f"/api/comparisons/{key}").get_json()
+    rows = {r["kernel"]: r for r in doc["coverage"]}
+    assert rows["patch3"]["flag"] == coverage_store.NOT_RUN
+    assert rows["patch2"]["no_function_changed"] is True
+    assert rows["patch1"]["jobs"]["vm-scalability"][0]["calls"] == 12345
+    assert "[" + coverage_store.NOT_RUN + "]" in client.get(
+        f"/api/comparisons/{key}/tables/stackbench?format=text"
+    ).get_data(as_text=True)
+    series_page = client.get(f"/series/{sid}").get_data(as_text=True)
+    assert series_page.count('class="coverage-flag"') == 1
+    assert 'id="coverage"' in series_page
+    patches = client.get(f"/api/series/{sid}/patches").get_json()["patches"]
+    assert [p["changed_functions"] is not None for p in patches] == [True, True, True]
