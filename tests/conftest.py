@@ -13,6 +13,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 # a git worktree elsewhere names the shared folder with STACKBENCH_SHARED
 SHARED = Path(os.environ.get("STACKBENCH_SHARED") or ROOT.parent / "shared")
+# an evidence boot adds a boot per kernel to every series run here; the coverage tests
+# (test_coverage_*.py) ask for it, the others measure without it
+os.environ.setdefault("STACKBENCH_EVIDENCE_BOOT", "0")
 FIXTURES = SHARED / "fixtures"
 
 
