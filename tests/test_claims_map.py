@@ -237,3 +237,16 @@ def test_proc_vmstat_rows_map_to_the_vmstat_delta():
     m = by["proc-vmstat.pgdeactivate"]
     assert (m.metric, m.statistic, m.reason) == ("mmtests-vmstat.pgdeactivate", "mean", None)
     assert m.job == "vm-scalability[test=anon-w-rand-mt,thp_enabled=never,thp_defrag=always]"
+
+
+@pytest.mark.parametrize("suite", ["thpchallenge", "thpcompact"])
+def test_current_mmtests_tables_map_to_their_own_suites(suite):
+    text = (
+        f"Running {suite}\n"
+        "                  baselin              patche\n"
+        "                 baseline             patches\n"
+        "Amean fault-both-1   100.00 (   0.00%)    90.00 *  10.00%*\n"
+    )
+    (m,) = map_claims(claims.parse(text), series(2))
+    assert (m.job, m.metric, m.reason) == (suite, f"{suite}.fault-both-1", None)
+    assert (m.base_index, m.kernel_index) == (0, 1)
