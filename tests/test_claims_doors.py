@@ -130,9 +130,19 @@ def _parsed(cover: str, subjects: list[str]):
 
     n = len(subjects)
     patches = [
-        ParsedPatch(idx=i, total=n, subject=s, author="a", author_email="a@example.org",
-                    date="", message_id=f"<p{i}@x>", in_reply_to=None, body="", diff="",
-                    raw=b"")  # fmt: skip
+        ParsedPatch(
+            idx=i,
+            total=n,
+            subject=s,
+            author="a",
+            author_email="a@example.org",
+            date="",
+            message_id=f"<p{i}@x>",
+            in_reply_to=None,
+            body="",
+            diff="",
+            raw=b"",
+        )  # fmt: skip
         for i, s in enumerate(subjects, 1)
     ]
     return type("Parsed", (), {"cover_letter": cover, "patches": patches})()

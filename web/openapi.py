@@ -121,7 +121,10 @@ SCHEMAS: dict[str, Any] = {
             "base": {"type": "string", "description": "empty: the mbox's base-commit line"},
             "jobs": {"type": "array", "items": {"type": "string"}},
             "runs": {"type": "integer", "minimum": 1, "maximum": 30},
-            "check_claims": {"type": "boolean", "description": "measure the cover letter's claims too"},
+            "check_claims": {
+                "type": "boolean",
+                "description": "measure the cover letter's claims too",
+            },
         },
         "required": ["tree", "jobs"],
     },

@@ -167,9 +167,7 @@ def _plan_changed(eng, sid: int, options) -> bool:
         rerun = series.meta.get("claims_rerun")  # its claims' jobs joined a finished demo
         if own == jobs and series.meta.get("runs") == options.runs and not rerun:
             return False
-        series_store.merge_meta(
-            series, jobs=[*jobs, *added], runs=options.runs, claims_rerun=False
-        )
+        series_store.merge_meta(series, jobs=[*jobs, *added], runs=options.runs, claims_rerun=False)
         return series.state == "done"
 
 
