@@ -229,19 +229,27 @@ def evidence_lines(ds: Any, aa_rows: dict[tuple[str, str], dict[str, Any]]) -> l
     out.append("")
     if not found:
         return [*out, "The runs recorded no compaction or THP counter.", ""]
-    labels = [k.label for k in ds.kernels]
-    out.append("Compaction and THP counters (mean per run):")
+    changed = [c for c in found if c.verdict.outcome == "changed"]
+    if not changed:
+        out.append(f"None of the {len(found)} compaction and THP counters judged changed against")
+        out.append("the base: the patched paths may not have run in this benchmark.")
+        return [*out, ""]
+    out.append("Compaction and THP counters that changed (boots as units, the counters one")
+    out.append("false-discovery family per kernel and job):")
     out.append("")
-    out.append("  " + "counter".ljust(26) + "".join(x[:14].rjust(15) for x in labels))
-    for c in found:
-        cells = "".join(("-" if x is None else f"{x:.0f}").rjust(15) for x in c.per_kernel)
-        out.append("  " + (c.name + (" *" if c.moved else "")).ljust(26) + cells)
-    if any(c.moved for c in found):
-        out.append("  (* moved by more than 10% against the base)")
-    else:
-        out.append("None of these counters moved against the base: the patched paths may not")
-        out.append("have run in this benchmark.")
+    for c in changed:
+        v = c.verdict
+        interval = ""
+        if v.ci_low_pct is not None and v.ci_high_pct is not None:
+            interval = f" [{v.ci_low_pct:+.1f}%, {v.ci_high_pct:+.1f}%] at {v.level_text}"
+        means = f"{_count(c.base_mean)} -> {_count(c.new_mean)}"
+        change = "" if v.change_pct is None else f" {v.change_pct:+.1f}%"
+        out.append(f"  {c.kernel} {c.name} ({c.job}): {means}{change}{interval}, q={v.q_value:.3g}")
     return [*out, ""]
+
+
+def _count(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0f}"
 
 
 def worst_change(ds: Any) -> tuple[str, str, float] | None:

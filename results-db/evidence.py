@@ -1,6 +1,7 @@
 """What a report puts beside its verdicts so a reader can weigh them: the machine's own
 noise for each headline metric, with the smallest change a comparison of that many boots
-could detect, and the compaction and THP counters that show the patched code ran.
+could detect, and the compaction and THP counters that show the patched code ran, judged by
+the headline metrics' rule (:func:`counters`).
 
 Noise is the base kernel's boot-to-boot coefficient of variation (one value per boot, the
 verdict's unit) on each machine. The detectable change (:func:`detectable_change`) is the
@@ -18,24 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stackbench.resultsdb import boots, query, verdict
-
-# /proc/vmstat counters that move when compaction or THP code runs
-COUNTERS = (
-    "compact_stall",
-    "compact_fail",
-    "compact_success",
-    "compact_migrate_scanned",
-    "compact_free_scanned",
-    "compact_daemon_wake",
-    "pgmigrate_success",
-    "thp_fault_alloc",
-    "thp_fault_fallback",
-    "thp_collapse_alloc",
-)
-# a counter "moved" when a kernel's mean per run differs from the base's by more than this
-# share of the base (and by more than one event)
-MOVED = 0.10
+from stackbench.resultsdb import boots, metrics, query, verdict
 
 
 @dataclass
@@ -139,33 +123,27 @@ def noise(ds: query.Dataset, policy: verdict.Policy = verdict.DEFAULT) -> list[N
 
 @dataclass
 class Counter:
+    """A THP/compaction counter or free-list summary of one job judged against the base."""
+
+    job: str
+    kernel: str
     name: str
-    per_kernel: list[float | None]  # mean per run, in the dataset's kernel order
-    moved: bool
+    base_mean: float | None
+    new_mean: float | None
+    verdict: verdict.Verdict
 
 
-def counters(ds: query.Dataset) -> list[Counter]:
-    """The compaction and THP counters of the runs, per kernel (mean per run over every job
-    that recorded them), and whether each moved against the base."""
-    sums: dict[str, dict[int, list[float]]] = {}
-    for (_job, metric_id), per_build in ds.values.items():
-        name = ds.metrics[metric_id].name.rsplit(".", 1)[-1]
-        if name not in COUNTERS:
-            continue
-        for build_id, runs in per_build.items():
-            for samples in runs.values():
-                if samples:
-                    sums.setdefault(name, {}).setdefault(build_id, []).append(float(samples[-1]))
-    out = []
-    for name in COUNTERS:
-        if name not in sums:
-            continue
-        row = [
-            float(np.mean(sums[name][k.id])) if sums[name].get(k.id) else None for k in ds.kernels
-        ]
-        base = row[0]
-        moved = base is not None and any(
-            x is not None and abs(x - base) > max(MOVED * abs(base), 1.0) for x in row[1:]
-        )
-        out.append(Counter(name, row, moved))
-    return out
+def counters(ds: query.Dataset, policy: verdict.Policy = verdict.DEFAULT) -> list[Counter]:
+    """Every judged counter (:func:`metrics.is_counter`) of every later kernel and job, by
+    the stackbench table's own verdicts: boots as units, the pair's counters one
+    false-discovery family (:func:`stackbench.resultsdb.tables.verdict.group`)."""
+    from stackbench.resultsdb.tables import verdict as table
+
+    if len(ds.kernels) < 2:
+        return []
+    return [
+        Counter(_job_label(job), kernel.label, name, mb, mn, v)
+        for job, kernel, rows in table.compare(ds, policy)
+        for name, mb, mn, v in rows
+        if metrics.is_counter(name)
+    ]

@@ -72,3 +72,27 @@ def info(name: str) -> MetricInfo:
         if pattern.search(name):
             return mi
     return UNKNOWN
+
+
+# The counters that show compaction and THP code ran: /proc/vmstat deltas (a run's, or its
+# scenario stage's) named for that code, and the free-list summaries the scenarios take
+# (buddyinfo/pagetypeinfo, the fragmentation score). Their verdicts are a false-discovery
+# family of their own (verdict.family), so the report can say which of them changed.
+COUNTER_PREFIXES = ("proc-vmstat.", "vmstat.", "mmtests-vmstat.", "scenario-vmstat.")
+COUNTER_WORDS = (
+    "thp_",
+    "compact_",
+    "pgmigrate_",
+    "THP ",
+    "Compaction",
+    "Page migrate",
+    "Kcompactd",
+)
+FREE_LIST_PREFIXES = ("buddyinfo.", "pagetypeinfo.", "fragmentation.")
+
+
+def is_counter(name: str) -> bool:
+    """Is metric NAME a THP/compaction counter or a free-list summary?"""
+    if name.startswith(FREE_LIST_PREFIXES):
+        return True
+    return name.startswith(COUNTER_PREFIXES) and any(w in name for w in COUNTER_WORDS)

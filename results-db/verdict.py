@@ -18,7 +18,7 @@ view of a pair shows the same verdict. The rule is a group-sequential design:
 * The interval shown is the decision's: at confidence ``1 - look_alpha`` (``Verdict.level``).
   **changed** when it excludes 0, the estimate is at least the kind's minimum effect, and the
   change survives Benjamini-Hochberg within its family (the pair's own metrics of one job,
-  headline metrics apart: :func:`family`); **unchanged** ("~") when it lies inside +-minimum
+  headline metrics and THP/compaction counters apart: :func:`family`); **unchanged** ("~") when it lies inside +-minimum
   effect (the equivalence margin IS the minimum effect); **undecided** otherwise:
   ``runs_wanted`` names the next look, 0 at the cap.
 
@@ -553,12 +553,12 @@ def judge_many(
     return done
 
 
-def family(job: Hashable, kernel: Hashable, headline: bool) -> tuple[Hashable, Hashable, bool]:
+def family(job: Hashable, kernel: Hashable, group: Hashable) -> tuple[Hashable, ...]:
     """The false-discovery family of a metric in a comparison: one later kernel against the
-    base, one job, and the headline metrics (:func:`is_headline`) apart from the others.
-    A pair's verdicts then read the same on a page of one kernel or of twenty, and a job's
-    few headline metrics never lose their power to its hundreds of side counters."""
-    return (job, kernel, headline)
+    base, one job, and one ``group`` (tables.verdict: headline, THP/compaction counter, other).
+    A pair's verdicts read the same on a page of one kernel or of twenty, and a job's few
+    headline metrics or counters never lose their power to its hundreds of side metrics."""
+    return (job, kernel, group)
 
 
 def _control(done: dict[str, Verdict], tested: list[tuple[str, float]], policy: Policy) -> None:

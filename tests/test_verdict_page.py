@@ -61,3 +61,17 @@ def test_verdict_section_with_nothing_open_says_so_and_all_shows_every_row(eng, 
     assert 'id="no-headline"' in page and "3 more metrics not shown" in page
     page = _open(client, {"k": f"{BASE[:10]} {SAME[:10]}", "all": "1"})
     assert len(_metrics(_section(page))) == 3 and 'id="verdict-rest"' not in page
+
+
+def test_verdict_section_lists_the_counters_that_changed_with_interval_and_q(eng, client):
+    from test_report_evidence import BASE as B, C1, FAULTS, NOISY, STALL, _planted
+
+    ig.ingest(eng, _planted("base", B))
+    ig.ingest(eng, _planted("1/1", C1))
+    page = _open(client, {"k": f"{B[:10]} {C1[:10]}"})
+    section = _section(page)
+    assert STALL in _metrics(section)
+    assert FAULTS not in section and NOISY not in section
+    row = section[section.index(STALL) :].split("</tr>", 1)[0]
+    assert re.search(r"\[\+2\d\.\d+%, \+3\d\.\d+%\]", row), row
+    assert re.search(r'class="muted counter-q">q=', row) and "changed" in row

@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 
 from stackbench.errors import NotFoundError, StackbenchError
 from stackbench.resultsdb import comparisons_q, coverage_store, db, kernels_q, query, storable
+from stackbench.resultsdb.metrics import is_counter
 from stackbench.resultsdb.tables import coverage as coverage_table
 from stackbench.resultsdb.tables import render
 from stackbench.resultsdb.tables.verdict import job_title as judged_title
@@ -37,17 +38,6 @@ MMTESTS_VIEWS = (
     ("table", "locality"),
     ("monitor", "duration"),
     ("monitor", "vmstat"),
-)
-# vmstat counters shown as charts (THP and compaction activity)
-COUNTER_PREFIXES = ("proc-vmstat.", "vmstat.", "mmtests-vmstat.")
-COUNTER_WORDS = (
-    "thp_",
-    "compact_",
-    "pgmigrate_",
-    "THP ",
-    "Compaction",
-    "Page migrate",
-    "Kcompactd",
 )
 
 
@@ -198,8 +188,8 @@ def _per_run(ds: query.Dataset, job_id: int, metric_id: int) -> list[list[float]
 
 
 def verdict_section(rows: list[dict[str, Any]], all_rows: bool) -> tuple[list[dict], str]:
-    """The verdict section's rows: changed and undecided headline metrics (any later
-    kernel), largest change first, and the line that counts the rest; every row with
+    """The verdict section's rows: changed and undecided headline metrics and changed
+    THP/compaction counters (any later kernel), largest change first, and the line that counts the rest; every row with
     ``all_rows``."""
     if all_rows:
         return rows, ""
@@ -211,8 +201,14 @@ def verdict_section(rows: list[dict[str, Any]], all_rows: bool) -> tuple[list[di
     def open_(r: dict[str, Any]) -> bool:
         return any(v.get("outcome") in ("changed", "undecided") for v in r["verdicts"])
 
-    shown = sorted((r for r in rows if r.get("headline") and open_(r)), key=lambda r: -size(r))
-    rest = [r for r in rows if not (r.get("headline") and open_(r))]
+    def listed(r: dict[str, Any]) -> bool:
+        # a counter is listed once it changed (its own family: tables.verdict.group)
+        if r.get("counter") and not r.get("headline"):
+            return any(v.get("outcome") == "changed" for v in r["verdicts"])
+        return bool(r.get("headline")) and open_(r)
+
+    shown = sorted((r for r in rows if listed(r)), key=lambda r: -size(r))
+    rest = [r for r in rows if not listed(r)]
     if not rest:
         return shown, ""
     changed = sum(1 for r in rest if r.get("cls"))
@@ -223,10 +219,6 @@ def verdict_section(rows: list[dict[str, Any]], all_rows: bool) -> tuple[list[di
         f"counters, durations or metrics without a direction, {other} unchanged or n/a"
     )
     return shown, line
-
-
-def is_counter(name: str) -> bool:
-    return name.startswith(COUNTER_PREFIXES) and any(w in name for w in COUNTER_WORDS)
 
 
 def compute(eng: Engine, build_ids: list[int], opts: Options) -> dict[str, Any]:

@@ -2,8 +2,8 @@
 
 The first kernel is the base. One block per job (suite, test, parameters), in the same job
 order as the LKP table; inside it one sub-block per later kernel. By default a block lists
-its changed and undecided headline metrics (:func:`verdict.is_headline`), largest change
-first, and one line counting the rows it hides; ``all_rows`` lists every metric by name:
+its changed and undecided headline metrics (:func:`verdict.is_headline`) and its changed
+THP/compaction counters, largest change first, and one line counting the rows it hides; ``all_rows`` lists every metric by name:
 
     metric   base mean   new mean   change   interval (its confidence)   verdict   q   boots
 
@@ -25,8 +25,10 @@ first, and one line counting the rows it hides; ``all_rows`` lists every metric 
   (the interval lies inside +-minimum effect), ``undecided`` (needs more boots: the boots
   column says how many per side), ``n/a`` (a side with fewer than two runs). Significance is
   controlled with Benjamini-Hochberg within the pair's own family: one later kernel against
-  the base in one job, its headline metrics one family and its other metrics another
+  the base in one job, its headline metrics one family, its THP/compaction counters and
+  free-list summaries another (:func:`group`) and its other metrics a third
   (:func:`verdict.family`), shown or not; q is that adjusted p-value, the same in every view.
+  The default view lists the changed counters too, with their interval and q.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from stackbench.errors import StackbenchError
-from stackbench.resultsdb import blocks, boots, query, verdict
+from stackbench.resultsdb import blocks, boots, metrics, query, verdict
 
 
 def _job_order(job: query.JobRow) -> tuple:
@@ -182,7 +184,7 @@ def _compare(ds: query.Dataset, policy: verdict.Policy) -> list:
                 groups.append((job, idx, names))
     flat = {f"{j}\0{i}\0{name}": p for (j, i, name), p in pairs.items()}
     families = {
-        f"{j}\0{i}\0{name}": verdict.family(j, i, verdict.is_headline(name, p[3], p[2]))
+        f"{j}\0{i}\0{name}": verdict.family(j, i, group(name, p[3], p[2]))
         for (j, i, name), p in pairs.items()
     }
     judged = verdict.judge_many(flat, policy, families)
@@ -198,6 +200,18 @@ def _compare(ds: query.Dataset, policy: verdict.Policy) -> list:
             rows.append((name, *means[key], v))
         out.append((job, ds.kernels[idx], rows))
     return out
+
+
+HEADLINE, COUNTER, OTHER = "headline", "counter", "other"
+
+
+def group(name: str, kind: str, higher_is_better: bool | None) -> str:
+    """The metric's false-discovery group within its pair and job: a headline metric
+    (:func:`verdict.is_headline`), a THP/compaction counter or free-list summary
+    (:func:`metrics.is_counter`), or any other metric."""
+    if verdict.is_headline(name, kind, higher_is_better):
+        return HEADLINE
+    return COUNTER if metrics.is_counter(name) else OTHER
 
 
 def _designed(v: verdict.Verdict, p: blocks.Pair) -> verdict.Verdict:
@@ -236,11 +250,17 @@ Row = tuple[str, float | None, float | None, verdict.Verdict]
 
 
 def _shown(rows: list[Row], headline: set[str], all_rows: bool) -> tuple[list[Row], str]:
-    """The rows of one block the default view shows (changed and undecided headline metrics,
-    largest change first) and the line that counts the others ("" when none is hidden)."""
+    """The rows of one block the default view shows (changed and undecided headline metrics
+    and changed THP/compaction counters, largest change first) and the line that counts the
+    others ("" when none is hidden)."""
     if all_rows:
         return rows, ""
-    keep = [r for r in rows if r[0] in headline and r[3].outcome in ("changed", "undecided")]
+    keep = [
+        r
+        for r in rows
+        if (r[0] in headline and r[3].outcome in ("changed", "undecided"))
+        or (metrics.is_counter(r[0]) and r[3].outcome == "changed")
+    ]
     keep.sort(key=lambda r: (-abs(r[3].change_pct) if r[3].change_pct is not None else 1, r[0]))
     hidden = [r for r in rows if r not in keep]
     if not hidden:
@@ -332,7 +352,8 @@ def render(
     )
     lines.append(
         f"verdict: Benjamini-Hochberg at q={policy.fdr_q:g} per kernel and job, headline "
-        f"metrics one family and the other metrics another ({n_rows} rows), "
+        "metrics one family, THP/compaction counters another (listed when changed) and the "
+        f"other metrics a third ({n_rows} rows), "
         f"alpha={policy.alpha:g} per metric spent over the looks "
         f"{'/'.join(map(str, policy.schedule()))} (O'Brien-Fleming); changed = the interval "
         "excludes 0 and the change reaches the kind's minimum effect, ~ = the interval lies "
