@@ -64,7 +64,8 @@ def test_verdict_section_with_nothing_open_says_so_and_all_shows_every_row(eng, 
 
 
 def test_verdict_section_lists_the_counters_that_changed_with_interval_and_q(eng, client):
-    from test_report_evidence import BASE as B, C1, FAULTS, NOISY, STALL, _planted
+    from test_report_evidence import BASE as B
+    from test_report_evidence import C1, FAULTS, NOISY, STALL, _planted
 
     ig.ingest(eng, _planted("base", B))
     ig.ingest(eng, _planted("1/1", C1))
