@@ -21,19 +21,32 @@ from stackbench.resultsdb.models import Patch, Series
 
 pytestmark = pytest.mark.slow
 PARAMS = {"test": "anon-w-seq", "runtime": "5s", "nr_task": 1, "mem_fraction": 0.2}
+# suite -> (test, params, a metric the series stored, the headline line the script prints)
+CASES = {
+    "vm-scalability": ("anon-w-seq", PARAMS, "vm-scalability.throughput",
+                       r"^vm-scalability\.throughput: [1-9]\d*$"),
+    "thpscale": ("thpscale", {"max_threads": 1, "mapsize_fraction": 0.15, "thp_enabled": "always"},
+                 "thpscale.fault-both-1", r"^thpscale\.fault-both-1: \d+\.\d\d$"),
+    "thpcompact": ("thpcompact", {"max_threads": 1, "anon_fraction": 0.15, "file_fraction": 0.05},
+                   "thpcompact.fault-both-1", r"^thpcompact\.fault-both-1: \d+\.\d\d$"),
+    "stress-highalloc": ("stress-highalloc", {"attempts": 20, "passes": 1, "load_fraction": 0,
+                                              "pace_ms": 0},
+                         "stress-highalloc.pass1", r"^stress-highalloc\.pass1: \d+$"),
+}  # fmt: skip
 
 
-def _series(eng, base: str, top: str) -> int:
+def _series(eng, base: str, top: str, suite: str = "vm-scalability") -> int:
+    test, params, metric, _line = CASES[suite]
     for commit, name in ((base, "base"), (top, "1/1")):
         ig.ingest(
             eng,
             [
                 ig.RunData(
-                    job=ig.JobSpec("vm-scalability", "anon-w-seq", PARAMS),
+                    job=ig.JobSpec(suite, test, params),
                     kernel=ig.KernelSpec(commit, name=name, config_name="tiny-guest"),
                     machine=ig.MachineSpec("qemu-tcg", cpus=1, memory_mb=256),
                     iteration=i,
-                    samples={"vm-scalability.throughput": [100.0 + i]},
+                    samples={metric: [100.0 + i]},
                 )
                 for i in range(3)
             ],
@@ -48,11 +61,12 @@ def _series(eng, base: str, top: str) -> int:
         return series.id
 
 
-def test_the_attached_reproducer_prints_the_headline_metric(eng, monkeypatch, tmp_path):
+@pytest.mark.parametrize("suite", list(CASES))
+def test_the_attached_reproducer_prints_the_headline_metric(eng, monkeypatch, tmp_path, suite):
     _repo, res = base_kernel(monkeypatch)
     bzimage = res.artifact_dir / "bzImage"
     # the built base stands in for the series' top commit: same kernel, as a reader has it
-    sid = _series(eng, "f" * 40, res.commit)
+    sid = _series(eng, "f" * 40, res.commit, suite)
     monkeypatch.setenv("STACKBENCH_MAIL_LIST", "list@example.org")
     lifecycle.queue_report(eng, sid)
     cfg = config.from_env()
@@ -63,12 +77,14 @@ def test_the_attached_reproducer_prints_the_headline_metric(eng, monkeypatch, tm
     (att,) = msg.iter_attachments()
     script = tmp_path / att.get_filename()
     script.write_text(att.get_content())
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}  # nothing of stackbench
+    if suite == "stress-highalloc":
+        # the module the kernel build made against its own object dir (reused by then)
+        env["MODULE"] = str(res.artifact_dir / "modules" / "stackbench_highalloc.ko")
     out = subprocess.run(
         ["sh", str(script), str(bzimage)],
-        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},  # nothing of stackbench
+        env=env,
         cwd=tmp_path, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert re.search(r"^vm-scalability\.throughput: [1-9]\d*$", out.stdout, re.MULTILINE), (
-        out.stdout
-    )
+    assert re.search(CASES[suite][3], out.stdout, re.MULTILINE), out.stdout
