@@ -198,15 +198,20 @@ def test_unreachable_buildbot_keeps_the_series_waiting_and_says_why(eng, tree, t
     def waiting():
         with eng.connect() as conn:
             return conn.execute(
-                text("SELECT message FROM event WHERE series_id = :s AND message LIKE 'waiting%'"),
+                text(
+                    "SELECT message FROM event WHERE series_id = :s"
+                    " AND message LIKE 'Buildbot unreachable since%'"
+                ),
                 {"s": sid},
             ).scalar()
 
     # port 1 on loopback: nothing listens there
     msg = _dispatch_until(eng, waiting, master=lambda: Master("http://127.0.0.1:1/"))
-    assert msg.startswith("waiting for Buildbot: cannot reach Buildbot at http://127.0.0.1:1/")
+    assert msg.endswith(", retrying")
     with Session(eng) as s:
         x = s.get(Series, sid)
+        # the page says it (the series' host fault), not only the dispatcher's log
+        assert (x.meta.get("host_fault") or {}).get("error") == msg
         # applied and left for the master: not run elsewhere, not failed
         assert x.state == "applied"
         assert series_runs_store.executor(s, sid) == ""

@@ -36,11 +36,13 @@ bp = Blueprint("api", __name__)
 MAX_LIMIT = 500
 
 
-def _claims(series_id: int) -> dict[str, Any] | None:
+def _claims(x: Series) -> dict[str, Any] | None:
     """The series' claims, each with what was measured and its status (None: it kept none)."""
-    from stackbench.resultsdb import claims_check
+    from stackbench.resultsdb import claims_check, claims_store
 
-    report = claims_check.check_series(dbsession.engine(), series_id)
+    if not claims_store.of_series(x):
+        return None  # no claims kept: nothing more to read
+    report = claims_check.check_series(dbsession.engine(), x.id)
     return report.as_json() if report is not None else None
 
 
@@ -55,9 +57,14 @@ def _limit() -> tuple[int, int]:
 
 
 def series_json(
-    x: Series, commits: list[progress.Commit] | None = None, step: str | None = None
+    x: Series,
+    commits: list[progress.Commit] | None = None,
+    step: str | None = None,
+    *,
+    claims: bool = True,
 ) -> dict[str, Any]:
-    """The series as the API shows it; ``step``: its k/N when the caller looked it up."""
+    """The series as the API shows it; ``step``: its k/N when the caller looked it up;
+    ``claims``: with its claims section (one series' page: a list leaves it to each)."""
     if step is None:
         step = series_runs_store.progress(dbsession.get(), [x.id]).get(x.id)
     d: dict[str, Any] = {
@@ -82,7 +89,7 @@ def series_json(
         "waiting_on": ((x.meta or {}).get("host_fault") or {}).get("error")
         if x.state in progress.PENDING_SERIES
         else None,
-        "claims": _claims(x.id),
+        "claims": _claims(x) if claims else None,
         "created_at": _iso(x.created_at),
         "patches": [
             {
@@ -143,7 +150,7 @@ def series_list():
     commits = progress.commits_of(dbsession.get(), rows)
     steps = series_runs_store.progress(dbsession.get(), [x.id for x in rows])
     return {
-        "series": [series_json(x, commits[x.id], steps.get(x.id, "")) for x in rows],
+        "series": [series_json(x, commits[x.id], steps.get(x.id, ""), claims=False) for x in rows],
         "more": more,
     }
 
