@@ -11,12 +11,13 @@ from typing import Any
 
 from stackbench.errors import InputError, StackbenchError
 from stackbench.jobs.driver import claims_map
-from stackbench.jobs.driver.claims_map import map_claims as mapper
 from stackbench.jobs.executors.jobspecs import parse_job_spec, plan_for, split_job_specs
 from stackbench.jobs.executors.settings import DEFAULT_JOBS, Settings
 from stackbench.patches import claims as parser
 
 log = logging.getLogger(__name__)
+# the kernel half of a mapper's reason, dropped when the kernels are mapped again
+_KERNEL_REASON = re.compile(r"not in this series|has no kernels")
 _SPEC = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[(.*)\])?$")
 
 
@@ -136,15 +137,11 @@ def remap_kernels(s: Any, series: Any) -> None:
     claims_store.replace(series, _remap(stored, kernels, subjects))
 
 
-_KERNEL_REASON = re.compile(r"not in this series|has no kernels")
-
-
 def _remap(
     stored: list[dict[str, Any]], kernels: list[tuple[str, str]], subjects: list[tuple[str, str]]
 ) -> list[dict[str, Any]]:
     """The stored claims with their kernel columns mapped again onto the series' applied
-    commits (the shas git am gave) by our tables' names, else by the patches' subjects,
-    ."""
+    commits (the shas git am gave) by our tables' names, else by the patches' subjects."""
     try:
         fields = parser.Claim.__dataclass_fields__
         objs = [
@@ -153,7 +150,11 @@ def _remap(
         ]
         fresh = [
             a if a.kernel_index is not None and a.base_index is not None else b
-            for a, b in zip(mapper(objs, kernels), mapper(objs, subjects), strict=True)
+            for a, b in zip(
+                claims_map.map_claims(objs, kernels),
+                claims_map.map_claims(objs, subjects),
+                strict=True,
+            )
         ]
     except (AttributeError, KeyError, TypeError, ValueError):
         return stored
