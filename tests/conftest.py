@@ -31,6 +31,11 @@ LONG_ENV = "STACKBENCH_LONG_TESTS"
 
 
 def pytest_collection_modifyitems(config, items):
+    # scripts/test hands each file whole to one of several pytest-xdist workers, in this
+    # order: the files with slow tests go first, so the run does not end on one worker
+    # finishing a long file alone while the others idle (the sort is stable)
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)
     # CI runs on a fresh machine with no kernel cache: each extra kernel config there is a
     # cold build of about 10 minutes, so these tests run where the time was asked for
     if os.environ.get(LONG_ENV):

@@ -32,6 +32,9 @@ from test_lifecycle_support import git, wait_for  # noqa: E402
 
 from stackbench import services, supervision  # noqa: E402
 
+# a whole embedded stack per test, real signals, minutes in all
+pytestmark = pytest.mark.slow
+
 
 def free_port() -> int:
     with socket.socket() as s:
