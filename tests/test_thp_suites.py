@@ -204,10 +204,15 @@ def test_image_runner_config_names_what_mmtests_reads(tmp_path, suite):
     assert f"check_install_required{'_continue' if suite == 'thpchallenge' else ''} {suite}-" in (
         bench.read_text()
     )
-    assert f"work/sources/{suite}-0-installed" in runner
+    # the runner library pre-fills the install directory of the suite it is given
+    library = (d.GUEST_DIR / mmtests_image.LIBRARY).read_text()
+    assert re.search(rf"^mmtests_install {suite}\b", runner, re.M)
+    assert "work/sources/$suite-0-installed" in library
+    assert mmtests_image.LIBRARY in initramfs.RUNNERS
     assert re.search(rf"^###SHELLPACK preamble {suite}-bench 0$", bench.read_text(), re.M)
-    res = proc.run(["sh", "-n", d.GUEST_DIR / mmtests_image.RUNNERS[suite]], check=False)
-    assert res.returncode == 0, res.stderr
+    for script in (mmtests_image.RUNNERS[suite], mmtests_image.LIBRARY):
+        res = proc.run(["sh", "-n", d.GUEST_DIR / script], check=False)
+        assert res.returncode == 0, res.stderr
 
 
 def test_image_jobs_take_their_suite_runner(monkeypatch, tmp_path):

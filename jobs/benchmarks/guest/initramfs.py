@@ -49,6 +49,7 @@ RUNNERS = (
     "run-thpchallenge-upstream.sh",
     "run-thpcompact-upstream.sh",
     *mmtests_image.RUNNERS.values(),
+    mmtests_image.LIBRARY,
 )
 # commands the upstream case scripts call that busybox lacks or spells differently
 UPSTREAM_BIN = GUEST_DIR / "upstream-bin"
