@@ -32,7 +32,6 @@ CFLAGS = ("-O2", "-static", "-pthread", "-Wall")
 PROGRAMS: dict[str, tuple[str, ...]] = {
     "usemem": ("usemem.c",),
     "readfile": ("readfile.c",),
-    "thpscale": ("thpscale.c",),
     "thpfaults": ("thpfaults.c",),
     "fragment": ("fragment.c",),
     "clockres": ("clockres.c",),
