@@ -13,14 +13,14 @@
 # the same commit, built on the host (jobs/benchmarks/suites.py), is installed instead.
 #
 # In: THREADS ("1 3 4"), MADVISE, SB_OUT, SB_UPSTREAM (default /stackbench/upstream),
-#     SB_IMAGE_DEV (default /dev/vda).
+#     SB_IMAGE_DEV (default /dev/vda), SB_IMAGE_ROOT (where to mount it, default /debian).
 # Out: mnt, mm (the tree in the image), hpage, memtotal_kb, max (the most threads), madv
 #      (yes/no), rc (run-mmtests.sh's exit status, after mmtests_run).
 set -u
 
 up=${SB_UPSTREAM:-/stackbench/upstream}
 dev=${SB_IMAGE_DEV:-/dev/vda}
-mnt=/debian
+mnt=${SB_IMAGE_ROOT:-/debian}
 mm=$mnt/root/mmtests
 hpage=2097152
 rc=0
