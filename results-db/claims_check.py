@@ -24,12 +24,15 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine
 
 from stackbench.errors import StackbenchError
 from stackbench.resultsdb import claims_store, db, kernels_store, machines_q, query, series_q
+
+if TYPE_CHECKING:
+    from stackbench.resultsdb.models import Series
 
 CONFIRMED = "confirmed"
 CONSISTENT = "consistent"
@@ -199,17 +202,10 @@ class _Pairs:
 def stack_names(row: Any) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """A series' kernels, base first, as (commit, the name our tables give it) and as
     (commit, the patch's subject: the name an author gives a table's column)."""
-    stack = kernels_store.stack(row)
-    # the names the tables give the kernels (jobs/driver/apply_stage.kernel_name)
-    names = [
-        (row.base_ref or k.commit[:12] or "base")
-        if k.patch is None
-        else f"{k.label}-{k.commit[:8]}".rstrip("-")
-        for k in stack
-    ]
-    kernels = [(k.commit, n) for n, k in zip(names, stack, strict=True)]
+    kernels = kernels_store.stack_names(row)
     subjects = [
-        (k.commit, k.patch.subject if k.patch else n) for n, k in zip(names, stack, strict=True)
+        (commit, k.patch.subject if k.patch else name)
+        for (commit, name), k in zip(kernels, kernels_store.stack(row), strict=True)
     ]
     return kernels, subjects
 
@@ -238,25 +234,30 @@ def series_of_kernels(eng: Engine, refs: list[str]) -> int | None:
 
 
 def check_series(eng: Engine, series_id: int, *, previous: bool = True) -> ClaimsReport | None:
-    """The claims section of series ``series_id`` (None when it kept no claims)."""
+    """The claims section of series ``series_id`` (None when there is none or it kept no
+    claims)."""
     with db.session(eng) as s:
         row = series_q.get(s, series_id)
-        if row is None:
-            return None
-        stored = claims_store.of_series(row)
-        if not stored:
-            return None
-        kernels, _subjects = stack_names(row)
-        names = [n for _c, n in kernels]
-        prev_id = claims_store.previous_version(row) if previous else None
-        report = ClaimsReport(
-            series_id=row.id,
-            version=row.version or 1,
-            checked=claims_store.checks_claims(row),
-            their_machine=their_machine(row.cover_letter or "", stored),
-            our_machine="",
-            left_out=int((row.meta or {}).get("claims_left_out") or 0),
-        )
+        return check(eng, row, previous=previous) if row is not None else None
+
+
+def check(eng: Engine, row: Series, *, previous: bool = True) -> ClaimsReport | None:
+    """The claims section of the series ``row`` as the caller's session read it (None when
+    it kept no claims); ``previous``: with the version before's, measured."""
+    stored = claims_store.of_series(row)
+    if not stored:
+        return None
+    kernels, _subjects = stack_names(row)
+    names = [n for _c, n in kernels]
+    prev_id = claims_store.previous_version(row) if previous else None
+    report = ClaimsReport(
+        series_id=row.id,
+        version=row.version or 1,
+        checked=claims_store.checks_claims(row),
+        their_machine=their_machine(row.cover_letter or "", stored),
+        our_machine="",
+        left_out=int((row.meta or {}).get("claims_left_out") or 0),
+    )
     pairs = _Pairs(eng)
     for c in stored:
         report.checks.append(_check(c, kernels, names, pairs, report.checked))
@@ -299,7 +300,7 @@ def _check(
             f"a {c['statistic']} row: the verdict compares the kernels' values, not their spread"
         )
         return out
-    if not kernels[bi][1] or not kernels[ki][1]:
+    if not kernels[bi][0] or not kernels[ki][0]:
         out.why = "the series' commits are not applied yet"
         return out
     v = pairs.verdict(kernels[bi][1], kernels[ki][1], c)

@@ -41,6 +41,30 @@ def stack(series: Series) -> list[StackKernel]:
     return out
 
 
+def kernel_name(idx: int, total: int, sha: str) -> str:
+    """What table columns show for a commit of a stack: short enough for mmtests' columns,
+    unique, and its place in the stack (``2/3-6450d54d``; ``2/3`` before it is applied); the
+    subject is on the patch row."""
+    return f"{idx}/{total}-{sha[:8]}".rstrip("-")
+
+
+def base_name(ref: str, commit: str) -> str:
+    """What table columns show for a series' base: the ref it was given (``v6.1-debian``),
+    or the commit's first 12 digits when it was given as a sha."""
+    return ref if ref and ref != commit else commit[:12] or "base"
+
+
+def stack_names(series: Series) -> list[tuple[str, str]]:
+    """(commit, the name the tables give it) of every kernel of the series' stack, base
+    first; the commit is "" while it is not applied."""
+    return [
+        (k.commit, base_name(series.base_ref or "", k.commit))
+        if k.patch is None
+        else (k.commit, kernel_name(k.patch.idx, k.patch.total, k.commit))
+        for k in stack(series)
+    ]
+
+
 def built_kernels(s: Session, series: Series) -> list[KernelBuild]:
     """The series' kernels in stack order that have a build with a config (the newest such
     row of each commit); commits not applied or never built are left out."""

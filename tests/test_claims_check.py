@@ -187,6 +187,20 @@ def test_series_page_comparison_page_and_api_show_each_status(eng, planted, clie
     api = client.get(f"/api/series/{planted}").get_json()
     assert [c["status"] for c in api["claims"]["claims"]] == [st for _m, _k, st in EXPECTED]
     assert api["claims"]["counts"]["confirmed"] == 1
+    for _ in range(2):  # the second answer comes from the comparison's cache
+        doc = client.get(f"/api/comparisons/{key}").get_json()
+        assert doc["claims"] == api["claims"] and doc["kernels"]
+
+
+def test_a_comparison_that_is_no_series_own_has_no_claims_in_the_api(eng, planted, client):
+    from stackbench.resultsdb import comparisons_q
+    from stackbench.resultsdb.models import KernelBuild
+
+    with Session(eng) as s, s.begin():
+        by_commit = {k.commit: k.id for k in s.query(KernelBuild)}
+        key = comparisons_q.publish(s, [by_commit[c] for c in (BASE, C2)]).key
+    doc = client.get(f"/api/comparisons/{key}").get_json()
+    assert doc["claims"] is None and len(doc["kernels"]) == 2
 
 
 def _publish(eng, sid: int) -> str:

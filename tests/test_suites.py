@@ -295,11 +295,11 @@ def test_upstream_thpscale_logs_parse_like_builtin(built, tmp_path):
     names = set(thpscale.parse_dir(out))
     assert {"fault-both-1", "fault-both-2"} <= names or {"fault-both-1"} & names, names
     # the builtin program and runner, same sizes: the same metric names
-    builtin = initramfs.compile_programs(tmp_path / "bin")["thpscale"]
+    builtin = initramfs.compile_programs(tmp_path / "bin")["thpfaults"]
     sbin, bout = tmp_path / "sbin", tmp_path / "bout"
     sbin.mkdir()
     bout.mkdir()
-    shutil.copy(builtin, sbin / "thpscale")
+    shutil.copy(builtin, sbin / "thpfaults")
     benv = {**env, "SB_BIN": str(sbin), "SB_OUT": str(bout)}
     res = proc.run([BUSYBOX, "sh", d.GUEST_DIR / "run-thpscale.sh"], env=benv, timeout=120)
     assert names == set(thpscale.parse_dir(bout))

@@ -204,10 +204,15 @@ def test_image_runner_config_names_what_mmtests_reads(tmp_path, suite):
     assert f"check_install_required{'_continue' if suite == 'thpchallenge' else ''} {suite}-" in (
         bench.read_text()
     )
-    assert f"work/sources/{suite}-0-installed" in runner
+    # the runner library pre-fills the install directory of the suite it is given
+    library = (d.GUEST_DIR / mmtests_image.LIBRARY).read_text()
+    assert re.search(rf"^mmtests_install {suite}\b", runner, re.M)
+    assert "work/sources/$suite-0-installed" in library
+    assert mmtests_image.LIBRARY in initramfs.RUNNERS
     assert re.search(rf"^###SHELLPACK preamble {suite}-bench 0$", bench.read_text(), re.M)
-    res = proc.run(["sh", "-n", d.GUEST_DIR / mmtests_image.RUNNERS[suite]], check=False)
-    assert res.returncode == 0, res.stderr
+    for script in (mmtests_image.RUNNERS[suite], mmtests_image.LIBRARY):
+        res = proc.run(["sh", "-n", d.GUEST_DIR / script], check=False)
+        assert res.returncode == 0, res.stderr
 
 
 def test_image_jobs_take_their_suite_runner(monkeypatch, tmp_path):
@@ -222,3 +227,70 @@ def test_image_jobs_take_their_suite_runner(monkeypatch, tmp_path):
         assert sj.resolved["SB_RUNNER"] == f"run-{suite}-mmtests.sh"
         assert sj.setup.kconfig == mmtests_image.KCONFIG
         assert COMMITS[suite] in sj.suite_version and "+debian-" in sj.suite_version
+
+
+# stands in for `chroot ROOT env -i ... bash -c 'cd /root/mmtests && exec ./run-mmtests.sh
+# ...'`: what run-mmtests.sh leaves for the benchmark the runner's config names (nothing
+# when FAKE_NO_LOGS is set)
+_FAKE_CHROOT = """#!/bin/sh
+root=$1
+. "$root/root/stackbench.config"
+iter=$root/root/mmtests/work/log/stackbench/iter-0
+mkdir -p "$iter/$MMTESTS/logs"
+touch "$iter/tests-timestamp" "$iter/tests-activity"
+echo 1.0 > "$iter/$MMTESTS/logs/threads-1.time"
+[ -n "${FAKE_NO_LOGS:-}" ] && exit 0
+for t in 1 2; do
+\tprintf 'fault 0 huge 100 1.000000 1\\n' | gzip > "$iter/$MMTESTS/logs/threads-$t.log.gz"
+done
+"""
+
+
+@pytest.mark.parametrize("suite", mmtests_image.SUITES)
+@pytest.mark.parametrize("logs", [True, False])
+def test_image_runner_installs_runs_and_brings_back_what_run_mmtests_leaves(tmp_path, suite, logs):
+    """The runner and its library on the host, with chroot and mount stubbed: the tree and
+    the host-built binary installed in the image, the config with this job's threads, and
+    the threads-N.log files and mmtests' records back under SB_OUT; a run that left no log
+    fails with the reason."""
+    stub, up, root, out = (tmp_path / n for n in ("stub", "up", "root", "out"))
+    for p in (stub, up / "mmtests", up / suite, out, root / "root"):
+        p.mkdir(parents=True)
+    (up / "mmtests" / "run-mmtests.sh").write_text("#!/bin/sh\n")
+    (up / suite / suite).write_text("the host-built binary\n")
+    (stub / "chroot").write_text(_FAKE_CHROOT)
+    (stub / "mount").write_text("#!/bin/sh\nexit 0\n")
+    for p in stub.iterdir():
+        p.chmod(0o755)
+    # /bin/sh, not busybox sh: busybox runs its own mount and chroot applets before any
+    # stub on PATH; and a disk that does not exist, so a mount that missed the stub fails
+    env = {"PATH": f"{stub}:/usr/bin:/bin", "THREADS": "1 2", "MADVISE": "1",
+           "SB_OUT": str(out), "SB_UPSTREAM": str(up), "SB_IMAGE_ROOT": str(root),
+           "SB_IMAGE_DEV": str(tmp_path / "no-such-disk"),
+           "MAP_PERMILLE": "100", "ANON_PERMILLE": "100", "FILE_PERMILLE": "50",
+           **({} if logs else {"FAKE_NO_LOGS": "1"})}  # fmt: skip
+    found = subprocess.run(["/bin/sh", "-c", "command -v mount; command -v chroot"], env=env,
+                           capture_output=True, text=True, check=False).stdout.split()  # fmt: skip
+    assert found == [str(stub / "mount"), str(stub / "chroot")]
+    res = subprocess.run(["/bin/sh", str(d.GUEST_DIR / mmtests_image.RUNNERS[suite])],
+                         env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+    mm = root / "root" / "mmtests"
+    installed = mm / "work" / "sources" / f"{suite}-0-installed" / suite
+    assert installed.read_text() == "the host-built binary\n"
+    assert (mm / "run-mmtests.sh").exists()
+    assert (mm / "work" / "sources" / "fio-3.33-installed").is_dir() == (suite == "thpchallenge")
+    config = (root / "root" / "stackbench.config").read_text()
+    assert f'export MMTESTS="{suite}"' in config
+    assert f"export {suite.upper()}_MAX_THREADS=2" in config
+    assert f"export {suite.upper()}_MADV_HUGEPAGE=yes" in config
+    assert f"mmtests: run-mmtests.sh {suite}, threads 1..2," in res.stdout
+    assert sorted(p.name for p in (out / "mmtests").iterdir()) == [
+        "tests-activity", "tests-timestamp", "threads-1.time",
+    ]  # fmt: skip
+    if logs:
+        assert res.returncode == 0, res.stderr
+        assert (out / "threads-2.log").read_text() == "fault 0 huge 100 1.000000 1\n"
+    else:
+        assert res.returncode == 1
+        assert "run-mmtests.sh left no threads-N.log (rc 0)" in res.stderr
+        assert not list(out.glob("threads-*.log"))

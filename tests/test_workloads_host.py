@@ -132,7 +132,7 @@ def test_thpscale_log_shape(bins, tmp_path):
     f = tmp_path / "file"
     f.write_bytes(b"")
     os.truncate(f, 16 * MB)
-    res = run([bins["thpscale"], "2", str(16 * MB), f, "1"])
+    res = run([bins["thpfaults"], "scale", "2", str(16 * MB), f, "1"])
     assert res.returncode == 0, res.stdout
     lines = res.stdout.splitlines()
     assert sorted(ln.split()[1] for ln in lines if ln.startswith("anoninit")) == ["0", "1"]
@@ -149,7 +149,7 @@ def test_thpscale_log_shape(bins, tmp_path):
 
 
 def test_thpscale_rejects_a_too_small_map(bins, tmp_path):
-    res = run([bins["thpscale"], "4", str(8 * MB), tmp_path / "nofile", "1"])
+    res = run([bins["thpfaults"], "scale", "4", str(8 * MB), tmp_path / "nofile", "1"])
     assert res.returncode == 2
     assert "too small for 4 threads" in res.stdout
 
@@ -223,7 +223,7 @@ def test_driver_reports_a_failing_case(bins, tmp_path):
 def test_thpscale_runner_writes_one_log_per_thread_count(bins, tmp_path):
     sbin = tmp_path / "bin"
     sbin.mkdir()
-    shutil.copy(bins["thpscale"], sbin / "thpscale")
+    shutil.copy(bins["thpfaults"], sbin / "thpfaults")
     out = tmp_path / "out"
     out.mkdir()
     work = tmp_path / "work"

@@ -72,7 +72,7 @@ SUITE_SOURCES: dict[str, tuple[str, ...]] = {
         "workloads/cases",
         "guest/run-vm-scalability.sh",
     ),
-    "thpscale": ("workloads/thpscale.c", "guest/run-thpscale.sh"),
+    "thpscale": ("workloads/thpfaults.c", "guest/run-thpscale.sh"),
     "thpchallenge": ("workloads/thpfaults.c", "guest/run-thpchallenge.sh"),
     "thpcompact": ("workloads/thpfaults.c", "guest/run-thpcompact.sh"),
     "stress-highalloc": (

@@ -64,7 +64,7 @@ _HIGHALLOC_SUMMARY = r"""for f in "$SB_OUT"/pass*.log; do
 done"""
 SUITES: dict[str, _Suite] = {
     "vm-scalability": _Suite(("usemem", "readfile"), ""),
-    "thpscale": _Suite(("thpscale",), _THP_SUMMARY),
+    "thpscale": _Suite(("thpfaults",), _THP_SUMMARY),
     "thpchallenge": _Suite(("thpfaults",), _THP_SUMMARY),
     "thpcompact": _Suite(("thpfaults",), _THP_SUMMARY),
     "stress-highalloc": _Suite(("usemem",), _HIGHALLOC_SUMMARY),

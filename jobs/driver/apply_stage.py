@@ -120,12 +120,6 @@ def mail_from_patch(p: series_store.Patch) -> bytes:
     return text.encode()
 
 
-def kernel_name(idx: int, total: int, sha: str) -> str:
-    """What table columns show for a commit of a stack: short enough for mmtests' columns,
-    unique, and its place in the stack (``2/3-6450d54d``); the subject is on the patch row."""
-    return f"{idx}/{total}-{sha[:8]}"
-
-
 def fetch_pushed(eng: Engine, series_id: int, repo: Path) -> None:
     """A series that came by git push is built from the commits as pushed: copy them from
     the intake repository into the tree's repository (no git am)."""
@@ -184,14 +178,15 @@ def _apply(
         base_sha = result.base_sha
     with db.session(eng) as s:
         series = series_store.get(s, sid)
-        base_label = base if base != base_sha else base_sha[:12]
-        tasks = [KernelTask(label="base", name=base_label, commit=base_sha)]
+        tasks = [
+            KernelTask(label="base", name=kernels_store.base_name(base, base_sha), commit=base_sha)
+        ]
         for k in kernels_store.stack(series)[1:]:
             p = k.patch
             tasks.append(
                 KernelTask(
                     label=k.label,
-                    name=kernel_name(p.idx, p.total, k.commit),
+                    name=kernels_store.kernel_name(p.idx, p.total, k.commit),
                     commit=k.commit,
                     patch_id=p.id,
                 )

@@ -25,7 +25,6 @@ from sqlalchemy import Engine
 from stackbench.errors import StackbenchError
 from stackbench.httpclient import Transient
 from stackbench.jobs.driver import lifecycle
-from stackbench.jobs.driver.apply_stage import kernel_name
 from stackbench.jobs.driver.journey import Batch, Journey, Kernel, Progress
 from stackbench.jobs.executors import build_stage
 from stackbench.jobs.executors import plan as boot_plan
@@ -469,13 +468,10 @@ def kernel_names(eng: Engine, sid: int) -> list[tuple[str, str]]:
         series = series_store.get(s, sid)
         if series is None or not series.base_commit:
             raise StackbenchError(f"series {sid} is not applied: no base commit")
-        base = series.base_ref or series.base_commit
-        out = [(series.base_commit, base if base != series.base_commit else base[:12])]
-        for k in kernels_store.stack(series)[1:]:
-            p = k.patch
-            if not k.commit:
-                raise StackbenchError(f"series {sid}: patch {p.idx} has no commit")
-            out.append((k.commit, kernel_name(p.idx, p.total, k.commit)))
+        out = kernels_store.stack_names(series)
+        for commit, name in out[1:]:
+            if not commit:
+                raise StackbenchError(f"series {sid}: patch {name} has no commit")
         return out
 
 

@@ -36,6 +36,10 @@ _SEED003_HOGGER_SCALE = 2
 _LKP_SCALED = ("runtime", "size", "nr_task")
 _LKP_KEPT = ("thp_enabled", "thp_defrag")
 # what our vm-scalability runs store, as LKP's parse names it (time.* is LKP's time monitor)
+# what every run of ours stores beside its suite's metrics, as our LKP tables print it
+_MONITORED = (
+    "mmtests-vmstat.* (proc-vmstat.*)", "duration.elapsed (time.elapsed_time)", "kcompactd.cpu_s",
+)  # fmt: skip
 _VMS_STATS = (
     "throughput", "median", "workload", "free_time", "throughput_fault", "median_fault",
     "migrate_mbps",
@@ -241,17 +245,31 @@ def _lkp_job(c: Claim, suite: str, cpus: int, mem_mb: int) -> _Job:
             f"{mem_mb} MB)"
         )
     spec = f"vm-scalability[{','.join(params)}]"
-    if c.metric.startswith("proc-vmstat."):
-        # every run stores its /proc/vmstat delta, as LKP's proc-vmstat monitor does
-        metric = "mmtests-vmstat." + c.metric.removeprefix("proc-vmstat.")
-        return _checked(spec, metric, "mean", scaling, cpus, mem_mb)
+    monitor = _monitor_metric(c.metric)
+    if monitor is not None:
+        return _checked(spec, monitor, "mean", scaling, cpus, mem_mb)
     if c.metric.removeprefix("vm-scalability.") not in _VMS_STATS:
         return _Job(
             spec, None,
             reason=f"{c.metric} is not measured here (our vm-scalability runs store "
-            f"{', '.join('vm-scalability.' + k for k in _VMS_STATS)} and proc-vmstat.*)",
+            f"{', '.join('vm-scalability.' + k for k in _VMS_STATS)}, {', '.join(_MONITORED)})",
         )  # fmt: skip
     return _checked(spec, c.metric, "mean", scaling, cpus, mem_mb)
+
+
+def _monitor_metric(name: str) -> str | None:
+    """Our stored name of a monitor row of an LKP table, None when it is not one we keep.
+    Every run of ours stores its /proc/vmstat delta and its wall-clock time
+    (jobs/benchmarks/collect.py) under the names our own LKP tables print
+    (``mmtests-vmstat.*``, ``duration.elapsed``); LKP's proc-vmstat monitor is the same
+    delta, its time monitor's ``elapsed_time`` the same wall clock."""
+    if name.startswith("proc-vmstat."):
+        return "mmtests-vmstat." + name.removeprefix("proc-vmstat.")
+    if name.startswith("mmtests-vmstat.") or name in ("duration.elapsed", "kcompactd.cpu_s"):
+        return name
+    if name == "time.elapsed_time":
+        return "duration.elapsed"
+    return None
 
 
 def _case_of_path(path_params: str) -> str:

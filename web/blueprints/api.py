@@ -27,6 +27,7 @@ from stackbench.resultsdb import (
 )
 from stackbench.web import comparisons, dbsession, progress, submission
 from stackbench.web.auth import login_required
+from stackbench.web.blueprints.compare import comparison_claims
 from stackbench.web.blueprints.series import filtered_series, load_series
 
 if TYPE_CHECKING:
@@ -38,11 +39,9 @@ MAX_LIMIT = 500
 
 def _claims(x: Series) -> dict[str, Any] | None:
     """The series' claims, each with what was measured and its status (None: it kept none)."""
-    from stackbench.resultsdb import claims_check, claims_store
+    from stackbench.resultsdb import claims_check
 
-    if not claims_store.of_series(x):
-        return None  # no claims kept: nothing more to read
-    report = claims_check.check_series(dbsession.engine(), x.id)
+    report = claims_check.check(dbsession.engine(), x)
     return report.as_json() if report is not None else None
 
 
@@ -440,7 +439,11 @@ def comparison_get(key: str):
         }
         body = json.dumps(doc, separators=(",", ":")).encode()
         comparisons.CACHE.put(ck, body)
-    return Response(body, mimetype="application/json")
+    # the claims are not cached with the rest: they also read the series' meta and its
+    # previous version's runs, which the comparison's fingerprint does not cover
+    report = comparison_claims(key)
+    claims = json.dumps(report.as_json() if report else None, separators=(",", ":"))
+    return Response(body[:-1] + b',"claims":' + claims.encode() + b"}", mimetype="application/json")
 
 
 @bp.route("/comparisons/<key>/tables/<style>")

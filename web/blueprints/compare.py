@@ -17,7 +17,7 @@ from flask import (
 from markupsafe import Markup
 
 from stackbench.errors import NotFoundError, StackbenchError
-from stackbench.resultsdb import aa, kernels_q
+from stackbench.resultsdb import aa, claims_check, kernels_q
 from stackbench.web import comparisons, dbsession, plots
 from stackbench.web.auth import login_required
 
@@ -130,16 +130,20 @@ def show(key: str):
         body = _fragment(comp, result, aa_of)
         comparisons.CACHE.put(ck, body)
     return render_template(
-        "compare.html", comp=comp, result=result, body=Markup(body), claims=_claims(comp.key)
+        "compare.html",
+        comp=comp,
+        result=result,
+        body=Markup(body),
+        claims=comparison_claims(comp.key),
     )
 
 
-def _claims(key: str):
+def comparison_claims(key: str) -> claims_check.ClaimsReport | None:
     """The claims of the series this comparison is the own comparison of, if any."""
-    from stackbench.resultsdb import claims_check, claims_store
+    from stackbench.resultsdb import claims_store
 
     row = claims_store.series_of_comparison(dbsession.get(), key)
-    return claims_check.check_series(dbsession.engine(), row.id) if row is not None else None
+    return claims_check.check(dbsession.engine(), row) if row is not None else None
 
 
 @bp.route("/compare/<key>/metrics")

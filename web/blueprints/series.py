@@ -139,15 +139,15 @@ def show(series_id: int):
         state_key=state_key(x, commits, warnings, step, tries),
         service_warnings=warnings,
         buildbot_url=filters.httpurl(current_app.config.get("BUILDBOT_URL") or ""),
-        claims=claims_of(x.id),
+        claims=claims_of(x),
     )
 
 
-def claims_of(series_id: int):
+def claims_of(x: Series):
     """The series' claims section (None when it kept no claims)."""
     from stackbench.resultsdb import claims_check
 
-    return claims_check.check_series(dbsession.engine(), series_id)
+    return claims_check.check(dbsession.engine(), x)
 
 
 @bp.route("/series/<int:series_id>/state.json")

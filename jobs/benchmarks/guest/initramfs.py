@@ -32,7 +32,6 @@ CFLAGS = ("-O2", "-static", "-pthread", "-Wall")
 PROGRAMS: dict[str, tuple[str, ...]] = {
     "usemem": ("usemem.c",),
     "readfile": ("readfile.c",),
-    "thpscale": ("thpscale.c",),
     "thpfaults": ("thpfaults.c",),
     "fragment": ("fragment.c",),
     "clockres": ("clockres.c",),
@@ -49,6 +48,7 @@ RUNNERS = (
     "run-thpchallenge-upstream.sh",
     "run-thpcompact-upstream.sh",
     *mmtests_image.RUNNERS.values(),
+    mmtests_image.LIBRARY,
 )
 # commands the upstream case scripts call that busybox lacks or spells differently
 UPSTREAM_BIN = GUEST_DIR / "upstream-bin"

@@ -23,6 +23,8 @@ from stackbench.jobs.benchmarks.guest import image
 
 RUNNERS = {suite: f"run-{suite}-mmtests.sh" for suite in ("thpscale", "thpchallenge", "thpcompact")}
 RUNNER = RUNNERS["thpscale"]
+# what every runner sources: part of each one's version
+LIBRARY = "mmtests-runner.sh"
 SUITES = tuple(RUNNERS)
 # the kernel config fragment that has what the image needs (virtio-blk, ext4)
 KCONFIG = "debian-guest"
@@ -55,8 +57,10 @@ def setup_subjob(
     resolved["SB_IMAGE"] = name
     if not setup.kconfig:
         setup.kconfig = KCONFIG
-    runner_path = Path(__file__).resolve().parent / RUNNERS[suite]
-    runner = hashlib.sha256(runner_path.read_bytes()).hexdigest()[:8]
+    here = Path(__file__).resolve().parent
+    h = hashlib.sha256((here / RUNNERS[suite]).read_bytes())
+    h.update((here / LIBRARY).read_bytes())
+    runner = h.hexdigest()[:8]
     return f"{version}+mmtests-{runner}+{name}-{image.key()}"
 
 

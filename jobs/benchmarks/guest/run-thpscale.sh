@@ -1,5 +1,5 @@
 #!/bin/sh
-# mmtests' thpscale procedure: one thpscale invocation per thread count, each writing
+# mmtests' thpscale procedure: one `thpfaults scale` invocation per thread count, each writing
 # threads-<N>.log into the run's output directory, over a fresh sparse file of mapsize
 # bytes (its page cache fills the holes punched in the anonymous memory).
 #
@@ -19,7 +19,7 @@ for t in $THREADS; do
 	rm -f "$file"
 	truncate -s "$mapsize" "$file"
 	echo "thpscale: $t threads"
-	"$SB_BIN/thpscale" "$t" "$mapsize" "$file" "$MADVISE" > "$SB_OUT/threads-$t.log" 2>&1 || {
+	"$SB_BIN/thpfaults" scale "$t" "$mapsize" "$file" "$MADVISE" > "$SB_OUT/threads-$t.log" 2>&1 || {
 		echo "thpscale: $t threads failed" >&2
 		rc=1
 	}

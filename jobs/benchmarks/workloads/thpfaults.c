@@ -1,5 +1,12 @@
 /*
- * thpfaults: stackbench's own program for mmtests' two successors of thpscale.
+ * thpfaults: stackbench's own program for mmtests' THP fault benchmarks, one mode each.
+ *
+ *   thpfaults scale NR_THREADS TOTAL_SIZE FILE MADVISE_HUGEPAGE(0|1)
+ *     thpscale's procedure: each thread fills its share of TOTAL_SIZE, unmaps the first
+ *     half of every 2 MB block of it, reads (through a mapping) a window of FILE a quarter
+ *     of its share long so page cache lands in the holes, and then faults a second region
+ *     (half its share, MADV_HUGEPAGE when asked) block by block. FILE must hold at least
+ *     TOTAL_SIZE bytes (a sparse file is fine).
  *
  *   thpfaults challenge NR_THREADS TOTAL_SIZE MADVISE_HUGEPAGE(0|1)
  *     thpchallenge's procedure: each thread maps its share of TOTAL_SIZE (rounded up to
@@ -7,19 +14,18 @@
  *     at a time. Nothing fragments memory first: the challenge is whatever else runs.
  *
  *   thpfaults compact NR_THREADS ANON_SIZE FILE_SIZE FILE MADVISE_HUGEPAGE(0|1)
- *     thpcompact's procedure: each thread fills its share of ANON_SIZE (asking for huge
- *     pages), unmaps the first half of every 2 MB block of it, maps half its share again
- *     without touching it, reads its own window of FILE (its share of FILE_SIZE) so page
- *     cache lands in the holes, and then faults the second region block by block: its huge
- *     pages exist only if compaction moves the file and anonymous pages out of the way.
+ *     thpcompact's procedure: thpscale's, but the filled memory asks for huge pages and
+ *     each thread reads its share of FILE_SIZE: the faulted region's huge pages exist only
+ *     if compaction moves the file and anonymous pages out of the way.
  *
  * A timed fault is a store to the block's first byte, a mincore() probe of the page 64
- * pages in (resident only when the fault mapped a whole huge page) and a memset of the
- * 2 MB; its locality compares the memory's node with the CPU's after the memset.
+ * pages in (resident only when the fault mapped a whole huge page: mmtests' method, it
+ * needs no pagemap privileges) and a memset of the 2 MB; its locality compares the
+ * memory's node with the CPU's after the memset.
  *
  * Output, in the format mmtests' extraction reads (one line per thread, then per fault):
  *   anoninit <thread> <usecs>
- *   fileinit <thread> <usecs>                        (compact only)
+ *   fileinit <thread> <usecs>                        (scale and compact)
  *   fault <thread> <huge|base> <latency_us> <sec>.<usec> <locality 1|0|-1>
  */
 #define _GNU_SOURCE
@@ -56,9 +62,12 @@ struct worker {
 	struct fault *faults;
 };
 
-static int compact;		/* 1: thpcompact's procedure, 0: thpchallenge's */
+enum mode { SCALE, CHALLENGE, COMPACT };
+
+static enum mode mode;
 static size_t anon_share;	/* bytes of anonymous memory per thread */
-static size_t file_share;	/* bytes of FILE per thread (compact) */
+static size_t file_share;	/* bytes of FILE each thread reads (scale, compact) */
+static size_t file_stride;	/* where in FILE the next thread's window starts */
 static size_t nr_faults;
 static size_t page_size;
 static int madvise_huge;
@@ -113,8 +122,8 @@ static char *map_anon(size_t len, int huge, const char *what)
 	return p;
 }
 
-/* compact: anonymous memory with a hole in every 2 MB block, the holes then partly filled
- * with page cache; returns the file mapping so the caller unmaps it after the faults */
+/* scale, compact: anonymous memory with a hole in every 2 MB block, the holes then partly
+ * filled with page cache; returns the file mapping so the caller unmaps it after the faults */
 static char *fragment(struct worker *w, char **first, int *fd)
 {
 	char *blk, *end, *file;
@@ -122,7 +131,7 @@ static char *fragment(struct worker *w, char **first, int *fd)
 	uint64_t t0;
 	size_t i;
 
-	*first = map_anon(anon_share, 1, "first mapping");
+	*first = map_anon(anon_share, mode == COMPACT, "first mapping");
 	memset(*first, 1, anon_share);
 	end = *first + anon_share;
 	for (blk = align_up(*first); blk + HPAGE / 2 < end; blk += HPAGE)
@@ -133,7 +142,7 @@ static char *fragment(struct worker *w, char **first, int *fd)
 	if (*fd < 0)
 		fail(filename);
 	file = mmap(NULL, file_share, PROT_READ, MAP_SHARED, *fd,
-		    (off_t)(file_share * (size_t)w->idx));
+		    (off_t)(file_stride * (size_t)w->idx));
 	if (file == MAP_FAILED)
 		fail("file mapping");
 	for (i = 0; i < file_share; i += page_size)
@@ -146,12 +155,12 @@ static char *fragment(struct worker *w, char **first, int *fd)
 static void *work(void *arg)
 {
 	struct worker *w = arg;
-	size_t region = compact ? anon_share / 2 : anon_share, i;
+	size_t region = mode == CHALLENGE ? anon_share : anon_share / 2, i;
 	char *first = NULL, *file = NULL, *second, *blk;
 	uint64_t t0 = now_us();
 	int fd = -1;
 
-	if (compact)
+	if (mode != CHALLENGE)
 		file = fragment(w, &first, &fd);
 	/* one extra huge page so the faulting window can start 2 MB aligned */
 	second = map_anon(region + HPAGE, madvise_huge, "fault region");
@@ -177,7 +186,7 @@ static void *work(void *arg)
 	}
 
 	munmap(second, region + HPAGE);
-	if (compact) {
+	if (mode != CHALLENGE) {
 		munmap(file, file_share);
 		close(fd);
 		munmap(first, anon_share);
@@ -187,7 +196,8 @@ static void *work(void *arg)
 
 static void usage(void)
 {
-	fputs("usage: thpfaults challenge NR_THREADS TOTAL_SIZE MADVISE_HUGEPAGE\n"
+	fputs("usage: thpfaults scale NR_THREADS TOTAL_SIZE FILE MADVISE_HUGEPAGE\n"
+	      "       thpfaults challenge NR_THREADS TOTAL_SIZE MADVISE_HUGEPAGE\n"
 	      "       thpfaults compact NR_THREADS ANON_SIZE FILE_SIZE FILE MADVISE_HUGEPAGE\n",
 	      stderr);
 	exit(2);
@@ -200,10 +210,12 @@ int main(int argc, char **argv)
 	int nr_threads, i;
 	size_t j;
 
-	if (argc == 5 && !strcmp(argv[1], "challenge"))
-		compact = 0;
+	if (argc == 6 && !strcmp(argv[1], "scale"))
+		mode = SCALE;
+	else if (argc == 5 && !strcmp(argv[1], "challenge"))
+		mode = CHALLENGE;
 	else if (argc == 7 && !strcmp(argv[1], "compact"))
-		compact = 1;
+		mode = COMPACT;
 	else
 		usage();
 	nr_threads = atoi(argv[2]);
@@ -215,9 +227,16 @@ int main(int argc, char **argv)
 	per = anon / (size_t)nr_threads;
 	nr_faults = per / HPAGE / 2;
 	page_size = (size_t)sysconf(_SC_PAGESIZE);
-	if (compact) {
+	if (mode == SCALE) {
+		anon_share = per & ~(HPAGE - 1);
+		file_share = anon_share / 4;
+		file_stride = anon_share;
+		filename = argv[4];
+		madvise_huge = atoi(argv[5]);
+	} else if (mode == COMPACT) {
 		anon_share = per & ~(HPAGE - 1);
 		file_share = ((size_t)strtoull(argv[4], NULL, 0) / (size_t)nr_threads) & ~(HPAGE - 1);
+		file_stride = file_share;
 		filename = argv[5];
 		madvise_huge = atoi(argv[6]);
 	} else {
@@ -225,13 +244,16 @@ int main(int argc, char **argv)
 		anon_share = (per + 4 * HPAGE - 1) & ~(4 * HPAGE - 1);
 		madvise_huge = atoi(argv[4]);
 	}
-	if (!nr_faults || (compact && !file_share)) {
+	if (!nr_faults || (mode != CHALLENGE && !file_share) ||
+	    (mode == SCALE && anon_share < 2 * HPAGE)) {
 		fprintf(stderr, "thpfaults: %zu bytes is too small for %d threads\n", anon,
 			nr_threads);
 		return 2;
 	}
-	printf("Running with %d thread%s, %zu anonymous bytes each%s\n", nr_threads,
-	       nr_threads > 1 ? "s" : "", anon_share, madvise_huge ? ", madv_hugepage" : "");
+	/* thpscale's header line says "bytes", its successors' "anonymous bytes" */
+	printf("Running with %d thread%s, %zu %sbytes each%s\n", nr_threads,
+	       nr_threads > 1 ? "s" : "", anon_share, mode == SCALE ? "" : "anonymous ",
+	       madvise_huge ? ", madv_hugepage" : "");
 	fflush(stdout);
 
 	workers = calloc((size_t)nr_threads, sizeof(*workers));
@@ -252,7 +274,7 @@ int main(int argc, char **argv)
 	putchar('\n');
 	for (i = 0; i < nr_threads; i++)
 		printf("anoninit %d %12llu\n", i, (unsigned long long)workers[i].anon_init);
-	for (i = 0; compact && i < nr_threads; i++)
+	for (i = 0; mode != CHALLENGE && i < nr_threads; i++)
 		printf("fileinit %d %12llu\n", i, (unsigned long long)workers[i].file_init);
 	for (i = 0; i < nr_threads; i++)
 		for (j = 0; j < nr_faults; j++) {
