@@ -64,7 +64,8 @@ ROUTES: list[tuple[str, str, str, str | None, str | None, int]] = [
         "get",
         "/api/comparisons/{key}",
         "Kernels, per-metric run values and verdicts, and per commit the functions its "
-        "patch changes with their calls per job on the evidence boot (coverage)",
+        "patch changes with their calls per job on the evidence boot (coverage), and the "
+        "kernel symbols whose share of its CPU samples moved most (profile)",
         None,
         None,
         200,

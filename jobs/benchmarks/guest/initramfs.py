@@ -21,7 +21,7 @@ from pathlib import Path
 
 from stackbench import config, proc
 from stackbench.errors import InputError, StackbenchError
-from stackbench.jobs.benchmarks import knobs, suites
+from stackbench.jobs.benchmarks import knobs, perfprof, suites
 from stackbench.jobs.benchmarks.definitions import GUEST_DIR, WORKLOADS_DIR, SubJob
 from stackbench.jobs.benchmarks.guest import mmtests_image
 
@@ -255,10 +255,12 @@ def build_initramfs(
     busybox: Path = BUSYBOX,
     cache_dir: Path | None = None,
     coverage: list[str] | None = None,
+    profile: bool = False,
 ) -> Path:
     """Write the gzip'd newc initramfs for ``plan`` to ``out`` and return ``out``.
     ``coverage``: an evidence boot's functions whose calls the guest counts during each run
-    (jobs/executors/coverage_stage.py); a measured boot has none."""
+    (jobs/executors/coverage_stage.py); a measured boot has none. ``profile``: the guest
+    gets perf and samples the CPUs during each run (jobs/benchmarks/perfprof.py)."""
     gp = as_plan(plan)
     if not gp.subjobs:
         raise StackbenchError("initramfs: the plan has no sub-jobs")
@@ -273,6 +275,7 @@ def build_initramfs(
         raise StackbenchError("initramfs: the plan runs stress-highalloc but no module was given")
     programs = compile_programs(cache_dir)
     upstream = upstream_files(gp)
+    perf_files = perfprof.guest_files() if profile else {}
 
     cp = CpioWriter()
     for d in (
@@ -296,6 +299,7 @@ def build_initramfs(
         "stackbench/modules",
         "stackbench/guest/upstream-bin",
         "stackbench/upstream",
+        *([perfprof.GUEST_DIR, f"{perfprof.GUEST_DIR}/lib"] if perf_files else []),
         *sorted(
             {f"stackbench/upstream/{d}" for rel in upstream for d in Path(rel).parents}
             - {"stackbench/upstream/."}
@@ -331,6 +335,10 @@ def build_initramfs(
     )
     if coverage:
         cp.file("stackbench/coverage", "".join(f"{fn}\n" for fn in coverage).encode())
+    for rel, path in sorted(perf_files.items()):
+        cp.file(rel, path.read_bytes(), 0o755)
+    if perf_files:
+        cp.file(f"{perfprof.GUEST_DIR}/frequency", f"{perfprof.FREQUENCY}\n".encode())
     data = cp.finish()
 
     out = Path(out)
