@@ -133,3 +133,28 @@ def test_a_kernel_without_perf_events_says_why(tmp_path) -> None:
     assert system_map is None
     assert "CONFIG_PERF_EVENTS" in why and "cannot run perf" in why
     assert profile_stage.profile_of({}, why) == {"error": why}
+
+
+def test_the_evidence_initramfs_carries_a_perf_that_runs_on_its_own_libraries(
+    kernel_env, tmp_path
+) -> None:
+    """perf and what ldd lists, appended as a second archive: unpacked, the copied loader
+    runs the copied perf on the copied libraries alone; a measured boot's image has none."""
+    import subprocess
+
+    from stackbench.jobs.benchmarks.guest.initramfs import build_initramfs, extract_initramfs
+    from stackbench.jobs.executors.settings import Settings
+
+    plan = jobspecs.plan_for(jobspecs.resolve_jobs([VMS], 1), Settings(accel="tcg"))
+    for profile in (False, True):
+        image = build_initramfs(tmp_path / f"{profile}.gz", plan, None, profile=profile)
+        root = extract_initramfs(image, tmp_path / f"root-{profile}")
+        assert (root / "init").is_file()
+        assert (root / perfprof.GUEST_DIR / "perf").is_file() is profile
+    p = tmp_path / "root-True" / perfprof.GUEST_DIR
+    assert (p / "frequency").read_text().strip() == str(perfprof.FREQUENCY)
+    out = subprocess.run(
+        [p / "ld.so", "--library-path", p / "lib", p / "perf", "--version"],
+        capture_output=True, text=True, env={"PATH": "/nonexistent", "LD_LIBRARY_PATH": ""},
+    )  # fmt: skip
+    assert out.returncode == 0 and out.stdout.startswith("perf version"), out.stderr

@@ -22,7 +22,7 @@ from typing import Any
 
 from stackbench.errors import StackbenchError
 
-PERF = Path(os.environ.get("STACKBENCH_PERF", "/usr/bin/perf"))
+PERF = Path("/usr/bin/perf")
 # where the guest finds perf and its libraries (run through the copied dynamic loader)
 GUEST_DIR = "stackbench/perf"
 # samples per second and CPU: TCG pays for each sample's unwinding
