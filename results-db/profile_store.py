@@ -61,6 +61,7 @@ class SymbolShare:
     def as_dict(self) -> dict[str, Any]:
         return {
             "symbol": self.symbol, "lkp": SELF_PREFIX + self.symbol, "patched": self.patched,
+            "lkp_children": CHILDREN_PREFIX + self.symbol,
             "self": self.self_share, "base_self": self.base_self, "delta": round(self.delta, 6),
             "children": self.children, "base_children": self.base_children,
         }  # fmt: skip

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from sqlalchemy import update
 from test_web_support import add_tree, app, client, make_series, populate_results  # noqa: F401
 
@@ -107,3 +108,27 @@ def test_moved_keeps_the_patched_function_below_the_top() -> None:
     rows = profile_store.moved(new, base, {"target"}, top=5)
     assert [r.symbol for r in rows[:5]] == ["f19", "f18", "f17", "f16", "f15"]
     assert rows[-1].symbol == "target" and rows[-1].patched and rows[-1].delta == 0
+
+
+# rows as perf report --children -F overhead_children,overhead,sample,sym prints them (from
+# a real evidence boot of the tiny guest)
+REPORT = """\
+    42.10%    40.96%           539  [k] clear_page_erms
+    41.87%     0.08%             1  [k] do_huge_pmd_anonymous_page
+    46.43%     0.00%             0  [.] 0x0000000000401bf1
+     3.65%     2.00%            26  [.] 0x00000000004610d3
+     0.50%     0.50%             7  [k] 0xffffffff81a00000
+"""
+
+
+def test_the_report_rows_become_kernel_shares() -> None:
+    from stackbench.jobs.benchmarks import perfprof
+
+    samples, self_share, children = perfprof.parse_report(REPORT)
+    assert samples == 539 + 1 + 26 + 7
+    assert self_share["clear_page_erms"] == pytest.approx(0.4096)
+    assert self_share[perfprof.USER] == pytest.approx(0.02)
+    assert self_share[perfprof.UNRESOLVED] == pytest.approx(0.005)
+    # a user address on a kernel call chain is no kernel symbol's children share
+    assert set(children) == {"clear_page_erms", "do_huge_pmd_anonymous_page"}
+    assert children["do_huge_pmd_anonymous_page"] == pytest.approx(0.4187)
