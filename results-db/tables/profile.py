@@ -12,7 +12,8 @@ FOOTER = (
     "% of perf's samples (cpu-clock on every CPU, 499 Hz, under TCG: no PMU, so the "
     "cycles-pp names count time, not cycles) on one evidence boot per kernel, its runs in "
     "no verdict; self is the symbol's own code, children adds what it called (kernel call "
-    "chains from the guess unwinder); * the commit's patch changes this function"
+    "chains from the guess unwinder); * the commit's patch changes this function; one boot "
+    "a side: two boots of one kernel moved a symbol up to 5.5 points here (docs/profile.md)"
 )
 
 
