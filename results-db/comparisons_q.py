@@ -58,16 +58,18 @@ def get_or_create(s: Session, key: str, build_ids: list[int], params: dict[str, 
     return s.scalars(select(Comparison).where(Comparison.key == key)).one()
 
 
-# the kernels' coverage counts (stackbench.resultsdb.coverage_store) as a short digest
+# the kernels' coverage counts and profiles (stackbench.resultsdb.coverage_store,
+# profile_store) as a short digest
 _COVERAGE_DIGEST = (
-    "SELECT left(md5(coalesce(string_agg((k.meta->'coverage')::text, ',' ORDER BY k.id), '')), 8) "
+    "SELECT left(md5(coalesce(string_agg(coalesce((k.meta->'coverage')::text, '') || "
+    "coalesce((k.meta->'profile')::text, ''), ',' ORDER BY k.id), '')), 8) "
     "FROM kernel_build k WHERE k.id = ANY({ids})"
 )
 
 
 def fingerprint(s: Session | Connection, build_ids: list[int]) -> str:
     """What changes whenever a run of the kernels is added or removed (count and newest
-    id) or an evidence boot stores their coverage (a digest of it)."""
+    id) or an evidence boot stores their coverage or profile (a digest of them)."""
     n, mx, cov = s.execute(
         text(
             "SELECT count(*), coalesce(max(id), 0), "

@@ -75,8 +75,9 @@ VARIABLES: tuple[Var, ...] = (
         "(`$STACKBENCH_HOME/stackbench-job-*`: console, initramfs, the guest's results) is kept "
         "for a look; a boot that went well leaves none"),
     Var("STACKBENCH_EVIDENCE_BOOT", "1", "after a series' first rounds, boot each kernel once "
-        "more to count calls of the functions its patches change (the coverage report; those "
-        "runs enter no verdict); 0: no evidence boots"),
+        "more to count calls of the functions its patches change and profile the CPUs with "
+        "perf (the coverage and profile reports; those runs enter no verdict); 0: no evidence "
+        "boots"),
     Var("STACKBENCH_BAREMETAL_DIR", "/var/lib/stackbench/baremetal", "a bare-metal box's job "
         "spool"),
     Var("STACKBENCH_KEXEC", "/usr/local/libexec/stackbench/stackbench-kexec", "a bare-metal "

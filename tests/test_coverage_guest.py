@@ -177,6 +177,9 @@ def test_each_commit_shows_the_calls_of_the_functions_it_changes(eng, kernel_env
         text,
     )
 
+    # the same evidence boots profiled each kernel (docs/profile.md; test_profile_guest.py)
+    assert "== profile: kernel symbols whose share of the CPU samples moved most" in text
+
     # the comparison page, its JSON and the series page
     with rdb.session(eng) as s:
         key = series_store.get(s, sid).meta["comparison"]["key"]
@@ -188,5 +191,6 @@ def test_each_commit_shows_the_calls_of_the_functions_it_changes(eng, kernel_env
     assert by_kernel["5/5"]["flag"] == coverage_store.NOT_RUN
     assert by_kernel["4/5"]["no_function_changed"] is True
     assert by_kernel["3/5"]["jobs"]
+    assert {r["kernel"][:3] for r in doc["profile"]} == {"1/5", "2/5", "3/5", "4/5", "5/5"}
     series_page = client.get(f"/series/{sid}").get_data(as_text=True)
     assert series_page.count('class="coverage-flag"') == 1

@@ -19,9 +19,18 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from stackbench.errors import NotFoundError, StackbenchError
-from stackbench.resultsdb import comparisons_q, coverage_store, db, kernels_q, query, storable
+from stackbench.resultsdb import (
+    comparisons_q,
+    coverage_store,
+    db,
+    kernels_q,
+    profile_store,
+    query,
+    storable,
+)
 from stackbench.resultsdb.metrics import is_counter
 from stackbench.resultsdb.tables import coverage as coverage_table
+from stackbench.resultsdb.tables import profile as profile_table
 from stackbench.resultsdb.tables import render
 from stackbench.resultsdb.tables.verdict import job_title as judged_title
 from stackbench.resultsdb.verdict import is_headline
@@ -229,6 +238,7 @@ def compute(eng: Engine, build_ids: list[int], opts: Options) -> dict[str, Any]:
         kernels = query.kernels_by_id(conn, build_ids)
         ds = query.load(conn, kernels, suite=opts.suite, machine=opts.machine)
         covered = coverage_store.load(conn, kernels)
+        profiled = profile_store.load(conn, kernels)
     result: dict[str, Any] = {
         "fingerprint": fp,
         "kernels": [{"id": k.id, "commit": k.commit, "label": k.label} for k in kernels],
@@ -237,6 +247,8 @@ def compute(eng: Engine, build_ids: list[int], opts: Options) -> dict[str, Any]:
         "metrics": [],
         "coverage": [r.as_dict() for r in covered],
         "coverage_text": coverage_table.render(covered),
+        "profile": [r.as_dict() for r in profiled],
+        "profile_text": profile_table.render(profiled),
     }
     if not ds.runs:
         on = f" on machine {opts.machine}" if opts.machine else ""
@@ -268,7 +280,7 @@ def compute(eng: Engine, build_ids: list[int], opts: Options) -> dict[str, Any]:
     flags = {r.kernel_id: r.flag for r in covered if r.flag}
     result["tables"], result["errors"] = _render_tables(ds, opts, flags)
     if result["tables"].get("stackbench"):
-        result["tables"]["stackbench"] += result["coverage_text"]
+        result["tables"]["stackbench"] += result["coverage_text"] + result["profile_text"]
     if result.get("pooled"):
         head = render.check_machines(ds, pool=True)  # the CLI's first line
         for style in ("lkp", "stackbench"):

@@ -65,6 +65,7 @@ ROUTES: list[tuple[str, str, str, str | None, str | None, int]] = [
         "/api/comparisons/{key}",
         "Kernels, per-metric run values and verdicts, and per commit the functions its "
         "patch changes with their calls per job on the evidence boot (coverage), and the "
+        "kernel symbols whose share of its CPU samples moved most (profile), and the "
         "claims of the series whose own comparison it is, measured (claims, null: none)",
         None,
         None,

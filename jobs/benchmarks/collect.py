@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from stackbench.errors import InputError
-from stackbench.jobs.benchmarks import funcprof, knobs
+from stackbench.jobs.benchmarks import funcprof, knobs, perfprof
 from stackbench.jobs.benchmarks.definitions import HIGHALLOC_PASSES, SubJob
 from stackbench.jobs.benchmarks.guest.initramfs import GuestPlan, as_plan
 from stackbench.jobs.benchmarks.parsers import (
@@ -123,6 +123,9 @@ def read_logs(run_dir: Path) -> dict[str, bytes]:
     logs: dict[str, bytes] = {}
     for p in sorted(run_dir.rglob("*")):
         if not p.is_file() or p.name.split(".", 1)[0] in SNAPSHOTS and "." in p.name:
+            continue
+        if p.name == "perf.data":
+            # binary samples, read by perfprof.read_run into meta
             continue
         data = p.read_bytes()
         if len(data) > MAX_LOG_BYTES:
@@ -316,6 +319,7 @@ def collect_run(
     source: str = "qemu",
     boot_id: str | None = None,
     coverage: list[str] | None = None,
+    profile: Path | None = None,
 ) -> RunData:
     run_dir = root / sj.name / str(iteration)
     data = RunData(
@@ -408,6 +412,9 @@ def collect_run(
     cov = funcprof.read_run(run_dir, coverage or [])
     if cov is not None:
         data.meta["coverage"] = cov
+    prof = perfprof.read_run(run_dir, profile)
+    if prof is not None:
+        data.meta["profile"] = prof
     samples["duration.elapsed"] = [data.duration_s]
     data.samples = samples
     data.status = "done"
@@ -423,9 +430,12 @@ def collect(
     source: str = "qemu",
     boot_id: str | None = None,
     coverage: list[str] | None = None,
+    profile: Path | None = None,
 ) -> list[RunData]:
     """One RunData per (sub-job, run) of ``plan``; runs the guest never reached are "lost".
     ``coverage``: the functions an evidence boot profiled (their calls go to meta).
+    ``profile``: the kernel's System.map when the evidence boot ran perf (the symbolized
+    profile goes to meta).
 
     ``boot_id`` (e.g. the pipeline's build request) makes repeated boots of the same kernel
     and plan distinct runs instead of duplicates of the first.
@@ -444,6 +454,7 @@ def collect(
                     source=source,
                     boot_id=boot_id,
                     coverage=coverage,
+                    profile=profile,
                 )  # fmt: skip
             )
     return out

@@ -147,9 +147,12 @@ def run_kernel(
     on_line: Callable[[str], None] | None = None,
     timings: dict[str, Any] | None = None,
     coverage: list[str] | None = None,
+    profile: Path | None = None,
 ) -> tuple[qemu.BootResult | None, list[RunData]]:
     """Boot one kernel with the whole plan and return the runs (failed ones included).
-    ``coverage``: an evidence boot's functions, whose calls each run's meta gets."""
+    ``coverage``: an evidence boot's functions, whose calls each run's meta gets.
+    ``profile``: the kernel's System.map: the guest runs perf during each run and each
+    run's meta gets the symbolized profile (jobs/benchmarks/perfprof.py)."""
     from stackbench.jobs.benchmarks import knobs
     from stackbench.jobs.benchmarks.collect import collect
     from stackbench.jobs.benchmarks.guest import mmtests_image
@@ -193,7 +196,10 @@ def run_kernel(
     workdir.mkdir(parents=True, exist_ok=True)
     timings = timings if timings is not None else {}
     t0 = time.monotonic()
-    initrd = build_initramfs(workdir / "initrd.cpio.gz", runnable, module_ko, coverage=coverage)
+    initrd = build_initramfs(
+        workdir / "initrd.cpio.gz", runnable, module_ko, coverage=coverage,
+        profile=profile is not None,
+    )  # fmt: skip
     timings["initramfs_s"] = timings.get("initramfs_s", 0.0) + time.monotonic() - t0
     res = qemu.boot(
         bzimage,
@@ -228,7 +234,7 @@ def run_kernel(
         return res, runs
     collected = collect(
         res.results_dir, runnable, kernel=kernel, machine=machine, source="qemu",
-        boot_id=boot_id, coverage=coverage,
+        boot_id=boot_id, coverage=coverage, profile=profile,
     )  # fmt: skip
     timings["guest_runs_s"] = timings.get("guest_runs_s", 0.0) + sum(
         r.duration_s or 0.0 for r in collected

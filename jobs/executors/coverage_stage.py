@@ -19,6 +19,7 @@ from stackbench import config as sbconfig
 from stackbench import gitcmd
 from stackbench.errors import StackbenchError
 from stackbench.jobs.benchmarks.definitions import SubJob
+from stackbench.jobs.executors import profile_stage
 from stackbench.jobs.executors.boot_stage import boot_workdir, run_kernel
 from stackbench.jobs.executors.series_state import KernelTask, SeriesRun, event
 from stackbench.patches import diffparse
@@ -112,8 +113,10 @@ def _has_tracer(t: KernelTask) -> bool:
 def evidence_boot(
     sr: SeriesRun, t: KernelTask, plan: list[SubJob], functions: list[str]
 ) -> dict[str, dict[str, Any]]:
-    """Boot ``t`` once with every sub-job of ``plan`` at one run, counting ``functions``;
-    per sub-job what the guest counted (``calls``/``untraceable``, or ``error``)."""
+    """Boot ``t`` once with every sub-job of ``plan`` at one run, counting ``functions``
+    and sampling the CPUs with perf; per sub-job what the guest counted
+    (``calls``/``untraceable``, or ``error``) and its ``profile``
+    (jobs/executors/profile_stage.py)."""
     assert t.build is not None
     if not _has_tracer(t):
         why = f"this kernel was built without {PROFILER} (its config predates it)"
@@ -125,9 +128,11 @@ def evidence_boot(
         compiler=b.compiler, tree=b.tree, status="built",
     )  # fmt: skip
     workdir = boot_workdir()
+    system_map, no_profile = profile_stage.symbols_for(t)
     _res, runs = run_kernel(
         b.bzimage, b.modules, one, kernel=kernel, settings=sr.settings, workdir=workdir,
         boot_id=f"evidence-{t.key}-{time.time_ns()}", timings=sr.timings, coverage=functions,
+        profile=system_map,
     )  # fmt: skip
     out: dict[str, dict[str, Any]] = {}
     for r in runs:
@@ -136,7 +141,7 @@ def evidence_boot(
         if got is None:
             first = (r.error or r.status).splitlines()[0] if (r.error or r.status) else r.status
             got = {"error": f"the evidence run {r.status}: {first}"}
-        out[name] = got
+        out[name] = {**got, "profile": profile_stage.profile_of(r.meta, no_profile)}
     # nothing of an evidence boot is kept but its counts
     shutil.rmtree(workdir, ignore_errors=True)
     return out
@@ -172,6 +177,7 @@ def evidence_boots(
         with db.session(eng) as s:
             for job, got in counted.items():
                 coverage_store.save_counts(s, t.build_id, job, got)
+                profile_stage.save(s, t.build_id, job, got)
     _say(eng, sr, f"coverage: {len(own)} evidence boots counted {len(functions)} functions")
 
 

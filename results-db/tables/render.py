@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from stackbench.errors import StackbenchError
-from stackbench.resultsdb import coverage_store, query
+from stackbench.resultsdb import coverage_store, profile_store, query
 from stackbench.resultsdb.tables import (
     alloc_latency,
     coverage,
@@ -19,6 +19,7 @@ from stackbench.resultsdb.tables import (
     mmtests,
     order_success,
     per_run,
+    profile,
     textcache,
 )
 
@@ -128,6 +129,7 @@ def _compute(
         raise StackbenchError("no results stored for " + ", ".join(refs) + on)
     header = check_machines(ds, o.pool_machines) + boxes_line(ds)
     covered = coverage_store.load(conn, kernels) if o.style == "stackbench" else []
+    profiled = profile_store.load(conn, kernels) if o.style == "stackbench" else []
     text = table_of(
         ds,
         o.style,
@@ -138,7 +140,8 @@ def _compute(
         pass_no=o.pass_no,
         flags={r.kernel_id: r.flag for r in covered if r.flag},
     )
-    return header + text + coverage.render(covered), build_ids, fp
+    evidence = coverage.render(covered) + profile.render(profiled)
+    return header + text + evidence, build_ids, fp
 
 
 def table_of(

@@ -436,6 +436,9 @@ def comparison_get(key: str):
             ],
             # per commit: the functions its patch changes and their calls per job
             "coverage": result.get("coverage", []),
+            # per commit and job: the kernel symbols whose share of the evidence boot's
+            # CPU samples moved most against the base (docs/profile.md)
+            "profile": result.get("profile", []),
         }
         body = json.dumps(doc, separators=(",", ":")).encode()
         comparisons.CACHE.put(ck, body)

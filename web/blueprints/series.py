@@ -120,6 +120,7 @@ def show(series_id: int):
     # enough rows that a series' hundreds of progress lines fold around its state changes
     events = progress.fold_events(series_q.events(s, x.id, limit=500))
     comparison, judged, covered = verdicts_of(x, commits)
+    profiled = profile_of(x, commits)
     warnings = progress.service_warnings(s, x)
     step, attempts, tries = runs_of(s, x.id)
     return render_template(
@@ -135,6 +136,7 @@ def show(series_id: int):
         comparison=comparison,
         judged=judged,
         coverage=covered,
+        profile=profiled,
         pending=progress.is_pending(x),
         state_key=state_key(x, commits, warnings, step, tries),
         service_warnings=warnings,
@@ -190,6 +192,24 @@ def verdicts_of(
     for r in covered:
         r["kernel"] = labels.get(commit_of.get(r["kernel_id"], ""), r["kernel"])
     return key, judged, covered
+
+
+def profile_of(x: Series, commits: list[progress.Commit]) -> list[dict]:
+    """The profile rows of the series' own comparison, labelled as the series labels its
+    commits ([] before it has one)."""
+    key = ((x.meta or {}).get("comparison") or {}).get("key")
+    if not key:
+        return []
+    try:
+        found = comparisons.lookup(dbsession.engine(), key)
+    except StackbenchError:
+        return []
+    labels = {c.sha: c.label for c in commits if c.sha}
+    commit_of = {k["id"]: k["commit"] for k in found.result.get("kernels", [])}
+    rows = found.result.get("profile") or []
+    for r in rows:
+        r["kernel"] = labels.get(commit_of.get(r["kernel_id"], ""), r["kernel"])
+    return rows
 
 
 @bp.route("/series/<int:series_id>/compare")

@@ -198,6 +198,44 @@ funcprof_stop() { # <run dir>
 	echo 1 > $T/tracing_on
 }
 
+# An evidence boot that profiles (jobs/benchmarks/perfprof.py) carries Debian's perf with its
+# libraries in /stackbench/perf: during each benchmark it samples every CPU on the cpu-clock
+# event (TCG has no PMU) with kernel call chains into <run>/perf.data, which the host reads
+# against the kernel's System.map. No build-ids are collected (-B): the host knows the kernel,
+# and the walk over every mapped file would cost the guest seconds. Why perf could not run
+# goes to <run>/perf-error.
+P=$SB/perf
+perf_start() { # <run dir>
+	[ -x $P/perf ] || return 0
+	if [ ! -e /proc/sys/kernel/perf_event_paranoid ]; then
+		echo "this kernel has no perf events (CONFIG_PERF_EVENTS)" > "$1/perf-error"
+		return 0
+	fi
+	echo -1 > /proc/sys/kernel/perf_event_paranoid
+	echo 0 > /proc/sys/kernel/kptr_restrict 2> /dev/null
+	$P/ld.so --library-path $P/lib $P/perf record -q -B -e cpu-clock -F $(cat $P/frequency) \
+		-a -g -o "$1/perf.data" > "$1/perf.log" 2>&1 &
+	echo $! > /tmp/perf-pid
+	# perf is ready when it has written its header; a benchmark started before is partly missed
+	n=0
+	while [ ! -s "$1/perf.data" ] && [ $n -lt 100 ] && kill -0 $! 2> /dev/null; do
+		sleep 0.1
+		n=$((n + 1))
+	done
+}
+
+perf_stop() { # <run dir>
+	[ -e /tmp/perf-pid ] || return 0
+	pid=$(cat /tmp/perf-pid)
+	rm -f /tmp/perf-pid
+	kill -INT "$pid" 2> /dev/null
+	wait "$pid"
+	prc=$?
+	if [ ! -s "$1/perf.data" ]; then
+		echo "perf record exited $prc: $(tail -n 1 "$1/perf.log")" > "$1/perf-error"
+	fi
+}
+
 run_one() { # <name> <suite> <run> <timeout_s>
 	name=$1 suite=$2 run=$3 tmo=$4
 	d=$R/$name/$run
@@ -239,6 +277,7 @@ run_bench() { # <name> <suite> <run dir> <timeout_s>; sets rc
 	name=$1 suite=$2 d=$3 tmo=$4
 	snapshot "$d" before
 	funcprof_start "$d"
+	perf_start "$d"
 	(
 		set -a
 		. "$SB/jobs/$name.env"
@@ -249,6 +288,7 @@ run_bench() { # <name> <suite> <run dir> <timeout_s>; sets rc
 		exec timeout -s KILL "$tmo" sh "$SB/guest/${SB_RUNNER:-run-$suite.sh}"
 	) < /dev/null > "$d/output" 2> "$d/stderr"
 	rc=$?
+	perf_stop "$d"
 	funcprof_stop "$d"
 	snapshot "$d" after
 }
