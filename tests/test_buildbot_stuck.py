@@ -127,6 +127,38 @@ def test_a_request_claimed_without_a_build_is_cancelled_and_the_series_ends_done
     assert left["claimed"] and not left["complete"], left
 
 
+def test_which_claimed_requests_count_as_stuck():
+    from stackbench.jobs.driver.buildbot_executor import stuck_requests
+
+    now, limit = 10_000.0, 300.0
+
+    def req(brid, claimed_at, claimed=True):
+        return {"buildrequestid": brid, "claimed": claimed, "claimed_at": claimed_at}
+
+    def build(bid, brid, state, started, complete=False):
+        return {"buildid": bid, "buildrequestid": brid, "complete": complete,
+                "state_string": state, "started_at": started}  # fmt: skip
+
+    requests = [
+        req(1, now - 400),  # claimed long ago, no build at all
+        req(2, now - 10),  # claimed a moment ago: its build is on its way
+        req(3, now - 400),  # a build under way
+        req(4, now - 400),  # a build that never got past pinging its worker
+        req(5, now - 400),  # its one build ended (a lost worker's RETRY): none under way
+        req(6, None, claimed=False),  # waiting for a worker
+    ]
+    builds = [
+        build(30, 3, "building", now - 390),
+        build(40, 4, "pinging worker", now - 390),
+        build(50, 5, "retry", now - 390, complete=True),
+    ]
+    lines = stuck_requests(requests, builds, now, limit)
+    assert [int(x.split()[2]) for x in lines] == [1, 4, 5], lines
+    assert lines[0].startswith("build request 1 claimed without a build since ")
+    assert "(build 40 still 'pinging worker')" in lines[1]
+    assert stuck_requests(requests, builds, now, 500.0) == []
+
+
 class CutAtAttach:
     """A TCP proxy to the master's worker port that hangs up its first connection right
     after passing on the worker's answer to the master's ``getWorkerInfo`` (the middle of

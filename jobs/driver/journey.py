@@ -229,7 +229,13 @@ class Journey:
         lifecycle.event(self.eng, self.sid, f"series:{self.sid}", "waiting",
                         "; ".join(stuck) + ": cancelled, resubmitting")  # fmt: skip
         self.executor.abandon(self)
-        return lifecycle.resubmit(self.eng, self.sid, f"handed over again: {error}")
+        # a foreground caller's attempt stays its own: the dispatcher must not take it too
+        fg = series_runs_store.FOREGROUND
+        state = lifecycle.resubmit(self.eng, self.sid, f"handed over again: {error}",
+                                   executor=fg if self.executor.name == fg else "")  # fmt: skip
+        if state == "applied":
+            self.start()  # not taken now (the master went away): the next look hands it over
+        return self._state()
 
     def _resumed(self) -> None:
         fault = self.meta.get("host_fault") or {}
