@@ -37,8 +37,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))  # the suite's real-process helpers (flood, trees, inbox)
+import chaoskit
 
 KILLED = ["web", "proxy", "dispatcher", "lists", "buildbot-master", "buildbot-worker-local"]
 IN_FLIGHT = ("dispatcher", "buildbot-master", "buildbot-worker-local")  # killed mid-series
@@ -76,13 +75,11 @@ class Stack:
     """The embedded stack of a fresh home, as ``stackbench up`` starts it."""
 
     def __init__(self, home: Path, disk: Path | None) -> None:
-        from test_supervisor import free_port, tiny_tree
-
         from stackbench.jobs.executors import services as bb
 
         self.home = home
-        self.port = free_port()
-        trees = tiny_tree(home / "src")
+        self.port = bb.free_port()
+        trees = chaoskit.tiny_tree(home / "src")
         self.work = trees.parent / "work"
         self.lists = home / "lists"
         self.lists.mkdir()
@@ -114,9 +111,7 @@ class Stack:
         if res.returncode:
             raise SystemExit(f"chaos: stackbench up failed: {res.stdout}{res.stderr}")
         print(res.stdout.strip(), f"\n(up took {time.monotonic() - began:.0f} s)", flush=True)
-        from test_supervisor import add_token
-
-        self.token = add_token("chaos")
+        self.token = chaoskit.add_token("chaos")
 
     def down(self) -> None:
         from stackbench.resultsdb.embedded import Cluster, destroy
@@ -126,9 +121,7 @@ class Stack:
         destroy(Cluster())  # the embedded cluster lives outside the home
 
     def submit(self) -> int:
-        from test_lifecycle_support import git
-        from test_supervisor import post_series
-
+        git = chaoskit.git
         # a series of its own each time (the same mails again are the same series)
         n = len(self.series) + 1
         git(self.work, "checkout", "-q", "-B", f"chaos-{n}", "v0")
@@ -136,7 +129,7 @@ class Stack:
             fh.write(f"int chaos{n};\n")
         git(self.work, "commit", "-q", "-am", f"mm/compaction: chaos {n}\n\nTry {n}.")
         mbox = git(self.work, "format-patch", "--stdout", "v0..HEAD") + "\n"
-        sid = post_series(self.web, self.token, mbox)
+        sid = chaoskit.post_series(self.web, self.token, mbox)
         self.series.append(sid)
         return sid
 
@@ -185,29 +178,28 @@ def kill(stack: Stack, name: str) -> dict[str, Any]:
     return {**out, "sid": sid} if sid is not None else out
 
 
-def settle(stack: Stack, quiet_s: float = 15.0) -> None:
-    """Until every program has run for ``quiet_s`` and the master answers: the next fault
-    meets a stack at rest (a worker killed while it attaches to a master just started
-    leaves Buildbot 4.3 holding its dead connection, see bench/README.md)."""
+def settle(stack: Stack) -> None:
+    """Until every program runs and the master and the web answer: the next fault meets a
+    stack that is up, however recently its programs started (a worker killed while it
+    attaches to a master just started is healed by the master, see bench/README.md)."""
     from stackbench import supervision
 
-    def rested() -> bool:
+    def up() -> bool:
         infos = supervision.rpc().supervisor.getAllProcessInfo()
-        return all(i["statename"] == "RUNNING" and i["now"] - i["start"] >= quiet_s
-                   for i in infos) and answers(stack.master + "/api/v2/masters")  # fmt: skip
+        return (all(i["statename"] == "RUNNING" for i in infos)
+                and answers(stack.master + "/api/v2/masters")
+                and answers(stack.web + "/healthz"))  # fmt: skip
 
-    wait(rested, 120, 1.0)
+    wait(up, 120, 0.5)
 
 
 def flood(stack: Stack) -> dict[str, Any]:
     from urllib.parse import urlsplit
 
-    from test_supervisor import flood as send
-
     sid = stack.submit()
     stack.at_master(sid)
     u = urlsplit(stack.master)
-    counts = send(u.hostname, u.port, "/api/v2/application.spec", total=2000, at_once=50)
+    counts = chaoskit.flood(u.hostname, u.port, "/api/v2/application.spec", total=2000, at_once=50)
     took = wait(lambda: all(answers(stack.master + "/api/v2/masters") for _ in range(3)),
                 FLOOD_FLOOR_S * 3, 0.5)  # fmt: skip
     return {"healed": took, "floor": FLOOD_FLOOR_S, "note": f"{counts}", "sid": sid}
@@ -264,9 +256,7 @@ def _stored(ids: list[str]) -> tuple[int, int]:
 
 def full_disk(stack: Stack, disk: Path) -> dict[str, Any]:
     """A series applied while the disk of its tree's worktrees is full; emptied after 20 s."""
-    from test_host_faults import fill
-
-    filler = fill(disk)
+    filler = chaoskit.fill(disk)
     sid = stack.submit()
     time.sleep(20)
     waited = stack.state(sid) in ("new", "applying")
@@ -311,9 +301,7 @@ def main() -> int:
             print("chaos: no tmpfs mount (needs root): the disk fault is left out")
             chosen.remove("disk")
         stack = Stack(home, disk)
-        from pubinbox import Inbox
-
-        inbox = Inbox(home / "pi", LIST)
+        inbox = chaoskit.Inbox(home / "pi", LIST)
         (stack.lists / "chaos.yaml").write_text(
             f"name: chaos\narchive: {inbox.dir}\ntree: tiny\ninterval: 1\n"
             f"filters:\n  to: [{LIST}]\n  subject_prefix: [PATCH]\n  paths: [mm/]\n"
@@ -343,7 +331,6 @@ def main() -> int:
                   "the last fault)", flush=True)  # fmt: skip
         finally:
             stack.down()
-            inbox.stop()
     not_done = [s for s, st in states.items() if st != "done"]
     print()
     print("| fault | tries | survived | healed within (s) | series lost | mails lost |")

@@ -88,6 +88,9 @@ VARIABLES: tuple[Var, ...] = (
     Var("STACKBENCH_BUILDBOT_PASSWORD", "", "that user's password", secret=True),
     Var("STACKBENCH_BUILDBOT_CONFIG", "", "the master's `stackbench.yaml`",
         shown_default="./stackbench.yaml"),
+    Var("STACKBENCH_STUCK_REQUEST_S", "300", "seconds a build request may stay claimed at the "
+        "master without a build under way before the dispatcher cancels it and hands the series "
+        "over again"),
     Var("STACKBENCH_BB_BIND", "", "address the master listens on (over the YAML's `bind`)"),
     Var("STACKBENCH_BB_WWW_PORT", "", "the master's web port (over `www_port`)"),
     Var("STACKBENCH_BB_PB_PORT", "", "the master's worker port (over `pb_port`)"),

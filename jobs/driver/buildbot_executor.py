@@ -15,6 +15,7 @@ which worker was lost mid-round (``series_round``'s tries), and why something fa
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from stackbench import config
 from stackbench.errors import StackbenchError
 from stackbench.httpclient import Transient
 from stackbench.jobs.driver import lifecycle
@@ -39,6 +41,9 @@ PASSED = (0, 1)  # buildbot.process.results SUCCESS, WARNINGS
 RETRY = 5
 RESULT_NAMES = {2: "failure", 3: "skipped", 4: "exception", 6: "cancelled"}
 LOG_TAIL_LINES = 25
+# what a build says while Buildbot prepares its worker: a build still saying it long after
+# its request was claimed will not start (Buildbot 4.3, see stuck_requests)
+PREPARING = ("created", "starting", "preparing worker", "pinging worker")
 
 
 def _props(build: dict[str, Any]) -> dict[str, Any]:
@@ -109,12 +114,13 @@ class BuildbotExecutor:
             return None
         try:
             every = self.builds(d.submission, d.since_build)
-            pending = self.pending(d.submission)
+            requests = self.open_requests(d.submission)
         except StackbenchError as exc:
             log.warning("series %s: Buildbot not reachable: %s", sid, exc)
             if isinstance(exc, Transient):
                 self._unreachable(str(exc))
             return None
+        pending = [self.builder(r["builderid"]) for r in requests]
         names = {b["buildid"]: self.builder(b["builderid"]) for b in every}
         kernel_builds = [b for b in every if names[b["buildid"]].startswith("build-")]
         build_stage.record_built(eng, sid, kernel_builds)  # on the page at once
@@ -146,7 +152,9 @@ class BuildbotExecutor:
             busy=not finished,
             failing=any(b["results"] not in (*PASSED, RETRY) for b in builds if b["complete"]),
             lost=lost,
-        )
+            stuck=stuck_requests(requests, every, time.time(),
+                                 config.get_int("STACKBENCH_STUCK_REQUEST_S")) or None,
+        )  # fmt: skip
 
     def boot(self, journey: Journey, batch: Batch, handed: Callable[..., None]) -> bool:
         eng, sid = journey.eng, journey.sid
@@ -164,6 +172,25 @@ class BuildbotExecutor:
         bsid = self.submit_rounds(sid, d.submission, batch.key, boots, avoid)
         handed(buildset=bsid, offsets=next_offsets(dict(d.offsets), boots))
         return True
+
+    def abandon(self, journey: Journey) -> None:
+        """Cancel what the master still holds of the series' attempt: each open build
+        request (Buildbot's ``cancel``, which stops the request's builds too) and each build
+        under way (a rounds build waiting for a request that will never run). A request
+        Buildbot holds claimed with no live build stays so until the master restarts; the
+        attempt that follows has a submission key of its own, so nothing of it is counted."""
+        with db.session(journey.eng) as s:
+            d = series_runs_store.dispatch(s, journey.sid)
+        if d is None or not d.submission:
+            return
+        why = {"reason": f"stackbench: series {journey.sid} handed over again"}
+        for r in self.open_requests(d.submission):
+            with suppress(StackbenchError):  # one refused does not keep the others
+                self.master.control(f"buildrequests/{r['buildrequestid']}", "cancel", why)
+        for b in self.builds(d.submission, d.since_build):
+            if not b["complete"]:
+                with suppress(StackbenchError):
+                    self.master.control(f"builds/{b['buildid']}", "stop", why)
 
     def failures(self, journey: Journey) -> list[str]:
         eng, sid = journey.eng, journey.sid
@@ -267,12 +294,14 @@ class BuildbotExecutor:
         builds = self.master.get(f"builds?buildid__gt={since}&{q}")["builds"]
         return [b for b in builds if _props(b).get("submission") == submission]
 
-    def pending(self, submission: str) -> list[str]:
-        """The builders of this submission's build requests not finished yet (queued or
-        running)."""
+    def open_requests(self, submission: str) -> list[dict[str, Any]]:
+        """This submission's build requests not finished yet (queued, claimed or running)."""
         reqs = self.master.get("buildrequests?complete=false")["buildrequests"]
-        return [self.builder(r["builderid"]) for r in reqs
-                if self._submission_of(int(r["buildsetid"])) == submission]  # fmt: skip
+        return [r for r in reqs if self._submission_of(int(r["buildsetid"])) == submission]
+
+    def pending(self, submission: str) -> list[str]:
+        """The builders of this submission's build requests not finished yet."""
+        return [self.builder(r["builderid"]) for r in self.open_requests(submission)]
 
     def lost_workers(self, builds: list[dict[str, Any]]) -> list[str]:
         """A line for each worker that went away mid-build and is not back: Buildbot ends
@@ -329,6 +358,37 @@ class BuildbotExecutor:
             return bad["name"], tail
         except StackbenchError as exc:
             return "", f"(log not available: {exc})"
+
+
+def stuck_requests(
+    requests: list[dict[str, Any]], builds: list[dict[str, Any]], now: float, limit_s: float
+) -> list[str]:
+    """A line for each build request claimed more than ``limit_s`` ago that has no build
+    under way: none at all, or one still preparing its worker that long after it started.
+    Buildbot 4.3 leaves both when a worker dies as a build starts on it (its
+    ``buildPreparationFailure`` fails on the worker it no longer has: "putInQuarantine"
+    in twistd.log): the request stays claimed, nothing runs it again, and the master
+    answers as usual."""
+    live: dict[int, dict[str, Any]] = {}
+    for b in builds:
+        if not b["complete"]:
+            brid = int(b.get("buildrequestid") or 0)
+            if brid not in live or b["buildid"] > live[brid]["buildid"]:
+                live[brid] = b
+    out = []
+    for r in requests:
+        claimed_at = r.get("claimed_at")
+        if not r.get("claimed") or claimed_at is None or now - float(claimed_at) < limit_s:
+            continue
+        brid = int(r["buildrequestid"])
+        b = live.get(brid)
+        since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(claimed_at)))
+        if b is None:
+            out.append(f"build request {brid} claimed without a build since {since}")
+        elif b.get("state_string") in PREPARING and now - float(b["started_at"]) >= limit_s:
+            out.append(f"build request {brid} claimed without a build under way since {since} "
+                       f"(build {b['buildid']} still {b['state_string']!r})")  # fmt: skip
+    return out
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ docs/verdict.md.
 
 from __future__ import annotations
 
+import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ from stackbench.resultsdb import db, kernels_store, series_runs_store, series_st
 
 # what advance() leaves a series in while its executor still works on it
 UNDER_WAY = ("applied", "building", "running")
+STUCK_STEP = "stuck-request"  # the host_fault step of a series handed over again
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,9 @@ class Progress:
     busy: bool  # builds or boots still queued or running
     failing: bool = False  # something already failed: no more rounds
     lost: list[str] | None = None  # workers lost mid-build, for the page
+    # work the executor holds that will never run (a build request claimed at the master
+    # with no build): the series is handed over again, its page says why
+    stuck: list[str] | None = None
 
 
 class Executor(Protocol):
@@ -106,6 +111,10 @@ class Executor(Protocol):
 
     def failures(self, journey: Journey) -> list[str]:
         """Every reason the comparison failed, each one line first (a log tail may follow)."""
+        ...
+
+    def abandon(self, journey: Journey) -> None:
+        """Cancel what the executor still holds of the series (before a new hand-over)."""
         ...
 
 
@@ -170,6 +179,9 @@ class Journey:
         p = self.executor.progress(self)
         if p is None:
             return self._state()
+        if p.stuck:
+            return self._resubmit(p.stuck)
+        self._resumed()
         with db.session(self.eng) as s:
             d = series_runs_store.dispatch(s, self.sid)
         batches = d.batches if d is not None else 0
@@ -205,6 +217,32 @@ class Journey:
         while state in UNDER_WAY:
             state = self.advance()
         return state
+
+    # -- work the executor will never do: a host fault, never the series' own
+
+    def _resubmit(self, stuck: list[str]) -> str:
+        """Cancel what the executor holds and hand the series over again (a new attempt,
+        so a new submission), saying why on its page until the new attempt is seen."""
+        error = f"{stuck[0]}, resubmitting"
+        lifecycle.update_meta(self.eng, self.sid, host_fault={
+            "error": error, "step": STUCK_STEP, "since": time.time()})  # fmt: skip
+        lifecycle.event(self.eng, self.sid, f"series:{self.sid}", "waiting",
+                        "; ".join(stuck) + ": cancelled, resubmitting")  # fmt: skip
+        self.executor.abandon(self)
+        # a foreground caller's attempt stays its own: the dispatcher must not take it too
+        fg = series_runs_store.FOREGROUND
+        state = lifecycle.resubmit(self.eng, self.sid, f"handed over again: {error}",
+                                   executor=fg if self.executor.name == fg else "")  # fmt: skip
+        if state == "applied":
+            self.start()  # not taken now (the master went away): the next look hands it over
+        return self._state()
+
+    def _resumed(self) -> None:
+        fault = self.meta.get("host_fault") or {}
+        if fault.get("step") == STUCK_STEP:
+            lifecycle.update_meta(self.eng, self.sid, host_fault=None)
+            lifecycle.event(self.eng, self.sid, f"series:{self.sid}", "resumed",
+                            f"handed over again, under way ({fault.get('error')})")  # fmt: skip
 
     # -- the batches
 

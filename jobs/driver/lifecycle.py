@@ -232,6 +232,27 @@ def restart(eng: Engine, series_id: int, message: str) -> str:
         return row.state
 
 
+def resubmit(eng: Engine, series_id: int, message: str, *, executor: str = "") -> str:
+    """A series whose executor will never finish its work (a build request the master
+    holds claimed with no build) handed over again: its open attempt ends ``resubmitted``
+    and a new one starts where a hand-over starts it, so it is submitted anew under a new
+    submission key (``executor``: a foreground caller's, which the dispatcher leaves to
+    it). A series no longer pending is left alone. Its state after."""
+    with db.session(eng) as s:
+        row = series_store.get(s, series_id, lock=True)
+        if row is None:
+            raise NotFoundError(f"no series {series_id}")
+        if row.state not in PENDING:
+            return row.state
+        series_runs_store.end(s, series_id, "resubmitted")
+        attempt = series_runs_store.begin(s, series_id, source="resubmitted", executor=executor)
+        _move(s, row, _start_state(row), error="")
+        series_store.add_event(s, series_id, f"series:{series_id}", row.state,
+                               f"{message} (attempt {attempt.number})"[:4000])  # fmt: skip
+        notify(s)
+        return row.state
+
+
 def record_apply(s: Session, series_id: int, result: ApplyResult) -> series_store.Series:
     """An apply's outcome: the patches' commits and errors as
     :func:`stackbench.patches.store.apply_outcome` stores them, and the series moved to

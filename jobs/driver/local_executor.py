@@ -115,6 +115,9 @@ class LocalExecutor:
             if t.outcome != "ok"
         ]
 
+    def abandon(self, journey: Journey) -> None:
+        """Nothing: this executor's work is done in the caller's process, never held."""
+
     def boot(self, journey: Journey, batch: Batch, handed: Callable[..., None]) -> bool:
         """Every boot of the batch in its rounds' order; a round that ran whole here is
         recorded done on the machine its boots ran on."""

@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from buildbot.plugins import util, worker
+from twisted.internet import defer
+from twisted.python import log
 
 from stackbench.jobs.executors.buildbot.config import BuildbotConfig
 
@@ -17,12 +19,41 @@ from stackbench.jobs.executors.buildbot.config import BuildbotConfig
 MACHINE_LOCK = util.WorkerLock("machine", maxCount=1)
 
 
+class Worker(worker.Worker):
+    """Buildbot's worker, healing a race of its attach (Buildbot 4.3). A worker process that
+    dies while the master attaches it (a restarted master, a worker killed meanwhile) leaves
+    the master holding that connection for good: it was lost before Twisted's login could
+    ask to hear of its loss, so it is never detached. Every later attach of the worker is
+    then refused ("already connected"), and the worker, whose login succeeded, waits for
+    work that never comes until the master restarts. A new connection finding the old
+    one's broker gone detaches the old one first, as its loss would have."""
+
+    @defer.inlineCallbacks
+    def attached(self, conn: Any) -> Any:
+        old = self.conn
+        if old is not None and old is not conn and connection_lost(old):
+            log.msg(f"worker {self.name}: detaching a connection lost while it attached")
+            sub = getattr(self, "_detached_sub", None)
+            if sub is not None:
+                sub.unsubscribe()
+            getattr(old, "stopKeepaliveTimer", lambda: None)()
+            yield self.detached()
+        yield super().attached(conn)
+
+
+def connection_lost(conn: Any) -> bool:
+    """Whether a PB connection's broker is gone (its peer hung up or was reset)."""
+    mind = getattr(conn, "mind", None)
+    broker = getattr(mind, "broker", None)
+    return mind is None or bool(getattr(broker, "disconnected", False))
+
+
 def make(cfg: BuildbotConfig) -> list[Any]:
-    """One ``worker.Worker`` per configured machine, its size in its properties."""
+    """One :class:`Worker` per configured machine, its size in its properties."""
     out = []
     for w in cfg.workers:
         out.append(
-            worker.Worker(
+            Worker(
                 w.name,
                 w.password,
                 properties=w.properties(),

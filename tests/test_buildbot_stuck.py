@@ -1,0 +1,223 @@
+"""Two ways Buildbot 4.3 loses work without a health check noticing (issue 38), healed:
+
+- a build request claimed with no build (a worker that died as a build started on it:
+  ``buildPreparationFailure ... putInQuarantine`` in twistd.log): the dispatcher cancels it
+  after STACKBENCH_STUCK_REQUEST_S, hands the series over again and says so on its page;
+  the state is planted here (the request claimed in the master's own database, as
+  Buildbot's failed start leaves it), the race itself is not reliably triggered;
+- a worker cut off while the master attaches it: the master kept the dead connection and
+  refused every later attach ("already connected"); cut here by a TCP proxy between the
+  worker and the master once the worker's info is passed on (the master then writes to its
+  database before its next call, which meets the connection gone), so the race is hit
+  without timing luck, and the worker's own reconnection must then get work.
+
+Real PostgreSQL, a real master and worker (dry kernels and boots, tests/test_buildbot_fanout.py),
+the real dispatcher under the supervisor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import sqlite3
+import threading
+import time
+
+import pytest
+
+pytest.importorskip("buildbot")
+pytest.importorskip("buildbot_worker")
+
+from test_buildbot_fanout import start_web, start_worker  # noqa: E402
+from test_lifecycle_support import finished, wait_for  # noqa: E402
+
+from stackbench.jobs.driver import dispatcher_service, lifecycle  # noqa: E402
+from stackbench.jobs.executors import services  # noqa: E402
+from stackbench.jobs.executors.buildbot import client  # noqa: E402
+
+pytest_plugins = ["test_lifecycle_support"]
+COMMITS = ["a" * 40, "b" * 40]  # base + 1 patch
+JOB = "dry-vm"
+STUCK_S = 20
+
+
+def make_series(eng) -> int:
+    from stackbench.resultsdb import db
+    from stackbench.resultsdb.models import Patch, Series
+
+    with db.session(eng) as s:
+        series = Series(title="mm: one tweak", base_commit=COMMITS[0], state="applied")
+        series.meta = {"jobs": [JOB], "runs": 2, "adaptive": False}
+        series.patches.append(Patch(idx=1, total=1, subject="mm: tweak", commit_sha=COMMITS[1]))
+        s.add(series)
+        s.flush()
+        return series.id
+
+
+@pytest.fixture
+def lab(eng, tmp_path, monkeypatch):
+    """The web API, a master with one dry worker declared (not started), the dispatcher."""
+    server, web_url = start_web(tmp_path)
+    base = tmp_path / "bb"
+    workers = [{"name": "w1", "kind": "qemu", "cpus": 2, "memory_mb": 1024, "pool": "lab"}]
+    extra = {"dry_kernel": True, "dry_seconds": 1, "jobs": [JOB],
+             "kernel_configs": [{"tree": "linux-6.1", "config": "tiny-guest"}]}  # fmt: skip
+    cfg = services.create_master(base / "master", workers, extra=extra)
+    master = client.embedded_master_at(base / "master")
+    monkeypatch.setenv("STACKBENCH_BUILDBOT_URL", master.url)
+    monkeypatch.setenv("STACKBENCH_BUILDBOT_USER", master.user)
+    monkeypatch.setenv("STACKBENCH_BUILDBOT_PASSWORD", master.password)
+    monkeypatch.setenv("STACKBENCH_PUBLIC_URL", web_url)
+    monkeypatch.setenv("STACKBENCH_STUCK_REQUEST_S", str(STUCK_S))
+    started = []
+    try:
+        services.start_master(base / "master")
+        print(dispatcher_service.start())
+        yield {"master": master, "base": base, "cfg": cfg, "web": web_url, "started": started}
+    finally:
+        print(dispatcher_service.stop())
+        for wb in started:
+            services.stop_worker(wb)
+        services.stop_master(base / "master")
+        server.shutdown()
+
+
+def _events(eng, sid: int) -> list[str]:
+    from sqlalchemy import text
+
+    with eng.connect() as conn:
+        rows = conn.execute(
+            text("SELECT message FROM event WHERE series_id = :s ORDER BY id"), {"s": sid}
+        ).all()
+    return [r[0] for r in rows]
+
+
+def test_a_request_claimed_without_a_build_is_cancelled_and_the_series_ends_done(eng, lab):
+    master, base = lab["master"], lab["base"]
+    sid = make_series(eng)
+    lifecycle.hand_over(eng, sid, source="test", fresh=True)
+    # no worker yet: the series' first request (the build that starts its kernel builds)
+    # waits, unclaimed
+    reqs = wait_for("the series' build request", lambda: [
+        r for r in master.get("buildrequests?complete=false")["buildrequests"]
+        if not r["claimed"]], timeout=120)  # fmt: skip
+    victim = min(r["buildrequestid"] for r in reqs)
+    masterid = master.get("masters")["masters"][0]["masterid"]
+    # what Buildbot's failed build start leaves: the request claimed by this master, no build
+    with contextlib.closing(sqlite3.connect(base / "master" / "state.sqlite", timeout=30)) as db:
+        db.execute("INSERT INTO buildrequest_claims (brid, masterid, claimed_at) VALUES (?, ?, ?)",
+                   (victim, masterid, int(time.time())))  # fmt: skip
+        db.commit()
+    lab["started"].append(start_worker(base, lab["cfg"], "w1", lab["web"]))
+
+    x = wait_for(f"series {sid} to finish", lambda: finished(eng, sid), timeout=400, every=1)
+    assert x.state == "done", (x.state, x.error)
+    assert x.meta.get("host_fault") is None  # said while it waited, gone once under way
+    said = "\n".join(_events(eng, sid))
+    assert f"build request {victim} claimed without a build since " in said, said
+    assert "cancelled, resubmitting" in said and "handed over again" in said, said
+    from stackbench.resultsdb import db as sbdb
+    from stackbench.resultsdb import series_runs_store
+
+    with sbdb.session(eng) as s:
+        outcomes = [a.outcome for a in series_runs_store.attempts(s, sid)]
+    assert outcomes[-2:] == ["resubmitted", "done"], outcomes
+    # Buildbot itself holds the planted request until its master restarts; nothing waits on it
+    left = master.get(f"buildrequests/{victim}")["buildrequests"][0]
+    assert left["claimed"] and not left["complete"], left
+
+
+def test_which_claimed_requests_count_as_stuck():
+    from stackbench.jobs.driver.buildbot_executor import stuck_requests
+
+    now, limit = 10_000.0, 300.0
+
+    def req(brid, claimed_at, claimed=True):
+        return {"buildrequestid": brid, "claimed": claimed, "claimed_at": claimed_at}
+
+    def build(bid, brid, state, started, complete=False):
+        return {"buildid": bid, "buildrequestid": brid, "complete": complete,
+                "state_string": state, "started_at": started}  # fmt: skip
+
+    requests = [
+        req(1, now - 400),  # claimed long ago, no build at all
+        req(2, now - 10),  # claimed a moment ago: its build is on its way
+        req(3, now - 400),  # a build under way
+        req(4, now - 400),  # a build that never got past pinging its worker
+        req(5, now - 400),  # its one build ended (a lost worker's RETRY): none under way
+        req(6, None, claimed=False),  # waiting for a worker
+    ]
+    builds = [
+        build(30, 3, "building", now - 390),
+        build(40, 4, "pinging worker", now - 390),
+        build(50, 5, "retry", now - 390, complete=True),
+    ]
+    lines = stuck_requests(requests, builds, now, limit)
+    assert [int(x.split()[2]) for x in lines] == [1, 4, 5], lines
+    assert lines[0].startswith("build request 1 claimed without a build since ")
+    assert "(build 40 still 'pinging worker')" in lines[1]
+    assert stuck_requests(requests, builds, now, 500.0) == []
+
+
+class CutAtAttach:
+    """A TCP proxy to the master's worker port that hangs up its first connection right
+    after passing on the worker's answer to the master's ``getWorkerInfo`` (the middle of
+    Buildbot's attach: the master then writes the worker connected to its database), as a
+    worker killed at that moment does; later connections pass untouched."""
+
+    def __init__(self, upstream: int) -> None:
+        self.upstream = upstream
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.connections = 0
+        self.cut = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                down, _ = self.listener.accept()
+            except OSError:
+                return
+            self.connections += 1
+            up = socket.create_connection(("127.0.0.1", self.upstream))
+            first = self.connections == 1
+            threading.Thread(target=self._pump, args=(down, up, first), daemon=True).start()
+            threading.Thread(target=self._pump, args=(up, down, False), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, watch: bool) -> None:
+        try:
+            while chunk := src.recv(65536):
+                dst.sendall(chunk)
+                if watch and b"worker_commands" in chunk:
+                    break  # the worker info is on its way: hang up both sides (FINs)
+        except OSError:
+            pass
+        for s in (src, dst):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+        if watch:
+            self.cut.set()
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def test_a_worker_cut_off_while_it_attaches_gets_work_when_it_comes_back(eng, lab):
+    base, cfg = lab["base"], lab["cfg"]
+    proxy = CutAtAttach(int(cfg["pb_port"]))
+    try:
+        start_worker(base, {**cfg, "pb_port": proxy.port}, "w1", lab["web"])
+        lab["started"].append(base / "w1")
+        wait_for("the attach to be cut", proxy.cut.is_set, timeout=120)
+        # buildbot-worker connects again by itself (its reconnecting client)
+        wait_for("the worker to connect again", lambda: proxy.connections >= 2, timeout=120)
+        sid = make_series(eng)
+        lifecycle.hand_over(eng, sid, source="test", fresh=True)
+        x = wait_for(f"series {sid} to finish", lambda: finished(eng, sid), timeout=300, every=1)
+    finally:
+        proxy.close()
+    assert x.state == "done", (x.state, x.error)
+    log = (base / "master" / "twistd.log").read_text()
+    assert "detaching a connection lost while it attached" in log
+    assert "but we are already connected to" not in log
