@@ -63,7 +63,7 @@ def test_initramfs_contents(tmp_path, bin_cache):
         "dev/console",
         "stackbench/bin/usemem",
         "stackbench/bin/readfile",
-        "stackbench/bin/thpscale",
+        "stackbench/bin/thpfaults",
         "stackbench/cases/case-anon-w-seq-mt",
         "stackbench/cases/case-lru-file-readtwice",
         "stackbench/guest/run-vm-scalability.sh",
@@ -80,7 +80,7 @@ def test_initramfs_contents(tmp_path, bin_cache):
     assert (root / "init").read_bytes() == (d.GUEST_DIR / "init.sh").read_bytes()
     assert (root / "init").stat().st_mode & 0o111
     assert (root / "bin/sh").is_symlink() and (root / "bin/sh").readlink() == Path("busybox")
-    for prog in ("usemem", "readfile", "thpscale"):
+    for prog in ("usemem", "readfile", "thpfaults"):
         assert initramfs.is_static_elf(root / "stackbench/bin" / prog)
     plan_lines = (root / "stackbench/plan").read_text().splitlines()
     assert len(plan_lines) == len(plan)

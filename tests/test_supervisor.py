@@ -220,7 +220,7 @@ def test_a_series_on_an_unreachable_master_says_so_and_ends_done(stack):
     try:
         said = wait_for("the page to say the master is unreachable",
                         lambda: re.search(r"Buildbot unreachable since [0-9-]+ [0-9:]+ UTC, retrying",
-                                          get(f"{web}/series/{sid}")[1].decode()), timeout=90)  # fmt: skip
+                                          get(f"{web}/series/{sid}")[1].decode()), timeout=180)  # fmt: skip
         assert series_api(web, sid)["waiting_on"] == said.group(0)
         wait_for("a new master", lambda: running_anew("buildbot-master", old), timeout=90)
     finally:

@@ -172,7 +172,9 @@ def start_master(base: Path, env: Mapping[str, str] | None = None) -> bool:
     """Start the master (waits until it runs); False when it was already running."""
     if running(base):
         return False
-    proc.run([tool("buildbot"), "start", str(base)], env=env, timeout=120)
+    # buildbot start gives up after 10 s by default, which a master starting on a busy host
+    # (its migrations, the www plugin) passes while it goes on to run fine
+    proc.run([tool("buildbot"), "start", "--start_timeout=90", str(base)], env=env, timeout=120)
     return True
 
 
