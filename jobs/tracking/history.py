@@ -141,7 +141,9 @@ def aa_values(
     return out
 
 
-def _reference(aa: dict[str, list[list[float]]], kind: str, series: list[list[float]], rule):
+def _reference(
+    aa: dict[str, list[list[float]]], kind: str, series: list[list[float]], rule: cp.Rule
+) -> cp.Reference | None:
     return cp.reference(aa[kind], series, rule) if kind in aa else None
 
 
