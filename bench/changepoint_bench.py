@@ -18,6 +18,11 @@ CoV. The rows:
 * ``AR drift``: ``cov 2%`` on a host whose level drifts slowly from night to night: AR(1),
   rho 0.9, a stationary CoV of ``--drift`` (1.5%).
 
+Beside each history, the same nights' A/A of the baseline on the same hosts (20 boots, its
+own run offsets, the host's drift): the nightly judges with the nights' covariance measured
+on them (:func:`changepoints.reference`); ``--no-aa`` judges as a machine without A/A
+nights does (the residuals' own dependence).
+
 Per row, step-free histories and histories whose level drops by 5% from a random night on
 (at least 5 nights before the end). The rule night by night, as jobs/tracking/history.py
 runs it: tonight's shifts (:func:`changepoints.shifts`), the alerts already raised follow
@@ -37,6 +42,7 @@ The exit status is 1 when a floor is missed. ``--show`` prints the alerts of eve
 with a false alarm or a re-fire.
 
     .venv/bin/python bench/changepoint_bench.py [--histories 200] [--seed 1] [--rows cov3,...]
+        [--no-aa]
 """
 
 from __future__ import annotations
@@ -55,6 +61,7 @@ from stackbench.resultsdb import changepoints as cp
 
 NIGHTS = 60
 BOOTS = 5  # boots of the head per night (the nightly's start)
+AA_BOOTS = 20  # boots of the baseline's nightly A/A (2 x 10)
 STEP = 0.05
 WITHIN = 5  # nights from the step, its own the first
 LEVEL = 100000.0
@@ -137,8 +144,13 @@ def rows(noise: Noise, drift: float) -> list[Row]:
     ]
 
 
-def history(rng: np.random.Generator, row: Row, step: float, at: int) -> list[list[float]]:
-    """The nights' boots: a level, the host's drift, the night's run offset, the boots."""
+Nights = list[list[float]]
+
+
+def history(rng: np.random.Generator, row: Row, step: float, at: int) -> tuple[Nights, Nights]:
+    """The nights' boots: a level, the host's drift, the night's run offset, the boots; and
+    the same nights' A/A of the baseline (``AA_BOOTS`` boots, its own run offsets, the same
+    host drift: it boots on the same hosts that night), step-free."""
     drift = np.zeros(NIGHTS)
     if row.drift:
         shock = row.drift * np.sqrt(1 - row.rho**2)
@@ -146,12 +158,17 @@ def history(rng: np.random.Generator, row: Row, step: float, at: int) -> list[li
         for n in range(1, NIGHTS):
             drift[n] = row.rho * drift[n - 1] + shock * rng.standard_normal()
     run = rng.choice(row.runs, NIGHTS)
-    return [
+    head = [
         list(
             LEVEL * (1 - step if n >= at else 1.0) * (1 + drift[n]) * run[n] * row.boots(rng, BOOTS)
         )
         for n in range(NIGHTS)
     ]
+    aa_run = rng.choice(row.runs, NIGHTS)
+    aa = [
+        list(LEVEL * (1 + drift[n]) * aa_run[n] * row.boots(rng, AA_BOOTS)) for n in range(NIGHTS)
+    ]
+    return head, aa
 
 
 # (the night it is raised, the night it says the change began (its last date), the nights
@@ -159,12 +176,14 @@ def history(rng: np.random.Generator, row: Row, step: float, at: int) -> list[li
 Alert = tuple[int, int, tuple[int, ...]]
 
 
-def alerts(nights: list[list[float]]) -> list[Alert]:
-    """The rule night by night, as the nightly runs it."""
+def alerts(nights: Nights, aa: Nights | None) -> list[Alert]:
+    """The rule night by night, as the nightly runs it (``aa``: the machine's A/A nights,
+    None for a machine without them)."""
     alerted: list[int] = []  # each alert's date, refined as the change points move
     raised: list[tuple[int, tuple[int, ...]]] = []
     for n in range(1, NIGHTS + 1):
-        every = cp.shifts(nights[:n], True)
+        ref = cp.reference(aa[:n], nights[:n]) if aa is not None else None
+        every = cp.shifts(nights[:n], True, ref=ref)
         alerted, new = cp.follow(every, alerted)
         for s in new:
             alerted.append(s.night)
@@ -207,18 +226,24 @@ def score(t: Tally, found: list[Alert], at: int | None) -> None:
             t.false_alarms += 1
 
 
-def run_row(row: Row, histories: int, seed: int, show: bool) -> tuple[Tally, Tally]:
+def run_row(
+    row: Row, histories: int, seed: int, show: bool, use_aa: bool = True
+) -> tuple[Tally, Tally]:
     rng = np.random.default_rng(seed)
     flat, stepped = Tally(), Tally()
+
+    def found_in(h: tuple[Nights, Nights]) -> list[Alert]:
+        return alerts(h[0], h[1] if use_aa else None)
+
     for _ in range(histories):
-        found = alerts(history(rng, row, 0.0, NIGHTS))
+        found = found_in(history(rng, row, 0.0, NIGHTS))
         score(flat, found, None)
         if show and found:
             shown = [(r, d) for r, d, _o in found]
             print(f"  {row.name}: step-free, alerts (raised, dated) {shown}")
     for _ in range(histories):
         at = int(rng.integers(5, NIGHTS - 5))
-        found = alerts(history(rng, row, STEP, at))
+        found = found_in(history(rng, row, STEP, at))
         score(stepped, found, at)
         if show and (len(found) > 1 or any(r < at for r, _d, _o in found)):
             shown = [(r, d) for r, d, _o in found]
@@ -238,6 +263,9 @@ def main() -> int:
     ap.add_argument("--drift", type=float, default=0.015, help="AR drift's stationary CoV")
     ap.add_argument("--rows", default="", help="comma-separated row names (default: all)")
     ap.add_argument("--show", action="store_true", help="print histories with false alarms")
+    ap.add_argument(
+        "--no-aa", action="store_true", help="judge without the A/A nights (their residuals)"
+    )
     a = ap.parse_args()
     if a.histories < 1:
         raise SystemExit("changepoint_bench: --histories must be at least 1")
@@ -251,7 +279,12 @@ def main() -> int:
     print(
         f"{a.histories} step-free and {a.histories} stepped ({100 * STEP:.0f}%) histories per "
         f"row, {NIGHTS} nights, {BOOTS} boots a night, seed {a.seed}; AR drift: rho 0.9, "
-        f"CoV {100 * a.drift:.1f}%"
+        f"CoV {100 * a.drift:.1f}%; "
+        + (
+            "no A/A nights"
+            if a.no_aa
+            else f"the nights' covariance from {AA_BOOTS}-boot A/A nights"
+        )
     )
     print(
         f"{'row':<9} | {'false/100':>9} {'':6} | {'detected':>8} {'':6} {'med':>3} {'max':>3} | "
@@ -261,7 +294,7 @@ def main() -> int:
     for row in every:
         if wanted and row.name not in wanted:
             continue
-        flat, st = run_row(row, a.histories, a.seed, a.show)
+        flat, st = run_row(row, a.histories, a.seed, a.show, not a.no_aa)
         fa = 100 * flat.false_alarms / flat.histories
         det = st.detected / st.histories
         checks = [fa <= FLOOR_FALSE, det >= FLOOR_DETECTED, st.refires == 0]

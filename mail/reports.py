@@ -219,8 +219,9 @@ def evidence_lines(ds: Any, aa_rows: dict[tuple[str, str], dict[str, Any]]) -> l
         det = "n/a" if n.detectable is None else f"{n.detectable * scale:.1f}{unit}"
         if n.detectable == math.inf:
             det = f"none at {n.boots} boots (the look's alpha needs more)"
+        units = "rounds paired" if n.design == evidence.PAIRED else "boots"
         out.append(
-            f"  {n.metric} ({n.job}) on {n.machine}: {n.boots} boots, noise {shown}, "
+            f"  {n.metric} ({n.job}) on {n.machine}: {n.boots} {units}, noise {shown}, "
             f"smallest detectable change {det}"
         )
         if (n.machine, n.metric) in aa_rows:

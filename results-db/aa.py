@@ -2,16 +2,16 @@
 sets, judged against itself by the verdict rule.
 
 Per headline metric: whether the rule called the two sets changed (a false alarm: nothing
-changed), the boot-to-boot spread (CoV of the boot means), and the smallest change the usual
-number of boots per side detects with ``verdict.POWER`` (the one power figure
-:func:`stackbench.resultsdb.evidence.detectable_change` quotes too). The power is the verdict
-rule's own (:func:`verdict.decide_batch` on resampled boots, at the alpha of the look of that
-many boots): the A/A's boot offsets, resampled, are the noise, so its shape and tails are the
-machine's and not a normal curve's.
+changed), the boot-to-boot spread (CoV of the boot means), and the smallest change a comparison of
+the usual number of rounds detects with ``verdict.POWER``: the rule of
+:func:`stackbench.resultsdb.evidence.smallest` that the report mails quote, on the A/A's own
+boots resampled by round (:func:`smallest_change`), so the noise's shape, tails and drift
+are the machine's and not a normal curve's.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -20,11 +20,9 @@ import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from stackbench.resultsdb import verdict
+from stackbench.resultsdb import evidence, verdict
 from stackbench.resultsdb.models import Machine
 
-# the changes tried, in %; a machine that cannot see 50% is reported as such (None)
-GRID = (1, 2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 30, 40, 50)
 TRIALS = 2000
 
 
@@ -55,24 +53,24 @@ def smallest_change(
     policy: verdict.Policy = verdict.DEFAULT,
     seed: int = 0,
 ) -> float | None:
-    """The smallest change of GRID (in %) that ``usual`` boots per side call changed in the
-    right direction in at least ``verdict.POWER`` of resampled comparisons; None when none
-    does."""
+    """The smallest change (in %, points for absolute kinds) that a comparison of ``usual``
+    rounds calls changed in the worse direction with ``verdict.POWER``, by
+    :func:`evidence.smallest`, the rule the report mails quote too. A comparison on this
+    machine is paired by round (the driver plans rounds), so the noise is the night's own:
+    consecutive boots (one of each set, minutes apart) are a round, resampled whole, so
+    the host's slow drift cancels in them as in a round. None when no change under 100% is
+    seen."""
     v = np.asarray(boots, dtype=float)
     v = v[np.isfinite(v)]
     if v.size < 4 or v.mean() == 0:
         return None
-    offsets = v / v.mean()
-    rng = np.random.default_rng(seed)
-    worse = -1.0 if higher_is_better is not False else 1.0
-    for pct in GRID:
-        base = rng.choice(offsets, (TRIALS, usual))
-        new = rng.choice(offsets, (TRIALS, usual)) * (1 + worse * pct / 100)
-        res = verdict.decide_batch(base, new, kind=kind, policy=policy)
-        hit = (res.outcome == verdict.CHANGED) & (res.sign == np.sign(worse))
-        if hit.mean() >= verdict.POWER:
-            return float(pct)
-    return None
+    absolute = kind in policy.absolute_kinds
+    units = v - v.mean() + 100.0 if absolute else v / v.mean()
+    a, b = units[0 : 2 * (units.size // 2) : 2], units[1 : 2 * (units.size // 2) : 2]
+    pick = np.random.default_rng(seed).integers(a.size, size=(TRIALS, usual))
+    worse = 1.0 if higher_is_better is False else -1.0
+    found = evidence.smallest(a[pick], b[pick], kind, policy, paired=True, worse=worse)
+    return None if math.isinf(found) else round(found * (1 if absolute else 100), 2)
 
 
 def figures(
@@ -134,7 +132,7 @@ def of_machines(s: Session, names: Iterable[str]) -> dict[tuple[str, str], dict[
 def describe(row: dict[str, Any]) -> str:
     """One A/A summary row in words, as the comparison pages and the report mails say it."""
     if row["smallest_pct"] is None:
-        smallest = f"nothing under 50% at {row['usual']} boots"
+        smallest = f"nothing under 100% at {row['usual']} boots"
     else:
         smallest = f"{row['smallest_pct']:g}% at {row['usual']} boots"
     return (

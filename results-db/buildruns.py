@@ -159,3 +159,29 @@ def jobs_of(eng: Engine, build_ids: list[int]) -> list[int]:
             {"b": list(build_ids)},
         ).all()
     return [r[0] for r in rows]
+
+
+def aa_boots(eng: Engine, job_id: int, metric_id: int, after_run: int = 0) -> list[BootMean]:
+    """One mean per boot of the nightly A/A's finished runs of the job (the runs of series
+    whose source is ``aa``, whatever kernel they booted) after run ``after_run``, in boot
+    order: the machine's own step-free nights, beside a branch's history."""
+    with eng.connect() as conn:
+        rows = conn.execute(
+            text(
+                f"SELECT coalesce(m.kind, ''), r.build_id, {_BOOT_SQL} AS boot, r.id, "
+                "avg(s.value) FROM run r JOIN sample s ON s.run_id = r.id "
+                "JOIN series se ON se.id::text = r.meta->>'series' AND se.source = 'aa' "
+                "LEFT JOIN machine m ON m.id = r.machine_id "
+                "WHERE r.job_id = :j AND r.status = 'done' AND s.metric_id = :m "
+                "AND r.id > :after GROUP BY 1, 2, 3, r.id ORDER BY r.id"
+            ),
+            {"j": job_id, "m": metric_id, "after": after_run},
+        ).all()
+    runs: dict[tuple[str, int, str], tuple[int, list[float]]] = {}
+    for kind, bid, boot, rid, v in rows:
+        if v is not None:
+            runs.setdefault((kind, bid, boot), (rid, []))[1].append(float(v))
+    return [
+        BootMean(kind, bid, first, sum(vals) / len(vals))
+        for (kind, bid, _boot), (first, vals) in runs.items()
+    ]

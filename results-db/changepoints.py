@@ -10,6 +10,11 @@ nights are merged, and every cut left is judged again against the segments it no
 inflated by the nights' autocorrelation (a host that drifts slowly makes neighbouring nights
 alike, so they weigh less than as many independent nights), plus the magnitude and median
 floors. The weakest failing cut goes and the rest are judged again, until all stand.
+Where the machine kind has its nightly A/A nights (the baseline booted again on the same
+hosts the same nights, step-free: :func:`reference`), the nights' covariance is measured on
+them instead: a cut placed at a turn of a slow drift absorbs the drift from the residuals
+around it, which then look independent, while the A/A's nights keep it (with slow host
+drift, 3 false alarms per 100 step-free histories instead of 22).
 bench/changepoint_bench.py measures the rule (figures in bench/changepoints.md).
 
 Each night is one point, the trimmed mean of that night's own boots: boots of one night
@@ -54,8 +59,9 @@ class Rule:
     window: int = 30  # Otava's sliding window, in nights
     lags: int = 10  # nights of dependence looked for between nights (slow host drift)
     # an alert already raised stays the alert of the nearest worse change point within
-    # this many nights: Otava's date of a step moves as nights are added
-    max_move: int = 10
+    # this many nights: Otava's date of a step moves as nights are added (a drift's dip
+    # before a step first dated it 11 nights early, and at 10 the step alerted again)
+    max_move: int = 12
     history: int = 120  # nights looked at: older ones cannot date tonight's shift
     # boots dropped at each end of a night of five or more: one slow boot of five moved a
     # night's mean by 5% (slow boots in 3% of them: 13 false alarms per 100 histories, 7)
@@ -158,20 +164,102 @@ def _placed(series: np.ndarray, cuts: list[int], min_after: int, reach: int = 2)
     return cuts
 
 
-def _judge(series: np.ndarray, cuts: list[int], rule: Rule) -> list[tuple[float, bool]]:
+@dataclass(frozen=True)
+class Reference:
+    """The covariance of a history's nights measured on the machine's own A/A nights (its
+    baseline booted again each night on the same hosts, step-free): ``var`` a night's point
+    of the judged history, ``cov`` nights 1, 2, ... apart, both relative to the level. Host
+    drift falls on every kernel booted that night, so the lagged covariances are the A/A's;
+    a night's own variance is the A/A's with its boot part swapped for the history's."""
+
+    var: float
+    cov: tuple[float, ...]
+
+
+MIN_REFERENCE = 6  # A/A nights below which the history's own residuals are used
+
+
+def _within(nights: Sequence[Sequence[float]], trim: int) -> float:
+    """The relative variance a night's point (:func:`night_means`) gets from its boots alone:
+    the nights' pooled boot offsets, resampled as many as a night has."""
+    offs, sizes = [], []
+    for boots in nights:
+        v = np.asarray([x for x in boots if x is not None and np.isfinite(x)], dtype=float)
+        if v.size >= 2 and v.mean():
+            offs.extend(v / v.mean() - 1.0)
+            sizes.append(v.size)
+    if not offs:
+        return 0.0
+    n = int(np.median(sizes))
+    draws = np.sort(np.random.default_rng(0).choice(offs, (2000, n)), axis=1)
+    if trim and n >= 2 * trim + 3:
+        draws = draws[:, trim:-trim]
+    return float(draws.mean(axis=1).var())
+
+
+def reference(
+    aa_nights: Sequence[Sequence[float]],
+    nights: Sequence[Sequence[float]],
+    rule: Rule = DEFAULT_RULE,
+) -> Reference | None:
+    """The :class:`Reference` of a history (``nights``) from the A/A nights of its machine
+    kind (boot values per night, oldest first); None below ``MIN_REFERENCE`` measured A/A
+    nights. Lags whose covariance is within two standard errors of 0 and every later one
+    count as 0, as :func:`_long_run_factor` does."""
+    x = np.asarray([m for m in night_means(aa_nights, rule.trim) if m is not None], dtype=float)
+    if x.size < MIN_REFERENCE or not x.mean():
+        return None
+    r = x / x.mean() - 1.0
+    n = r.size
+    c = np.array([float(np.dot(r[: n - k], r[k:])) / n for k in range(min(rule.history, n))])
+    weak = np.flatnonzero(c[1:] <= 2.0 / np.sqrt(n) * c[0])
+    if weak.size:
+        c[1 + weak[0] :] = 0.0
+    head = _within(nights, rule.trim)
+    var = max(c[0] - _within(aa_nights, rule.trim) + head, head, 1e-12)
+    return Reference(var, tuple(float(v) for v in c[1:]))
+
+
+def _cross(n1: int, n2: int, cov: np.ndarray) -> float:
+    """The covariance of the means of two adjacent segments of ``n1`` and ``n2`` nights."""
+    lags = np.arange(1, n1 + n2)
+    # pairs (i before, j after) at lag h: min(h, n1, n2, n1 + n2 - h)
+    count = np.minimum.reduce(
+        [lags, np.full_like(lags, n1), np.full_like(lags, n2), n1 + n2 - lags]
+    )
+    c = np.zeros(lags.size)
+    k = min(lags.size, cov.size)
+    c[:k] = cov[:k]
+    return float(np.sum(count * c)) / (n1 * n2)
+
+
+def _judge(
+    series: np.ndarray, cuts: list[int], rule: Rule, ref: Reference | None = None
+) -> list[tuple[float, bool]]:
     """Per cut, the t-test p of its two neighbouring segments and whether it stands: the
     variance is the whole history's night-to-night one (residuals around every segment's
     mean), inflated by the nights' dependence, so that a spell of slow drift needs more
-    nights to count as a level."""
+    nights to count as a level. With a :class:`Reference` the covariance is the machine's
+    A/A nights' instead (a cut at a turn of the drift absorbs the drift from the residuals
+    around it, and the nights then look independent), the two segments' covariance
+    counted."""
     bounds = [0, *cuts, len(series)]
     segs = [series[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
     resid = np.concatenate([g - g.mean() for g in segs])
     dof = max(1, len(series) - len(segs))
-    var = float(np.sum(resid**2)) / dof
-    rho = _long_run_factor(resid, bounds[1:], rule.lags)
-    # fewer independent nights, fewer degrees of freedom (about n / inflation)
-    inflation = 1.0 + 2.0 * float(np.sum(rho[1:]))
-    df = max(1.0, dof / inflation)
+    cross = np.zeros(0)
+    if ref is not None:
+        level = float(series.mean()) ** 2
+        var = ref.var * level
+        cross = np.asarray(ref.cov) * level
+        rho = np.concatenate([[1.0], cross / var])
+        df = float(dof)
+    else:
+        var = float(np.sum(resid**2)) / dof
+        rho = _long_run_factor(resid, bounds[1:], rule.lags)
+        # fewer independent nights, fewer degrees of freedom (about n / inflation)
+        inflation = 1.0 + 2.0 * float(np.sum(rho[1:]))
+        df = max(1.0, dof / inflation)
     out = []
     for k in range(len(cuts)):
         left, right = segs[k], segs[k + 1]
@@ -180,7 +268,10 @@ def _judge(series: np.ndarray, cuts: list[int], rule: Rule) -> list[tuple[float,
         if before == 0 or med_left == 0:
             out.append((1.0, False))  # no relative change from zero
             continue
-        se = np.sqrt(_mean_var(len(left), var, rho) + _mean_var(len(right), var, rho))
+        se2 = _mean_var(len(left), var, rho) + _mean_var(len(right), var, rho)
+        if cross.size:
+            se2 -= 2.0 * _cross(len(left), len(right), cross)
+        se = np.sqrt(max(se2, 0.0))
         p = 0.0 if se == 0 else float(2 * stats.t.sf(abs(after - before) / se, df))
         change = (after - before) / abs(before)
         # a spike drags a short segment's mean but not its median: the typical night on
@@ -200,9 +291,11 @@ def shifts(
     nights: Sequence[Sequence[float]],
     higher_is_better: bool | None,
     rule: Rule = DEFAULT_RULE,
+    ref: Reference | None = None,
 ) -> list[Shift]:
     """The level shifts of a history (one list of boot values per night, oldest first),
-    oldest first. A shift needs ``rule.min_after`` measured nights at its new level."""
+    oldest first. A shift needs ``rule.min_after`` measured nights at its new level.
+    ``ref``: the nights' covariance from the machine's A/A nights (:func:`reference`)."""
     means = night_means(nights, rule.trim)
     first = max(0, len(means) - rule.history)
     idx = [i for i in range(first, len(means)) if means[i] is not None]
@@ -231,7 +324,7 @@ def shifts(
     # against the segments it now separates, the weakest failing one dropped, and the rest
     # judged again, until every cut left stands
     while cuts:
-        judged = _judge(series, cuts, rule)
+        judged = _judge(series, cuts, rule, ref)
         failing = [k for k, (_p, ok) in enumerate(judged) if not ok]
         if not failing:
             break

@@ -161,3 +161,48 @@ def test_zero_and_negative_levels():
     assert cp.shifts([[0.0] * 3] * 10 + [[1.0] * 3] * 5, True) == []
     (s,) = cp.shifts([[-5.0]] * 10 + [[-10.0]] * 5, True)
     assert s.direction == "worse" and s.change_pct == -100.0
+
+
+def _drifting(seed: int, step: float = 0.0, at: int = 45):
+    """60 nights of a head (5 boots) and of the machine's A/A (20 boots) on one host whose
+    level drifts slowly (AR(1), rho 0.9, CoV 1.5%), each night a run of its own (CoV 1%)."""
+    rng = np.random.default_rng(seed)
+    drift = np.zeros(60)
+    drift[0] = 0.015 * rng.standard_normal()
+    for n in range(1, 60):
+        drift[n] = 0.9 * drift[n - 1] + 0.015 * np.sqrt(0.19) * rng.standard_normal()
+
+    def night(n: int, boots: int, moved: float) -> list[float]:
+        run = 1 + 0.01 * rng.standard_normal()
+        return list(1000 * (1 + drift[n]) * moved * run * (1 + 0.02 * rng.standard_normal(boots)))
+
+    head = [night(n, 5, 1 - step if n >= at else 1.0) for n in range(60)]
+    return head, [night(n, 20, 1.0) for n in range(60)]
+
+
+def test_the_machines_aa_nights_measure_the_drift_the_cuts_hide():
+    """Cut at the turns of a slow drift, the residuals look independent and the wander
+    reads as two 3-4% levels (p 1e-9); the same nights' A/A of the baseline on the same
+    host is step-free, so its covariance is the drift's, and with it the wander is none."""
+    head, aa = _drifting(19)
+    assert [s.night for s in cp.shifts(head, True)] == [25, 44]
+    ref = cp.reference(aa, head)
+    assert ref is not None and ref.cov[0] > 0.3 * ref.var  # neighbouring nights alike
+    assert cp.shifts(head, True, ref=ref) == []
+    # a 5% step on the same host still stands, dated to its night
+    head, aa = _drifting(4, step=0.05)
+    (s,) = cp.shifts(head, True, ref=cp.reference(aa, head))
+    assert s.night == 45 and s.direction == "worse"
+
+
+def test_independent_aa_nights_count_no_dependence():
+    rng = np.random.default_rng(3)
+    aa = history(rng, [1000.0] * 40, boots=20, cov=0.02)
+    head = history(rng, [1000.0] * 40, boots=5, cov=0.02)
+    ref = cp.reference(aa, head)
+    assert ref is not None and not any(ref.cov)
+    # a night's variance is the head's own boots' (5 a night, the lowest and highest
+    # dropped), not the A/A's 20
+    means = np.asarray(cp.night_means(head, cp.DEFAULT_RULE.trim)) / 1000
+    assert 0.5 < ref.var / means.var(ddof=1) < 2
+    assert cp.reference(aa[:5], head) is None  # too few A/A nights: the residuals' rule

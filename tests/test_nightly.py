@@ -746,17 +746,31 @@ def test_kernels_compared_boot_in_shared_shuffled_rounds(eng):
     assert again.built == 0 and len(lab.calls) == 6 and again.series_id != m.series_id
 
 
-def test_a_nightly_judgement_interleaves_base_and_head(eng, mail_env):
+def test_a_nightly_judgement_interleaves_base_and_head(eng, mail_env, monkeypatch):
     from dataclasses import replace as dc_replace
 
     lab = BootLab(n=2, seed=7)
     night(eng, lab)  # the baseline: three boots on its own
     before = len(lab.calls)
     lab.head = 1
+    judged = []
+    real = nightly.judge_job
+
+    def keep(*args, **kw):
+        judged.append(out := real(*args, **kw))
+        return out
+
+    monkeypatch.setattr(nightly, "judge_job", keep)
     # seven boots each tonight, every one of the seven rounds booting both kernels: the
     # baseline's boots of the first night are not part of tonight's first look
     policy = dc_replace(nightly.DEFAULT, start_runs=7, looks=(7,), max_runs=7)
     (job,) = night(eng, lab, policy=policy)["branches"][0]["jobs"]
+    # the first look is blocked as a series is: paired by tonight's seven rounds, the
+    # baseline's boots of another night in none of them
+    (out,) = judged
+    v = out.verdicts[METRIC]
+    assert v.test.startswith("paired by round"), v.test
+    assert v.n_base == v.n_new == 7
     commits = [c for c, _ in lab.calls[before:]]
     assert len(commits) == 14
     for i in range(0, 14, 2):

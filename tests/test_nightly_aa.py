@@ -31,7 +31,7 @@ def test_the_figures_of_one_kernel_against_itself():
     assert 0.2 < q.spread_pct < 1.0 and 4 < n.spread_pct < 12
     # a quiet machine sees a few % with 10 boots a side, a noisy one only far more
     assert q.smallest_pct is not None and q.smallest_pct <= 4
-    assert n.smallest_pct is None or n.smallest_pct >= 15
+    assert n.smallest_pct is None or n.smallest_pct >= 3 * q.smallest_pct
     # the sets interleave: a slow second half of the night falls on both
     assert aa.split([1, 2, 3, 4, 5]) == ([1, 3, 5], [2, 4])
     drift = [1000.0 + 10 * i for i in range(20)]

@@ -215,3 +215,8 @@ def test_a_nights_point_is_its_own_boots_not_the_aa_nor_later_top_ups(eng):
     assert len(points[1]) == second["jobs"][0]["runs_head"]
     c1 = buildruns.boot_means_by_kind(eng, [hist[1].build_id], jid, metric)["qemu"]
     assert len(c1[hist[1].build_id]) == len(points[1]) + 12
+    # the machine's A/A nights beside the history: the 12 boots each night's A/A added
+    # after its first look, the faster host's
+    (aa,) = history.aa_values(eng, hist, jid, metric).values()
+    assert [len(x) for x in aa] == [12, 12]
+    assert all(v > 1400 for v in aa[0])

@@ -94,6 +94,75 @@ def test_the_detectable_change_is_what_the_rule_detects_with_its_power(boots, co
     assert abs(power - verdict.POWER) < 0.05, power
 
 
+@pytest.mark.parametrize(("boots", "cov"), [(5, 0.01), (10, 0.02)])
+def test_a_paired_design_quotes_the_paired_test_and_its_power_holds_on_a_lab(boots, cov):
+    """Paired by round: n - 1 degrees of freedom on the per-round differences. Simulated on
+    a lab whose boxes are 3% apart (the offsets cancel in a round), the live paired rule
+    finds the printed change in about ``verdict.POWER`` of comparisons."""
+    change = evidence.detectable_change(cov, boots, "throughput", paired=True)
+    # fewer degrees of freedom than Welch's on as many boots per side
+    assert change > evidence.detectable_change(cov, boots, "throughput")
+    rng = np.random.default_rng(100 + boots)
+    box = 1 + 0.03 * rng.normal(size=(4000, boots))
+    base = box * (1 + cov * rng.normal(size=(4000, boots)))
+    new = box * (1 + cov * rng.normal(size=(4000, boots))) * (1 - change)
+    res = verdict.decide_batch(base, new, kind="throughput", paired=True)
+    power = ((res.outcome == verdict.CHANGED) & (res.sign < 0)).mean()
+    assert abs(power - verdict.POWER) < 0.05, power
+
+
+def test_the_aa_quotes_the_same_rule_on_its_own_boots():
+    """The nightly A/A's smallest change is the report's rule (paired, the look of that many
+    rounds, the same power) on the night's boots resampled: on normal boots the two agree."""
+    from stackbench.resultsdb import aa
+
+    night = 1000 * (1 + 0.02 * np.random.default_rng(5).normal(size=400))
+    found = aa.smallest_change(list(night), True, "throughput", 10)
+    quoted = evidence.detectable_change(0.02, 10, "throughput", paired=True)
+    assert found is not None and abs(found - 100 * quoted) < 0.5, (found, quoted)
+    # lower is better: the worse direction is up, found alike
+    up = aa.smallest_change(list(night), False, "throughput", 10)
+    assert up is not None and abs(up - found) < 0.5
+
+
+def _rounds(commit: str, name: str, values: list[float]) -> list[ig.RunData]:
+    return [
+        ig.RunData(
+            job=ig.JobSpec("vm-scalability", "anon-w-seq", {"test": "anon-w-seq"}),
+            kernel=ig.KernelSpec(commit, name=name),
+            machine=ig.MachineSpec("qemu-a"),
+            iteration=i,
+            samples={"vm-scalability.throughput": [v]},
+            meta={"boot_id": f"{name}-{i}", "boot_round": i + 1, "series": "1", "worker": "w"},
+        )
+        for i, v in enumerate(values)
+    ]
+
+
+def test_rounds_that_pair_the_kernels_quote_the_paired_noise(eng):
+    """Boots in rounds whose hosts differ by far more than a boot's noise: the verdict pairs
+    them, so the noise quoted is the spread of the per-round differences (over sqrt 2), not
+    the base's boot-to-boot spread, and the detectable change is the paired test's."""
+    from stackbench.resultsdb import query
+
+    host = np.array([1.0, 1.08, 0.93, 1.05, 0.97, 1.02])
+    base = 1000 * host * np.array([1.0, 1.01, 0.99, 1.0, 1.01, 0.99])
+    new = 1000 * host * np.array([0.99, 1.0, 1.0, 1.01, 0.99, 1.0])
+    ig.ingest(eng, _rounds(BASE, "base", list(base)))
+    ig.ingest(eng, _rounds(C1, "1/1", list(new)))
+    with eng.connect() as conn:
+        ds = query.load(conn, query.resolve_kernels(conn, [BASE, C1]))
+    (row,) = evidence.noise(ds)
+    diff = new - base
+    want = diff.std(ddof=1) / np.sqrt(2) / base.mean()
+    assert row.design == evidence.PAIRED and row.boots == 6
+    assert row.cov == pytest.approx(want)
+    assert row.cov < (base.std(ddof=1) / base.mean()) / 3
+    assert row.detectable == evidence.detectable_change(want, 6, "throughput", paired=True)
+    lines = reports.evidence_lines(ds, {})
+    assert any("on qemu-a: 6 rounds paired, noise" in line for line in lines), lines
+
+
 def test_a_line_says_so_when_no_counter_moved(eng):
     sid = _series(eng, {"thp_fault_alloc": 101, "compact_stall": 5})
     body = reports.series_report(eng, sid, _cfg()).body

@@ -120,6 +120,33 @@ def values(
     return out
 
 
+def aa_values(
+    eng: Engine, hist: list[Night], job_id: int, metric_id: int
+) -> dict[str, list[list[float]]]:
+    """{machine kind: per night, the boot means of the nightly A/A booted after that night's
+    first look and before the next night's}: the same hosts on the same nights, the
+    baseline unchanged within a night (:func:`changepoints.reference` measures the nights'
+    covariance on them). A night whose first look never closed has none."""
+    closed = [n for n in hist if n.upto_run is not None]
+    if not closed:
+        return {}
+    out: dict[str, list[list[float]]] = {}
+    for b in buildruns.aa_boots(eng, job_id, metric_id, min(n.upto_run or 0 for n in closed)):
+        for i, n in enumerate(hist):
+            nxt = hist[i + 1].after_run if i + 1 < len(hist) else None
+            after = n.upto_run is not None and b.first_run > n.upto_run
+            if after and (nxt is None or b.first_run <= nxt):
+                out.setdefault(b.kind, [[] for _ in hist])[i].append(b.mean)
+                break
+    return out
+
+
+def _reference(
+    aa: dict[str, list[list[float]]], kind: str, series: list[list[float]], rule: cp.Rule
+) -> cp.Reference | None:
+    return cp.reference(aa[kind], series, rule) if kind in aa else None
+
+
 @dataclass
 class Check:
     confirmed: list[int] = field(default_factory=list)  # first-look regressions now dated
@@ -183,8 +210,9 @@ def check_job(
     for name, (metric_id, hib) in metrics.items():
         if hib is None:
             continue
+        aa = aa_values(eng, hist, job_id, metric_id)
         for kind, series in values(eng, hist, job_id, metric_id).items():
-            every = cp.shifts(series, hib, rule)
+            every = cp.shifts(series, hib, rule, _reference(aa, kind, series, rule))
             found = [s for s in every if s.direction == "worse"]
             if not every:
                 continue
@@ -293,8 +321,10 @@ def plots(
                     (r.id, int(r.meta["change_night"]))
                     for r in _dated(s, tree_id, branch, job_id, m.id)
                 ]
+            aa = aa_values(eng, hist, job_id, m.id)
             for kind, series in values(eng, hist, job_id, m.id).items():
-                found = cp.shifts(series, m.higher_is_better, rule)
+                ref = _reference(aa, kind, series, rule)
+                found = cp.shifts(series, m.higher_is_better, rule, ref)
                 out.append(
                     Plot(
                         job_id, m.name, kind, m.higher_is_better, hist, series, found,
