@@ -107,12 +107,13 @@ def test_an_overrun_count_is_marked_a_lower_bound_and_the_series_json_has_it(eng
         as_text=True
     )
     assert "compact_zone (static) at least 12,345 calls (base 12,001) [4,096 trace events" in text
-    doc = client.get(f"/api/comparisons/{key}").get_json()
-    one = {r["kernel"]: r for r in doc["coverage"]}["patch1"]["jobs"]["vm-scalability"][0]
-    assert one["lower_bound"] is True and one["lost_events"] == 4096
-    assert one["base_lower_bound"] is False
     rows = client.get(f"/api/series/{sid}").get_json()["coverage"]
     # labelled as the series labels its commits
     assert [r["kernel"] for r in rows] == ["1/3", "2/3", "3/3"], rows
     assert [r["flag"] for r in rows] == [None, None, coverage_store.NOT_RUN]
     assert rows[0]["jobs"]["vm-scalability"][0]["lower_bound"] is True
+    # the comparison's own JSON still names its kernels its way
+    doc = client.get(f"/api/comparisons/{key}").get_json()
+    one = {r["kernel"]: r for r in doc["coverage"]}["patch1"]["jobs"]["vm-scalability"][0]
+    assert one["lower_bound"] is True and one["lost_events"] == 4096
+    assert one["base_lower_bound"] is False
