@@ -42,6 +42,10 @@ def save_counts(s: Session, build_id: int, job: str, counted: dict[str, Any]) ->
         calls.update({fn: int(n) for fn, n in (counted.get("calls") or {}).items()})
         calls.update({fn: None for fn in counted.get("untraceable") or []})
         had["calls"] = calls
+        # events the trace buffer dropped in this boot: its counts are lower bounds
+        had.pop("lost_events", None)
+        if counted.get("lost_events"):
+            had["lost_events"] = int(counted["lost_events"])
     cov[job] = had
     row.meta = {**(row.meta or {}), "coverage": cov}
 
@@ -51,7 +55,9 @@ class FunctionCalls:
     """One changed function's calls during one job on the commit's kernel and its base's
     (None: not traceable there, or not measured). A function the compiler folded into its
     callers has ``via``: the nearest callers the kernel kept, each (name, calls, base
-    calls): they ran, so the code they hold could run."""
+    calls): they ran, so the code they hold could run. ``lost``/``base_lost``: events the
+    trace buffer dropped during that job on that kernel (its counts are then lower
+    bounds)."""
 
     name: str
     kind: str
@@ -60,20 +66,28 @@ class FunctionCalls:
     base_calls: int | None
     measured: bool
     via: list[tuple[str, int | None, int | None]] = field(default_factory=list)
+    lost: int = 0
+    base_lost: int = 0
 
     @property
     def ran(self) -> bool | None:
-        """Whether it (or, folded in, a caller) was called; None when nothing was counted."""
+        """Whether it (or, folded in, a caller) was called; None when nothing was counted,
+        or when none was but the trace buffer dropped events (the calls may be among them)."""
         if self.calls is not None:
-            return self.calls > 0
+            return True if self.calls > 0 else (None if self.lost else False)
         counted = [c for _n, c, _b in self.via if c is not None]
-        return any(counted) if counted else None
+        if not counted:
+            return None
+        return True if any(counted) else (None if self.lost else False)
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "function": self.name, "kind": self.kind, "change": self.change,
             "calls": self.calls, "base_calls": self.base_calls, "measured": self.measured,
             "via": [{"function": n, "calls": c, "base_calls": b} for n, c, b in self.via],
+            # a count with events lost is a lower bound
+            "lost_events": self.lost, "base_lost_events": self.base_lost,
+            "lower_bound": bool(self.lost), "base_lower_bound": bool(self.base_lost),
         }  # fmt: skip
 
 
@@ -141,6 +155,8 @@ def load(conn: Any, kernels: list[Kernel]) -> list[CommitCoverage]:
                 continue
             calls = cov[job].get("calls") or {}
             base = (base_cov.get(job) or {}).get("calls") or {}
+            lost = int(cov[job].get("lost_events") or 0)
+            base_lost = int((base_cov.get(job) or {}).get("lost_events") or 0)
             row.jobs[job] = [
                 FunctionCalls(
                     fn["name"],
@@ -149,6 +165,9 @@ def load(conn: Any, kernels: list[Kernel]) -> list[CommitCoverage]:
                     calls.get(fn["name"]),
                     base.get(fn["name"]),
                     fn["name"] in calls,
+                    via=_via(fn, calls, base),
+                    lost=lost,
+                    base_lost=base_lost,
                 )  # fmt: skip
                 for fn in functions or []
                 if fn.get("change") != "removed"

@@ -290,6 +290,47 @@ def test_bench_without_kernel_artifact_is_a_clear_error(tmp_path, monkeypatch, c
     assert "nope.tar: kernel artifact not found" in capsys.readouterr().err
 
 
+def test_an_evidence_round_runs_bench_evidence_and_its_last_line_is_the_property(
+    tmp_path, monkeypatch, capsys
+):
+    """The command an evidence round's step renders (every kernel, the functions, no
+    upload), run for real with dry kernels: no run is written, and the counts (here the dry
+    kernel's reason) are the last line, which becomes the build's ``coverage`` property."""
+    from buildbot.process.properties import Properties
+
+    from stackbench.cli import build_parser
+    from stackbench.jobs.executors.buildbot import steps
+
+    boots = [{"commit": c * 40, "job": "j1,j2", "machine_kind": "qemu", "runs": 1,
+              "round": steps.EVIDENCE_ROUND, "first": 0, "evidence": "f_one,f_two"}
+             for c in "ab"]  # fmt: skip
+    cmd = steps.evidence_step(_cfg(tmp_path), boots, ["k0.tar", "k1.tar"]).command
+    p = Properties()
+    p.setProperty("submission", "s-1", "test")
+    p.setProperty("workername", "q1", "test")
+    out = []
+    p.render(cmd).addCallback(out.append)
+    argv = out[0][out[0].index("worker") :]
+    args = build_parser().parse_args(argv)
+    assert [str(k) for k in args.kernel] == ["k0.tar", "k1.tar"] and args.job == ["j1", "j2"]
+    assert args.evidence == "f_one,f_two" and not args.upload and args.runs == 1
+
+    monkeypatch.chdir(tmp_path)
+    for i, c in enumerate("ab"):
+        assert (
+            main(["worker", "build", "--commit", c * 40, "--out", f"out{i}", "--dry-kernel"]) == 0
+        )
+        (tmp_path / f"out{i}" / "kernel.tar").rename(tmp_path / f"k{i}.tar")
+    capsys.readouterr()
+    assert main([*argv, "--dry-kernel"]) == 0
+    printed = capsys.readouterr().out
+    got = steps.reported_counts(0, printed, "")["coverage"]
+    assert [k["commit"] for k in got] == ["a" * 40, "b" * 40]
+    assert got[0]["jobs"] == {j: {"error": "a dry kernel counts no calls"} for j in ("j1", "j2")}
+    assert not (tmp_path / "results").exists()  # nothing to upload: no run was made
+    assert steps.reported_counts(1, "not json\n", "") == {}
+
+
 # -- embedded master and worker ---------------------------------------------------------------
 
 

@@ -16,12 +16,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from intake_support import submit_series
 from kernelkit import base_kernel, cache_dir, require_kernel_tools, use_kernel_cache
 from test_web_support import app, client  # noqa: F401  (fixtures)
 
 from stackbench.jobs.driver import pipeline
 from stackbench.patches import stacks
-from stackbench.resultsdb import coverage_store, query, series_store
+from stackbench.resultsdb import coverage_store, kernels_store, query, series_store
 from stackbench.resultsdb import db as rdb
 from stackbench.resultsdb.tables import render
 
@@ -135,16 +136,17 @@ def test_an_evidence_boot_counts_the_calls_in_the_guest(kernel_env, monkeypatch,
 # five kernels to build (about 6 minutes each on this loaded host) and twelve boots
 @pytest.mark.long
 def test_each_commit_shows_the_calls_of_the_functions_it_changes(eng, kernel_env, tmp_path, client):  # noqa: F811
-    sid = pipeline.submit(eng, stack_with_plants(tmp_path), jobs=[VMS], runs=1)
+    sid = submit_series(eng, stack_with_plants(tmp_path), jobs=[VMS], runs=1)
     settings = pipeline.Settings(
         cpus=2, mem_mb=1024, init_timeout_s=120, accel="tcg", adaptive=False
     )
     assert pipeline.run_series(eng, sid, settings=settings, boots=1, seed=1) == "done"
-    kernels = pipeline.series_kernels(eng, sid)
+    with rdb.session(eng) as s:
+        kernels = [(k.id, k.commit) for k in kernels_store.series_kernels(s, sid)]
     assert len(kernels) == 6
-    refs = [k.commit for k in kernels]
+    refs = [c for _i, c in kernels]
     with eng.connect() as conn:
-        rows = coverage_store.load(conn, query.kernels_by_id(conn, [k.id for k in kernels]))
+        rows = coverage_store.load(conn, query.kernels_by_id(conn, [i for i, _c in kernels]))
     for r in rows:
         print(r.label, r.flag, _calls(r))
     # 1/5, the cleanup: its helper is static inline, its two users are static too (at -Os

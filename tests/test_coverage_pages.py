@@ -85,3 +85,35 @@ def test_the_pages_and_the_json_show_the_coverage(eng, client) -> None:  # noqa:
     assert 'id="coverage"' in series_page
     patches = client.get(f"/api/series/{sid}/patches").get_json()["patches"]
     assert [p["changed_functions"] is not None for p in patches] == [True, True, True]
+
+
+def test_an_overrun_count_is_marked_a_lower_bound_and_the_series_json_has_it(eng, client) -> None:  # noqa: F811
+    """The trace buffer dropped events on 1/3's evidence boot (funcprof-overrun): its count
+    is shown as a lower bound on the page, in the text table and in both JSON documents."""
+    sid, build_ids = _stored(eng)
+    with rdb.session(eng) as s:
+        counted = {"compact_zone": 12345, "sysctl_compaction_handler": 0}
+        coverage_store.save_counts(
+            s, build_ids[1], "vm-scalability",
+            {"calls": counted, "untraceable": [], "lost_events": 4096},
+        )  # fmt: skip
+    assert client.get(f"/api/series/{sid}").get_json()["coverage"] is None  # not yet compared
+    key = lifecycle.publish_comparison(eng, sid)
+    page = client.get(f"/compare/{key}").get_data(as_text=True)
+    section = page[page.index('id="coverage"') :]
+    assert "4,096 trace events lost: a lower bound" in section
+    assert re.search(r'class="lower-bound"[^>]*>&ge;&nbsp;</span>12,345', section)
+    text = client.get(f"/api/comparisons/{key}/tables/stackbench?format=text").get_data(
+        as_text=True
+    )
+    assert "compact_zone (static) at least 12,345 calls (base 12,001) [4,096 trace events" in text
+    rows = client.get(f"/api/series/{sid}").get_json()["coverage"]
+    # labelled as the series labels its commits
+    assert [r["kernel"] for r in rows] == ["1/3", "2/3", "3/3"], rows
+    assert [r["flag"] for r in rows] == [None, None, coverage_store.NOT_RUN]
+    assert rows[0]["jobs"]["vm-scalability"][0]["lower_bound"] is True
+    # the comparison's own JSON still names its kernels its way
+    doc = client.get(f"/api/comparisons/{key}").get_json()
+    one = {r["kernel"]: r for r in doc["coverage"]}["patch1"]["jobs"]["vm-scalability"][0]
+    assert one["lower_bound"] is True and one["lost_events"] == 4096
+    assert one["base_lower_bound"] is False

@@ -105,3 +105,24 @@ def test_a_folded_in_function_is_counted_at_its_callers() -> None:
     assert "f (static): inlined into its callers; g 0 calls: this benchmark did not run" in (
         coverage.render([row])
     )
+
+
+def test_a_count_whose_trace_buffer_overran_is_a_lower_bound() -> None:
+    overran = FunctionCalls("compact_zone", "", "modified", 12345, 12001, True, lost=17)
+    silent = FunctionCalls("sysctl_compaction_handler", "", "modified", 0, 0, True, lost=17)
+    row = CommitCoverage(2, "1/2", [{"name": "compact_zone"}], jobs={"j": [overran, silent]})
+    text = coverage.render([row])
+    assert (
+        "compact_zone at least 12,345 calls (base 12,001) [17 trace events lost: a lower bound]"
+        in text
+    )
+    # 0 counted while events were dropped: its calls may be among them, so no "did not run"
+    assert "sysctl_compaction_handler at least 0 calls" in text
+    assert "did not run" not in text
+    alone = CommitCoverage(3, "2/2", [{"name": "f"}], jobs={"j": [silent]})
+    assert not alone.flag
+    base_only = FunctionCalls("f", "", "modified", 5, 9, True, base_lost=3)
+    assert "f 5 calls (base at least 9) [3 trace events lost on the base: a lower bound]" in (
+        coverage.function_text(base_only)
+    )
+    assert overran.as_dict()["lower_bound"] is True and overran.as_dict()["lost_events"] == 17

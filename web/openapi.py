@@ -32,7 +32,8 @@ ROUTES: list[tuple[str, str, str, str | None, str | None, int]] = [
     (
         "get",
         "/api/series/{id}",
-        "A series with its patches and commit x job states",
+        "A series with its patches, commit x job states and, once it ended, per commit the "
+        "calls of the functions its patch changes (coverage)",
         None,
         None,
         200,

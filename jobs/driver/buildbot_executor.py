@@ -26,7 +26,7 @@ from sqlalchemy import Engine
 from stackbench import config
 from stackbench.errors import StackbenchError
 from stackbench.httpclient import Transient
-from stackbench.jobs.driver import lifecycle
+from stackbench.jobs.driver import buildbot_evidence, lifecycle
 from stackbench.jobs.driver.journey import Batch, Journey, Kernel, Progress
 from stackbench.jobs.executors import build_stage
 from stackbench.jobs.executors import plan as boot_plan
@@ -68,6 +68,7 @@ class BuildbotExecutor:
         # per series, what the last look saw: the builds (latest attempts), their builders'
         # names and the boots measured
         self._seen: dict[int, tuple[list[dict[str, Any]], dict[int, str], int]] = {}
+        self._evidence_stored: set[int] = set()  # evidence rounds whose counts are kept
 
     # -- the driver's interface (stackbench.jobs.driver.journey.Executor)
 
@@ -124,9 +125,11 @@ class BuildbotExecutor:
         names = {b["buildid"]: self.builder(b["builderid"]) for b in every}
         kernel_builds = [b for b in every if names[b["buildid"]].startswith("build-")]
         build_stage.record_built(eng, sid, kernel_builds)  # on the page at once
+        buildbot_evidence.store_counts(eng, sid, every, self._evidence_stored)
         record_rounds(eng, self, sid, every, names)
         builds = latest_attempts(every, names)
-        benches = [b for b in builds if names[b["buildid"]].startswith("bench-")]
+        benches = [b for b in builds if names[b["buildid"]].startswith("bench-")
+                   and not buildbot_evidence.is_evidence(b)]  # fmt: skip
         ended = sum(1 for b in kernel_builds if b["complete"] and b["results"] != RETRY)
         measured = sum(boots_of(b) for b in benches if b["complete"] and b["results"] != RETRY)
         finished = bool(builds) and not pending and all(b["complete"] for b in builds)
@@ -150,7 +153,11 @@ class BuildbotExecutor:
             builds_ended=ended,
             boots_ended=measured,
             busy=not finished,
-            failing=any(b["results"] not in (*PASSED, RETRY) for b in builds if b["complete"]),
+            failing=any(
+                b["results"] not in (*PASSED, RETRY)
+                for b in builds
+                if b["complete"] and not buildbot_evidence.is_evidence(b)
+            ),  # fmt: skip
             lost=lost,
             stuck=stuck_requests(requests, every, time.time(),
                                  config.get_int("STACKBENCH_STUCK_REQUEST_S")) or None,
@@ -166,10 +173,15 @@ class BuildbotExecutor:
             of = subjob_jobs(eng, sid)
             jobs = [j for j in jobs if any(of.get(sj) == j for sj in batch.more.subjobs)]
         builds, _names, _measured = self._seen.get(sid, ([], {}, 0))
-        boots = plan_boots(batch.plan, built_kernels(builds, self.builder), jobs, dict(d.offsets))
+        built = built_kernels(builds, self.builder)
+        boots = plan_boots(batch.plan, built, jobs, dict(d.offsets))
         if not boots:
             return False
-        bsid = self.submit_rounds(sid, d.submission, batch.key, boots, avoid)
+        # once, after the first rounds: the counts do not depend on how many rounds follow
+        evidence = [] if batch.more is not None else buildbot_evidence.evidence_round(
+            eng, sid, [built[c] for c in dict.fromkeys(b["commit"] for b in boots)], jobs, KIND
+        )  # fmt: skip
+        bsid = self.submit_rounds(sid, d.submission, batch.key, boots + evidence, avoid)
         handed(buildset=bsid, offsets=next_offsets(dict(d.offsets), boots))
         return True
 
@@ -199,7 +211,7 @@ class BuildbotExecutor:
         builds, names, measured = self._seen.get(sid, ([], {}, 0))
         # a rounds build fails (or is cut short) with its boots: they say why, not it
         failed = [b for b in builds if b["results"] not in (*PASSED, RETRY)
-                  and names[b["buildid"]] != "rounds"]  # fmt: skip
+                  and names[b["buildid"]] != "rounds" and not buildbot_evidence.is_evidence(b)]  # fmt: skip
         reasons = [self.failure(b) for b in failed]
         reasons += stored_failures(eng, sid, d.first_run if d is not None else 0)
         if d is not None and d.batches and not reasons and measured < d.benchmarks:
@@ -289,7 +301,7 @@ class BuildbotExecutor:
 
     def builds(self, submission: str, since: int) -> list[dict[str, Any]]:
         wanted = ("submission", "kernel_name", "commit", "job", "position", "tree",
-                  "kernel_config", "round", "boots", "kernel")  # fmt: skip
+                  "kernel_config", "round", "boots", "kernel", "coverage")  # fmt: skip
         q = "&".join(f"property={p}" for p in wanted)
         builds = self.master.get(f"builds?buildid__gt={since}&{q}")["builds"]
         return [b for b in builds if _props(b).get("submission") == submission]
@@ -504,7 +516,8 @@ def record_rounds(
     """Each round's try as the master ran it: on which worker, and how it went (a round
     whose worker was lost ends RETRY, and its run again is the next try)."""
     tries = [b for b in builds if names[b["buildid"]].startswith("bench-")
-             and "round" in (b.get("properties") or {})]  # fmt: skip
+             and "round" in (b.get("properties") or {})
+             and not buildbot_evidence.is_evidence(b)]  # fmt: skip
     if not tries:
         return
     with db.session(eng) as s:

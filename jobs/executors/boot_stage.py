@@ -396,6 +396,24 @@ def _run_summary(runs: list[RunData]) -> str:
 # ---- single job on a given artifact (Buildbot workers) --------------------------------------
 
 
+def worker_plan(
+    job: str | list[str], runs: int, machine: MachineSpec, settings: Settings | None = None
+) -> tuple[Settings, list[SubJob], dict[str, str]]:
+    """A worker's boot of ``job`` (one spec or several) at ``runs`` runs on ``machine``: the
+    settings (the guest's size is the machine's), the sub-jobs, and each one's job spec."""
+    settings = settings or Settings()
+    if machine.cpus:
+        settings.cpus = machine.cpus
+    if machine.memory_mb:
+        settings.mem_mb = machine.memory_mb
+    settings.machine_name = machine.name
+    specs = [job] if isinstance(job, str) else list(job)
+    parts = plans_for(resolve_jobs(specs, runs), settings)
+    plan = [sj for part in parts for sj in part]
+    spec_of = {sj.name: spec for spec, part in zip(specs, parts, strict=True) for sj in part}
+    return settings, plan, spec_of
+
+
 def run_job(
     *,
     artifact: Path,
@@ -411,20 +429,12 @@ def run_job(
     runs, not exceptions. Every run's meta names the job spec it came from (``job_spec``).
     ``workdir`` (default: a new :func:`boot_workdir`) is left for the caller to release once
     the runs are stored."""
-    settings = settings or Settings()
-    if machine.cpus:
-        settings.cpus = machine.cpus
-    if machine.memory_mb:
-        settings.mem_mb = machine.memory_mb
-    settings.machine_name = machine.name
+    settings, plan, spec_of = worker_plan(job, runs, machine, settings)
+    specs = [job] if isinstance(job, str) else list(job)
     bzimage = Path(artifact) / "bzImage"
     if not bzimage.is_file():
         raise InputError(artifact, "no bzImage in the kernel artifact")
     modules = {p.stem: p for p in sorted((Path(artifact) / "modules").glob("*.ko"))}
-    specs = [job] if isinstance(job, str) else list(job)
-    parts = plans_for(resolve_jobs(specs, runs), settings)
-    plan = [sj for part in parts for sj in part]
-    spec_of = {sj.name: spec for spec, part in zip(specs, parts, strict=True) for sj in part}
     wd = workdir or boot_workdir()
     boot_id = f"job-{hashlib.sha256(str(wd).encode()).hexdigest()[:12]}-{time.time_ns()}"
     _, out = run_kernel(

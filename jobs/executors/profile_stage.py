@@ -11,18 +11,15 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from stackbench.jobs.benchmarks import perfprof
-from stackbench.jobs.executors.series_state import KernelTask
 from stackbench.resultsdb import profile_store
 
 # the kernel config symbol perf in the guest needs (x86 selects it: every tiny guest has it)
 PERF_EVENTS = "CONFIG_PERF_EVENTS"
 
 
-def symbols_for(t: KernelTask) -> tuple[Path | None, str]:
-    """The System.map the evidence boot of ``t`` symbolizes its profile with, or None and
-    why the kernel cannot be profiled."""
-    assert t.build is not None
-    art = Path(t.build.artifact_dir) if t.build.artifact_dir is not None else None
+def symbols_for(art: Path | None) -> tuple[Path | None, str]:
+    """The System.map the evidence boot of the kernel artifact ``art`` symbolizes its
+    profile with, or None and why the kernel cannot be profiled."""
     if art is None:
         return None, "the kernel's build artifacts are not kept"
     config = art / "config"

@@ -344,6 +344,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.runs < 1:
         raise StackbenchError("--runs must be at least 1")
     kernels = args.kernel if isinstance(args.kernel, list) else [args.kernel]
+    if getattr(args, "evidence", ""):
+        return _evidence(args, kernels)
     firsts = args.first if isinstance(args.first, list) else [args.first or 0]
     if len(firsts) == 1 and len(kernels) > 1:
         firsts = firsts * len(kernels)
@@ -410,6 +412,40 @@ def _bench_one(args: argparse.Namespace) -> int:
 
         if boot_stage.release_workdir(workdir, runs):
             print(f"the failed boot's working directory is kept: {workdir}")
+    return 0
+
+
+def _evidence(args: argparse.Namespace, kernels: list[Path]) -> int:
+    """An evidence round (jobs/executors/coverage_stage.py): each kernel booted once, every
+    job at one run, counting the calls of ``--evidence``'s functions. No run is stored: the
+    last line, ``{"coverage": [...]}`` (per kernel its kernel.json keys and the counts per
+    sub-job), becomes the build's ``coverage`` property, which the dispatcher stores. A
+    boot that fails is said in its counts; the step itself does not fail for it."""
+    from stackbench.jobs.executors import coverage_stage
+
+    functions = [f for f in args.evidence.split(",") if f]
+    jobs = job_specs(args)
+    reported = []
+    for i, tar in enumerate(kernels):
+        where = args.out.parent / f"evidence-kernel-{i}"
+        meta = read_kernel(tar, where)
+        kernel, machine = run_specs(args, meta)
+        if args.dry_kernel:
+            counted = {job: {"error": "a dry kernel counts no calls"} for job in jobs}
+        else:
+            try:
+                counted = coverage_stage.count_on_worker(
+                    where / "artifact", jobs, functions, kernel=kernel, machine=machine
+                )
+            except (StackbenchError, OSError) as exc:
+                why = (str(exc).splitlines() or [type(exc).__name__])[0]
+                counted = {job: {"error": f"the evidence boot failed: {why}"} for job in jobs}
+        shutil.rmtree(where, ignore_errors=True)
+        errors = sum(1 for c in counted.values() if c.get("error"))
+        print(f"evidence boot of {kernel.name or kernel.commit[:12]}: {len(counted)} sub-job(s)"
+              f" counted, {errors} not", flush=True)  # fmt: skip
+        reported.append({**{k: meta[k] for k in KERNEL_KEYS if meta.get(k)}, "jobs": counted})
+    print(json.dumps({"coverage": reported}))
     return 0
 
 

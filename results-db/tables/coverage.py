@@ -14,18 +14,28 @@ FOOTER = (
 )
 
 
-def _count(n: int) -> str:
-    return f"{n:,}"
+def _count(n: int, lost: int = 0) -> str:
+    # the trace buffer dropped events: the calls counted are a lower bound
+    return f"at least {n:,}" if lost else f"{n:,}"
 
 
-def _calls(name: str, calls: int, base: int | None, added: bool = False) -> str:
+def _calls(
+    name: str, calls: int, base: int | None, added: bool = False, lost: int = 0, base_lost: int = 0
+) -> str:
     if added and base is None:
         against = " (new: not in the base)"
     else:
-        against = f" (base {_count(base)})" if base is not None else ""
-    if calls == 0:
+        against = f" (base {_count(base, base_lost)})" if base is not None else ""
+    if calls == 0 and not lost:
         return f"{name} 0 calls" + (against if base else "")
-    return f"{name} {_count(calls)} calls{against}"
+    return f"{name} {_count(calls, lost)} calls{against}"
+
+
+def lost_text(f: FunctionCalls) -> str:
+    """What a count whose trace buffer overran says after it ("" when none did)."""
+    parts = [f"{n:,} trace events lost{where}" for n, where in
+             ((f.lost, ""), (f.base_lost, " on the base")) if n]  # fmt: skip
+    return f" [{', '.join(parts)}: a lower bound]" if parts else ""
 
 
 def function_text(f: FunctionCalls) -> str:
@@ -34,13 +44,15 @@ def function_text(f: FunctionCalls) -> str:
     not_run = ": this benchmark did not run the changed code"
     if not f.measured:
         return f"{name}: not counted on this kernel"
+    lost = (f.lost, f.base_lost)
     if f.calls is None and f.via:
-        parts = ", ".join(_calls(c, n, b) for c, n, b in f.via if n is not None)
-        return f"{name}: inlined into its callers; {parts}" + ("" if f.ran else not_run)
+        parts = ", ".join(_calls(c, n, b, False, *lost) for c, n, b in f.via if n is not None)
+        said = f"{name}: inlined into its callers; {parts}"
+        return said + lost_text(f) + (not_run if f.ran is False else "")
     if f.calls is None:
         return f"{name}: not traceable in this kernel (inlined or notrace)"
-    text = _calls(name, f.calls, f.base_calls, f.change == "added")
-    return text + (not_run if f.calls == 0 else "")
+    text = _calls(name, f.calls, f.base_calls, f.change == "added", *lost) + lost_text(f)
+    return text + (not_run if f.ran is False else "")
 
 
 def commit_lines(row: CommitCoverage) -> list[str]:

@@ -94,6 +94,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                 help="send the payloads too, as 'upload' does (one process per benchmark)",
             )
             c.add_argument("--url", help="with --upload: as 'upload --url'")
+            c.add_argument(
+                "--evidence",
+                default="",
+                metavar="FUNCTIONS",
+                help="an evidence boot of each --kernel instead: count calls of these "
+                "comma-separated functions, store no run, print the counts as JSON",
+            )
         elif name == "baremetal":
             c.add_argument(
                 "--spool",

@@ -28,7 +28,7 @@ from stackbench.resultsdb import (
 from stackbench.web import comparisons, dbsession, progress, submission
 from stackbench.web.auth import login_required
 from stackbench.web.blueprints.compare import comparison_claims
-from stackbench.web.blueprints.series import filtered_series, load_series
+from stackbench.web.blueprints.series import filtered_series, load_series, verdicts_of
 
 if TYPE_CHECKING:
     from stackbench.resultsdb.models import KernelBuild, Patch, Regression, Run, Series
@@ -206,7 +206,12 @@ def series_create():
 @bp.route("/series/<int:series_id>")
 def series_get(series_id: int):
     x = load_series(series_id)
-    return series_json(x, progress.commits_of(dbsession.get(), [x])[x.id])
+    commits = progress.commits_of(dbsession.get(), [x])[x.id]
+    doc = series_json(x, commits)
+    # per commit the functions its patch changes and their calls (the coverage rows of the
+    # series' comparison, labelled as the series labels its commits); None before it ended
+    doc["coverage"] = verdicts_of(x, commits)[2] if (x.meta or {}).get("comparison") else None
+    return doc
 
 
 def patch_json(p: Patch, full: bool = False) -> dict[str, Any]:

@@ -183,7 +183,8 @@ def verdicts_of(
         return key, [], []
     labels = {c.sha: c.label for c in commits if c.sha}
     judged = verdicts.by_commit(found.result)
-    covered = found.result.get("coverage") or []
+    # copies: the result is the comparison's cached one, whose JSON names kernels its way
+    covered = [dict(r) for r in found.result.get("coverage") or []]
     commit_of = {k["id"]: k["commit"] for k in found.result.get("kernels", [])}
     flags = {commit_of.get(r["kernel_id"]): r["flag"] for r in covered if r.get("flag")}
     for k in judged:

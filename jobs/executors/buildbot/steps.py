@@ -294,6 +294,12 @@ class RunBoots(CompositeStepMixin, buildstep.BuildStep):
             )
             for artifact, tar in fetches
         ]
+        if boots[0].get("evidence"):
+            # the evidence round stores no run: nothing to mark lost, nothing to skip
+            added.append(evidence_step(self.cfg, boots, tars))
+            self.build.addStepsAfterCurrentStep(added)
+            self.descriptionDone = [f"{len(boots)} evidence boot(s)"]
+            return SUCCESS
         retry = bool(lost or self.getProperty("skip_stored"))
         if lost:
             added.append(steps.ShellCommand(
@@ -316,6 +322,32 @@ class RunBoots(CompositeStepMixin, buildstep.BuildStep):
             + (f", {len(lost)} lost attempt(s)" if lost else "")
         ]
         return SUCCESS
+
+
+# the round of a series' first batch that holds its evidence boots (coverage_stage)
+EVIDENCE_ROUND = "evidence"
+
+
+def reported_counts(rc: int, stdout: str, stderr: str) -> dict[str, Any]:
+    """The ``coverage`` property of an evidence round: the worker's last line."""
+    lines = [line for line in stdout.splitlines() if line.strip()]
+    try:
+        last = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        return {}
+    return {"coverage": last["coverage"]} if isinstance(last, dict) and "coverage" in last else {}
+
+
+def evidence_step(cfg: BuildbotConfig, boots: list[dict[str, Any]], tars: list[str]) -> Any:
+    """The worker's evidence boots of the round's kernels; a failure warns and fails no
+    series (the dispatcher says it on the series' page)."""
+    return steps.SetPropertyFromCommand(
+        name="evidence boots",
+        command=worker_command(cfg, "bench", boots=boots, kernels=tars),
+        extract_fn=reported_counts,
+        haltOnFailure=False, flunkOnFailure=False, warnOnFailure=True,
+        timeout=cfg.step_timeout,
+    )  # fmt: skip
 
 
 def boot_key(props: dict[str, Any]) -> tuple[str, ...]:
@@ -417,7 +449,10 @@ def worker_command(
             _opt(argv, "--series", p("series"))
             build = props.getBuild()
             _opt(argv, "--buildbot-build", getattr(build, "buildid", None))
-            if what == "bench":
+            if what == "bench" and p("evidence"):
+                argv += ["--runs", "1", "--evidence", str(p("evidence"))]
+                argv += [a for tar in (kernels or [])[1:] for a in ("--kernel", tar)]
+            elif what == "bench":
                 argv += ["--runs", str(p("runs") or cfg.runs), "--out", "results", "--upload"]
                 # a boot of a round the dispatcher planned: its place in the kernel's runs
                 _opt(argv, "--round", p("round"))
