@@ -221,7 +221,10 @@ class Run(Base):
     # round, shuffled). NULL for imported runs, whose boots are unknown.
     boot_id: Mapped[str | None] = mapped_column(String(128))
     boot_round: Mapped[int | None] = mapped_column(Integer)
+    # the series whose plan booted it (NULL: an import, a run of no series)
+    series_id: Mapped[int | None] = mapped_column(ForeignKey("series.id", ondelete="SET NULL"))
     __table_args__ = (
+        Index("ix_run_series", "series_id"),
         Index("ix_run_job_build", "job_id", "build_id"),
         Index("ix_run_build", "build_id"),
         Index("ix_run_boot", "boot_id"),
@@ -537,6 +540,22 @@ class SeriesAttempt(Base):
     started: Mapped[datetime] = _now()
     ended: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     outcome: Mapped[str] = mapped_column(String(32), default="")
+    # the plan, checked once at the intake (None: the default); a new attempt starts with
+    # the one before's: jobs, runs per kernel, the adaptive looks' cap in boots, the guest
+    jobs: Mapped[list[Any] | None] = mapped_column(JSONB)
+    runs: Mapped[int | None] = mapped_column(Integer)
+    max_boots: Mapped[int | None] = mapped_column(Integer)
+    adaptive: Mapped[bool | None] = mapped_column(Boolean)
+    cpus: Mapped[int | None] = mapped_column(Integer)
+    mem_mb: Mapped[int | None] = mapped_column(Integer)
+    accel: Mapped[str | None] = mapped_column(String(8))
+    check_claims: Mapped[bool] = mapped_column(Boolean, default=False)
+    # what the dispatcher acts on: a report is due at the end (report_mail: the one queued,
+    # or why none), the host fault the series waits on, a pushed tree fetched (or not)
+    report_due: Mapped[bool] = mapped_column(Boolean, default=False)
+    report_mail: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    host_fault: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    fetched: Mapped[bool | None] = mapped_column(Boolean)
     batches: Mapped[list[SeriesBatch]] = relationship(
         order_by="SeriesBatch.id", cascade="all, delete-orphan"
     )
