@@ -121,8 +121,8 @@ def test_buildbot_submit_hands_the_series_over_like_every_other_door(eng, tree, 
     with Session(eng) as s:
         x = s.get(Series, sid)
         assert x.state == "new" and "dispatch" not in x.meta  # the dispatcher's to take
-        assert (x.meta["runs"], x.meta["jobs"]) == (4, ["thpscale"])
         attempts = series_runs_store.attempts(s, sid)
+        assert (attempts[-1].runs, attempts[-1].jobs) == (4, ["thpscale"])
         assert [(a.source, a.ended) for a in attempts][-1] == ("buildbot submit", None)
     assert _handovers(eng, sid) == 1
     # still pending: the second submit attaches, nothing is handed over twice
