@@ -56,7 +56,9 @@ def test_hand_over_once_attach_then_retry_a_failed_series(eng, tree, tmp_path, m
     _repo, work, base = tree
     sid = _store_foreground(eng, work, base)
     with Session(eng) as s:
-        assert series_runs_store.attempts(s, sid) == []  # the dispatcher leaves it alone
+        # its plan's attempt waits for the client: the dispatcher leaves it alone
+        assert [a.executor for a in series_runs_store.attempts(s, sid)] == ["waiting"]
+        assert series_runs_store.active(s, lifecycle.PENDING) == []
 
     assert lifecycle.hand_over(eng, sid, source="demo") == "handed-over"
     # a second client (the demo run again) attaches: nothing is handed over twice

@@ -144,9 +144,10 @@ class Options:
     """What a submission asks of its run; None: not asked for (the defaults apply).
 
     A new opt-in is one field here with its reader (and, if the dispatcher acts on it, its
-    place in :meth:`meta`): the doors read the fields by name, so the CLI flag whose dest
-    is the field's name, the form's or the API's field and ``git push -o name=value``
-    reach it with no code of their own."""
+    column of the attempt's plan, series_runs_store.PLAN, filled by :meth:`plan`): the
+    doors read the fields by name, so the CLI flag whose dest is the field's name, the
+    form's or the API's field and ``git push -o name=value`` reach it with no code of their
+    own."""
 
     jobs: tuple[str, ...] | None = _option(check_jobs)
     runs: int | None = _option(check_runs)
