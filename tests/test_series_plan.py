@@ -5,6 +5,7 @@ names its series by key; the reporter's query reads columns, not JSON keys."""
 from __future__ import annotations
 
 import random
+import re
 from pathlib import Path
 
 from sqlalchemy.orm import Session
@@ -155,3 +156,25 @@ def test_a_series_waiting_for_its_client_is_not_the_dispatchers_until_handed_ove
         assert (attempt.number, attempt.executor, attempt.runs, attempt.max_boots) == (
             1, "", 4, 8)  # fmt: skip
         assert [a.id for a in series_runs_store.active(s, lifecycle.PENDING)] == [sid]
+
+
+PLAN_KEYS = (
+    "jobs|runs|max_runs|max_boots|adaptive|check_claims|submitted|report_mail|host_fault|fetched"
+)
+META_READ = re.compile(rf"""meta(?:\s*or\s*\{{\}}\)?)?\s*(?:\[|\.get\()\s*["']({PLAN_KEYS})["']""")
+
+
+def test_the_dispatcher_reads_no_plan_or_flag_from_meta_and_no_boot_id_pattern():
+    """The plan and the flags are the attempt's columns: no module of the driver or the
+    tracking reads them as JSON keys of a series' meta; runs are found by their key."""
+    found = []
+    for room in ("jobs/driver", "jobs/tracking", "jobs/executors", "web", "mail"):
+        for path in sorted((ROOT / room).rglob("*.py")):
+            for n, line in enumerate(path.read_text().splitlines(), 1):
+                if META_READ.search(line):
+                    found.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    # the tracked branch's own YAML settings (runs, max_runs) are its meta, not a series'
+    found = [f for f in found if not f.startswith("jobs/tracking/nightly.py")]
+    assert found == []
+    store = (ROOT / "results-db" / "series_store.py").read_text()
+    assert "LIKE" not in store and 'Series.meta["' not in store
