@@ -103,7 +103,7 @@ def _series(eng, *, version: int = 1, previous: int | None = None, claims=PLANTE
         s.add(series)
         s.flush()
         claims_store.put(series, claims)
-        series_runs_store.begin(s, series.id, source="mbox", executor="foreground",
+        series_runs_store.begin(s, series.id, source="mbox", executor=series_runs_store.FOREGROUND,
                                 check_claims=True)  # fmt: skip
         s.execute(text("UPDATE kernel_build SET series_id = :s WHERE series_id IS NULL"),
                   {"s": series.id})  # fmt: skip
