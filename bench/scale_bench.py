@@ -150,19 +150,23 @@ def ideal_seconds(n: int, boot_s: float) -> float:
 
 def make_series(eng) -> int:
     """An applied series of the base and three commits (the dry kernels need no tree)."""
-    from stackbench.resultsdb import db
+    from stackbench.resultsdb import db, series_runs_store
     from stackbench.resultsdb.models import Patch, Series
 
     commits = [f"{i:x}" * 40 for i in range(10, 10 + KERNELS)]
     with db.session(eng) as s:
         series = Series(title="scale bench", base_commit=commits[0], state="applied")
-        series.meta = {"jobs": [JOB], "runs": BOOTS * RUNS_PER_BOOT, "adaptive": False}
         for i, sha in enumerate(commits[1:], 1):
             series.patches.append(
                 Patch(idx=i, total=KERNELS - 1, subject=f"mm: tweak {i}", commit_sha=sha)
             )
         s.add(series)
         s.flush()
+        # the plan waits on the attempt the hand-over takes
+        series_runs_store.begin(
+            s, series.id, source="bench", executor=series_runs_store.WAITING,
+            jobs=[JOB], runs=BOOTS * RUNS_PER_BOOT, adaptive=False,
+        )  # fmt: skip
         return series.id
 
 

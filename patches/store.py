@@ -45,8 +45,6 @@ def create_series(
     key: str,
     source: str = "mbox",
     owner_id: int | None = None,
-    jobs: list[str] | None = None,
-    runs: int | None = None,
     meta: dict[str, Any] | None = None,
     mbox: bytes | None = None,
 ) -> series_store.Series:
@@ -55,24 +53,17 @@ def create_series(
     ``base_ref`` and ``key`` are the submission's :func:`resolve_base` and :func:`series_key`,
     resolved once by the intake (stackbench.jobs.driver.intake.take, the one caller).
     Submitting the same series again (same key) returns the stored one unchanged, also
-    when two submissions race. ``jobs`` and ``runs`` go to
-    ``series.meta``, as do extra ``meta`` facts. ``mbox`` is the submission as received,
+    when two submissions race. ``meta``: facts the series page shows. ``mbox`` is the submission as received,
     kept so the patches are applied from the very bytes that were sent.
     """
     if not parsed.patches:
         raise InputError("series", "no patches to store")
-    if runs is not None and runs < 1:
-        raise InputError("series", f"runs must be at least 1, not {runs}")
     tree_row = _tree(session, tree) if tree else None
     existing = series_store.by_key(session, key)
     if existing is not None:
         return existing
 
     series_meta: dict[str, Any] = dict(meta or {})
-    if jobs is not None:
-        series_meta["jobs"] = list(jobs)
-    if runs is not None:
-        series_meta["runs"] = runs
     if parsed.rfc:
         series_meta["rfc"] = True
     if parsed.ignored:

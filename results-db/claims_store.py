@@ -2,7 +2,7 @@
 job and metric of ours each claim was mapped to when the series was submitted.
 
 The claims are facts of the submission (they never change once read), so they live in the
-series' ``meta`` beside its jobs and runs, written and read only through these functions.
+series' ``meta`` (its jobs and runs are its attempt's plan), written and read only through these functions.
 Each stored claim is a dict: ``claim`` (the parser's :meth:`Claim.as_json`), ``job`` (the
 job spec it maps to, or None), ``suite`` and ``params`` (that job's suite and the parameters the spec sets, to find its
 runs), ``metric`` (our metric name, or None), ``statistic`` (the row's reduction of it:
@@ -13,12 +13,13 @@ runs), ``metric`` (our metric name, or None), ``statistic`` (the row's reduction
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, object_session
 
-from stackbench.resultsdb import series_store
-from stackbench.resultsdb.models import Series
+from stackbench.resultsdb import series_runs_store, series_store
+from stackbench.resultsdb.models import Series, SeriesAttempt
 
 # a cover letter with more rows than this is not a claim list a reviewer reads: the rest is
 # said to be left out, never silently
@@ -36,15 +37,13 @@ KEYS = (
 )
 
 
-def put(
-    row: Series, claims: list[dict[str, Any]], *, added: list[str] = (), check: bool = True
-) -> None:
+def put(row: Series, claims: list[dict[str, Any]], *, added: Sequence[str] = ()) -> None:
     """Keep ``claims`` (dicts of :data:`KEYS`) with the series; ``added``: the jobs they
-    added to the series' own; ``check``: the submitter asked for them to be measured."""
+    added to the series' own (whether they are measured is the plan's ``check_claims``)."""
     kept = [{k: c.get(k) for k in KEYS} for c in claims[:MAX_CLAIMS]]
     series_store.merge_meta(
         row, claims=kept, claims_left_out=max(0, len(claims) - MAX_CLAIMS),
-        claims_jobs=list(added), check_claims=check,
+        claims_jobs=list(added),
     )  # fmt: skip
 
 
@@ -55,7 +54,7 @@ def replace(row: Series, claims: list[dict[str, Any]]) -> None:
 
 def own_jobs(row: Series) -> list[str] | None:
     """The jobs the series asked for itself, without those its claims added."""
-    jobs = (row.meta or {}).get("jobs")
+    jobs = getattr(_plan(row), "jobs", None)
     if jobs is None:
         return None
     added = set((row.meta or {}).get("claims_jobs") or [])
@@ -70,7 +69,13 @@ def of_series(row: Series) -> list[dict[str, Any]]:
 
 def checks_claims(row: Series) -> bool:
     """Whether the series was submitted with its claims to be measured."""
-    return bool((row.meta or {}).get("check_claims"))
+    return bool(getattr(_plan(row), "check_claims", False))
+
+
+def _plan(row: Series) -> SeriesAttempt | None:
+    """The attempt whose plan the series follows (its latest), read in the row's session."""
+    s = object_session(row)
+    return series_runs_store.current(s, row.id) if s is not None and row.id else None
 
 
 def previous_version(row: Series) -> int | None:

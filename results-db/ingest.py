@@ -164,9 +164,14 @@ class _Ids:
 
 _RUN_COLUMNS = (
     "job_id, build_id, machine_id, iteration, status, source, error, sysstate, meta, "
-    "started_at, finished_at, duration_s, idempotency_key, boot_id, boot_round"
+    "started_at, finished_at, duration_s, idempotency_key, boot_id, boot_round, series_id"
 )
-_RUN_VALUES = "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s"
+# a run names its series (meta ``series``) only while the series exists: a deleted one's
+# late upload is stored as a run of none
+_RUN_VALUES = (
+    "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
+    "(SELECT id FROM series WHERE id = %s)"
+)
 _INSERT_RUN = (
     f"INSERT INTO run ({_RUN_COLUMNS}) VALUES ({_RUN_VALUES}) "
     "ON CONFLICT (idempotency_key) DO NOTHING RETURNING id"
@@ -218,6 +223,7 @@ def _run_params(data: RunData, job: int, build: int, machine: int) -> tuple:
         data.duration_s,
         data.key(),
         *boot_of(data),
+        series_of(data),
     )
 
 
@@ -230,6 +236,13 @@ def boot_of(data: RunData) -> tuple[str | None, int | None]:
         str(boot)[:128] if boot not in (None, "") else None,
         int(rnd) if isinstance(rnd, (int, str)) and str(rnd).isdigit() else None,
     )
+
+
+def series_of(data: RunData) -> int | None:
+    """The series a run was booted for: the executor puts its id in the run's meta
+    (``series``), stored as ``run.series_id``."""
+    sid = data.meta.get("series")
+    return int(sid) if isinstance(sid, (int, str)) and str(sid).isdigit() else None
 
 
 def _all_params(data: RunData, resolved: Resolved, metric: dict[str, int]) -> tuple:

@@ -35,6 +35,9 @@ def _now() -> Any:
     return mapped_column(DateTime(timezone=True), server_default=func.now())
 
 
+_NULL_JSON = JSONB(none_as_null=True)  # None is SQL NULL: the readers ask IS NULL
+
+
 def _meta() -> Any:
     return mapped_column(JSONB, nullable=False, server_default="{}", default=dict)
 
@@ -221,7 +224,10 @@ class Run(Base):
     # round, shuffled). NULL for imported runs, whose boots are unknown.
     boot_id: Mapped[str | None] = mapped_column(String(128))
     boot_round: Mapped[int | None] = mapped_column(Integer)
+    # the series whose plan booted it (NULL: an import, a run of no series)
+    series_id: Mapped[int | None] = mapped_column(ForeignKey("series.id", ondelete="SET NULL"))
     __table_args__ = (
+        Index("ix_run_series", "series_id"),
         Index("ix_run_job_build", "job_id", "build_id"),
         Index("ix_run_build", "build_id"),
         Index("ix_run_boot", "boot_id"),
@@ -537,6 +543,21 @@ class SeriesAttempt(Base):
     started: Mapped[datetime] = _now()
     ended: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     outcome: Mapped[str] = mapped_column(String(32), default="")
+    # the plan, checked once at the intake (None: the default; a later attempt starts with
+    # the one before's), and what the dispatcher acts on: a report due at the end
+    # (report_mail: the one queued, or why none), a host fault, a pushed tree fetched
+    jobs: Mapped[list[Any] | None] = mapped_column(_NULL_JSON)
+    runs: Mapped[int | None] = mapped_column(Integer)
+    max_boots: Mapped[int | None] = mapped_column(Integer)
+    adaptive: Mapped[bool | None] = mapped_column(Boolean)
+    cpus: Mapped[int | None] = mapped_column(Integer)
+    mem_mb: Mapped[int | None] = mapped_column(Integer)
+    accel: Mapped[str | None] = mapped_column(String(8))
+    check_claims: Mapped[bool] = mapped_column(Boolean, default=False)
+    report_due: Mapped[bool] = mapped_column(Boolean, default=False)
+    report_mail: Mapped[dict[str, Any] | None] = mapped_column(_NULL_JSON)
+    host_fault: Mapped[dict[str, Any] | None] = mapped_column(_NULL_JSON)
+    fetched: Mapped[bool | None] = mapped_column(Boolean)
     batches: Mapped[list[SeriesBatch]] = relationship(
         order_by="SeriesBatch.id", cascade="all, delete-orphan"
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -18,6 +18,12 @@ from stackbench.resultsdb.models import Series, SeriesAttempt, SeriesBatch, Seri
 
 # an executor that is not the dispatcher's: a `demo` or `submit` running the series itself
 FOREGROUND = "foreground"
+# a series stored for a client that runs it or hands it over itself: not the dispatcher's
+WAITING = "waiting"
+NOT_DISPATCHED = (FOREGROUND, WAITING)
+# the plan's columns: a new attempt starts with the one before's (stackbench.jobs.driver.
+# intake.Options checks them; None is the default)
+PLAN = ("jobs", "runs", "max_boots", "adaptive", "cpus", "mem_mb", "accel", "check_claims")
 
 
 def current(s: Session, series_id: int) -> SeriesAttempt | None:
@@ -30,20 +36,55 @@ def current(s: Session, series_id: int) -> SeriesAttempt | None:
     ).first()
 
 
-def begin(s: Session, series_id: int, *, source: str, executor: str = "") -> SeriesAttempt:
-    """A new attempt numbered after the last; an attempt still open is ended ``superseded``
-    (a series handed over again before it finished)."""
+def begin(
+    s: Session,
+    series_id: int,
+    *,
+    source: str,
+    executor: str = "",
+    report: bool = False,
+    **plan: Any,
+) -> SeriesAttempt:
+    """A new attempt numbered after the last, with the last one's plan and these ``plan``
+    columns over it (a value of None keeps the last one's); ``report``: a report mail is
+    due when it ends. An attempt still open is ended ``superseded`` (a series handed over
+    again before it finished), except one ``waiting`` for its client: that one is taken."""
     last = current(s, series_id)
-    if last is not None and last.ended is None:
-        last.ended, last.outcome = _now(), "superseded"
-    row = SeriesAttempt(
-        series_id=series_id,
-        number=(last.number if last is not None else 0) + 1,
-        source=source[:32],
-        executor=executor,
-    )
-    s.add(row)
+    if last is not None and last.ended is None and last.executor == WAITING:
+        row = last
+        row.source, row.executor = source[:32], executor
+    else:
+        if last is not None and last.ended is None:
+            last.ended, last.outcome = _now(), "superseded"
+        row = SeriesAttempt(
+            series_id=series_id,
+            number=(last.number if last is not None else 0) + 1,
+            source=source[:32],
+            executor=executor,
+            **{k: getattr(last, k) for k in PLAN if last is not None},
+        )
+        s.add(row)
+    for name, value in plan.items():
+        if name not in PLAN:
+            raise TypeError(f"{name}: not a column of the plan ({', '.join(PLAN)})")
+        if value is not None:
+            setattr(row, name, list(value) if name == "jobs" else value)
+    row.report_due = row.report_due or report
+    row.report_mail = None if report else row.report_mail
     s.flush()
+    return row
+
+
+def note(s: Session, series_id: int, **flags: Any) -> SeriesAttempt | None:
+    """Set the dispatcher's flags (``report_mail``, ``host_fault``, ``fetched``) on the
+    series' latest attempt; the attempt (None when the series has none)."""
+    row = current(s, series_id)
+    if row is None:
+        return None
+    for name, value in flags.items():
+        if name not in ("report_mail", "host_fault", "fetched"):
+            raise TypeError(f"series_attempt has no flag {name}")
+        setattr(row, name, value)
     return row
 
 
@@ -204,16 +245,35 @@ def progress(s: Session, series_ids: list[int]) -> dict[int, str]:
     return {sid: p for sid, p in rows if p}
 
 
-def active(s: Session, states: tuple[str, ...]) -> list[tuple[int, str, dict[str, Any], str]]:
-    """(id, state, meta, executor) of the series in these states whose latest attempt is
-    open and not a foreground client's, oldest first: what the dispatcher works on."""
+class Active(NamedTuple):
+    """A series the dispatcher works on, with what it decides by: its attempt's executor
+    and flags, and where the series came from (a push's commits are fetched first)."""
+
+    id: int
+    state: str
+    executor: str
+    source: str
+    host_fault: dict[str, Any] | None
+    fetched: bool | None
+
+
+def active(s: Session, states: tuple[str, ...]) -> list[Active]:
+    """The series in these states whose latest attempt is open and neither a foreground
+    client's nor waiting for one, oldest first: what the dispatcher works on."""
     latest = (
         select(SeriesAttempt.series_id, func.max(SeriesAttempt.number).label("number"))
         .group_by(SeriesAttempt.series_id)
         .subquery()
     )
     rows = s.execute(
-        select(Series.id, Series.state, Series.meta, SeriesAttempt.executor)
+        select(
+            Series.id,
+            Series.state,
+            SeriesAttempt.executor,
+            Series.source,
+            SeriesAttempt.host_fault,
+            SeriesAttempt.fetched,
+        )
         .join(SeriesAttempt, SeriesAttempt.series_id == Series.id)
         .join(
             latest,
@@ -221,10 +281,10 @@ def active(s: Session, states: tuple[str, ...]) -> list[tuple[int, str, dict[str
             & (latest.c.number == SeriesAttempt.number),
         )
         .where(Series.state.in_(states))
-        .where(SeriesAttempt.ended.is_(None), SeriesAttempt.executor != FOREGROUND)
+        .where(SeriesAttempt.ended.is_(None), SeriesAttempt.executor.not_in(NOT_DISPATCHED))
         .order_by(Series.id)
     ).all()
-    return [(r.id, r.state, r.meta or {}, r.executor) for r in rows]
+    return [Active(*r) for r in rows]
 
 
 def attempts(s: Session, series_id: int) -> list[SeriesAttempt]:

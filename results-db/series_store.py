@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select, text
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from stackbench.resultsdb.models import Event, Patch, Series
+from stackbench.resultsdb.models import Event, Machine, Patch, Run, Series, SeriesAttempt
 
 
 def get(s: Session, series_id: int, *, lock: bool = False) -> Series | None:
@@ -65,13 +65,25 @@ def patch_subjects(s: Session, series_id: int) -> dict[str | None, str]:
 
 
 def unreported(s: Session) -> list[int]:
-    """Handed-over series that finished (done or failed) with no report mail noted."""
+    """Finished series (done or failed) whose latest attempt owes a report mail and has
+    none noted yet."""
+    latest = (
+        select(SeriesAttempt.series_id, func.max(SeriesAttempt.number).label("number"))
+        .group_by(SeriesAttempt.series_id)
+        .subquery()
+    )
     return list(
         s.scalars(
             select(Series.id)
+            .join(SeriesAttempt, SeriesAttempt.series_id == Series.id)
+            .join(
+                latest,
+                (latest.c.series_id == SeriesAttempt.series_id)
+                & (latest.c.number == SeriesAttempt.number),
+            )
             .where(Series.state.in_(("done", "failed")))
-            .where(Series.meta["submitted"].isnot(None))
-            .where(Series.meta["report_mail"].is_(None))
+            .where(SeriesAttempt.report_due, SeriesAttempt.report_mail.is_(None))
+            .order_by(Series.id)
         )
     )
 
@@ -151,24 +163,21 @@ def last_event_id(s: Session, series_id: int) -> int:
 def latest_machine(s: Session, series_id: int) -> str | None:
     """The machine the series' latest boot ran on (of the in-process pipeline or of a
     Buildbot step), None before any run."""
-    row = s.execute(
-        text(
-            "SELECT m.name FROM run r JOIN machine m ON m.id = r.machine_id "
-            "WHERE r.boot_id LIKE :here OR r.boot_id LIKE :buildbot ORDER BY r.id DESC LIMIT 1"
-        ),
-        {"here": f"series-{series_id}-attempt-%", "buildbot": f"series-{series_id}-bb-%"},
+    return s.scalars(
+        select(Machine.name)
+        .join(Run, Run.machine_id == Machine.id)
+        .where(Run.series_id == series_id)
+        .order_by(Run.id.desc())
+        .limit(1)
     ).first()
-    return row[0] if row else None
 
 
 def subjob_job_specs(s: Session, series_id: int) -> dict[str, str]:
-    """{sub-job: the job spec it came from} of the series' Buildbot boots' runs (a worker
-    records the spec it ran in each run's meta)."""
+    """{sub-job: the job spec it came from} of the series' runs (an executor records the
+    spec it ran in each run's meta)."""
     rows = s.execute(
-        text(
-            "SELECT DISTINCT r.meta->>'subjob', r.meta->>'job_spec' FROM run r "
-            "WHERE r.boot_id LIKE :tag AND r.meta ? 'job_spec'"
-        ),
-        {"tag": f"series-{series_id}-bb-%"},
+        select(Run.meta["subjob"].astext, Run.meta["job_spec"].astext)
+        .where(Run.series_id == series_id, Run.meta.has_key("job_spec"))
+        .distinct()
     ).all()
     return {str(sj): str(spec) for sj, spec in rows if sj and spec}

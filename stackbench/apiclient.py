@@ -83,15 +83,18 @@ class ApiClient:
         tree: str,
         base: str = "",
         jobs: list[str],
-        runs: int = 3,
+        runs: int | None = None,
     ) -> dict[str, Any]:
-        """Submit a series; returns its JSON (``id``, ``url``, ``state``...)."""
+        """Submit a series (``runs``: None, the service's default); returns its JSON
+        (``id``, ``url``, ``state``...)."""
         if isinstance(mbox, Path):
             try:
                 mbox = mbox.read_bytes()
             except OSError as exc:
                 raise InputError(mbox, exc.strerror or "cannot read") from None
-        body: dict[str, Any] = {"tree": tree, "base": base, "jobs": jobs, "runs": runs}
+        body: dict[str, Any] = {"tree": tree, "base": base, "jobs": jobs}
+        if runs is not None:
+            body["runs"] = runs
         if isinstance(mbox, bytes):
             # the bytes as read: mails in latin-1 or any other charset must reach git am as is
             body["mbox_base64"] = base64.b64encode(mbox).decode()

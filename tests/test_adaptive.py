@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 
 from stackbench.jobs.driver import adaptive
 from stackbench.jobs.executors import plan as bp
+from stackbench.resultsdb import series_runs_store
 from stackbench.resultsdb.ingest import ingest
 from stackbench.resultsdb.models import Patch, Series
 from stackbench.resultsdb.rundata import JobSpec, KernelSpec, MachineSpec, RunData
@@ -20,11 +21,14 @@ VMS = JobSpec(suite="vm-scalability", test="anon-w-seq", params={"test": "anon-w
 THP = JobSpec(suite="thpscale", test="thpscale", params={})
 
 
-def _series(eng, meta=None) -> int:
+def _series(eng, **plan) -> int:
+    """A running series whose attempt has ``plan`` (series_runs_store.PLAN columns)."""
     with Session(eng) as s:
-        row = Series(title="t", base_commit="b" * 40, state="running", meta=meta or {})
+        row = Series(title="t", base_commit="b" * 40, state="running")
         row.patches = [Patch(idx=1, total=1, subject="p", commit_sha="c" * 40)]
         s.add(row)
+        s.flush()
+        series_runs_store.begin(s, row.id, source="web", **plan)
         s.commit()
         return row.id
 
@@ -39,7 +43,7 @@ def _measure(eng, sid, commit, job, boots, values, *, first_round=1, sub="sj"):
     for i, boot in enumerate(plan.boots_in_order()):
         data = RunData(job=job, kernel=k, machine=MACHINE, iteration=0, samples=values(i),
                        source="qemu", meta={"subjob": sub})  # fmt: skip
-        runs.append(bp.stamp(data, boot, boot.first))
+        runs.append(bp.stamp(data, boot, boot.first, sid))
     ingest(eng, runs)
 
 
@@ -69,7 +73,7 @@ def test_a_decided_series_and_one_at_the_cap_stop(eng):
     _measure(eng, sid, "b" * 40, VMS, 5, lambda i: {"vm-scalability.throughput": [1000.0 + i]})
     _measure(eng, sid, "c" * 40, VMS, 5, lambda i: {"vm-scalability.throughput": [1500.0 + i]})
     assert adaptive.more_rounds(eng, sid) is None  # +50% on 5 boots: decided
-    sid2 = _series(eng, {"max_runs": 3})
+    sid2 = _series(eng, max_boots=3)
     with Session(eng) as s:  # another series on other kernels, undecided but at its cap
         s.get(Series, sid2).base_commit = "d" * 40
         s.get(Series, sid2).patches[0].commit_sha = "e" * 40

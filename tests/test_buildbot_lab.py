@@ -33,16 +33,18 @@ WORKERS = ("w1", "w2", "w3")
 
 
 def make_series(eng) -> int:
-    from stackbench.resultsdb import db
+    from stackbench.resultsdb import db, series_runs_store
     from stackbench.resultsdb.models import Patch, Series
 
     with db.session(eng) as s:
         series = Series(title="mm: three tweaks", base_commit=COMMITS[0], state="applied")
-        series.meta = {"jobs": [JOB], "runs": RUNS, "adaptive": False}
         for i, sha in enumerate(COMMITS[1:], 1):
             series.patches.append(Patch(idx=i, total=3, subject=f"mm: tweak {i}", commit_sha=sha))
         s.add(series)
         s.flush()
+        # the plan waits on the attempt the hand-over takes
+        series_runs_store.begin(s, series.id, source="test", executor=series_runs_store.WAITING,
+                                jobs=[JOB], runs=RUNS, adaptive=False)  # fmt: skip
         return series.id
 
 

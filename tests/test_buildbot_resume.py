@@ -203,8 +203,7 @@ def test_a_flaky_api_does_not_stop_the_dispatcher_nor_the_watching_demo(eng, emb
     master = embedded
     host, port = master.url.split("//")[1].rstrip("/").split(":")
     sid = make_series(eng)
-    lifecycle.update_meta(eng, sid, jobs=["dry-vm"], runs=1)
-    assert lifecycle.hand_over(eng, sid, source="demo") == "handed-over"
+    assert lifecycle.hand_over(eng, sid, source="demo", jobs=["dry-vm"], runs=1) == "handed-over"
     lines: list[str] = []
     with FlakyProxy((host, int(port)), every=3) as proxy:
         flaky = client.Master(proxy.url, master.user, master.password)

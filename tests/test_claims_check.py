@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from stackbench.mail import reports
 from stackbench.mail.config import MailConfig
-from stackbench.resultsdb import claims_check, claims_store, verdict
+from stackbench.resultsdb import claims_check, claims_store, series_runs_store, verdict
 from stackbench.resultsdb import ingest as ig
 from stackbench.resultsdb.models import Patch, Series
 
@@ -103,6 +103,8 @@ def _series(eng, *, version: int = 1, previous: int | None = None, claims=PLANTE
         s.add(series)
         s.flush()
         claims_store.put(series, claims)
+        series_runs_store.begin(s, series.id, source="mbox", executor=series_runs_store.FOREGROUND,
+                                check_claims=True)  # fmt: skip
         s.execute(text("UPDATE kernel_build SET series_id = :s WHERE series_id IS NULL"),
                   {"s": series.id})  # fmt: skip
         return series.id

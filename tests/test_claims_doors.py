@@ -12,7 +12,7 @@ from conftest import SHARED
 from test_web_support import DATA, add_token, add_tree, add_user, bearer, csrf_of, login
 
 from stackbench.errors import StackbenchError
-from stackbench.resultsdb import series_store
+from stackbench.resultsdb import series_runs_store, series_store
 from stackbench.resultsdb.db import session
 
 pytest_plugins = ["test_web_support"]
@@ -29,8 +29,11 @@ def _mbox(claims: bool = True) -> bytes:
 
 
 def _meta(eng, sid: int) -> dict:
+    """The series' meta with its attempt's plan (jobs, check_claims, ...) beside it."""
     with session(eng) as s:
-        return dict(series_store.get(s, sid).meta)
+        plan = series_runs_store.current(s, sid)
+        return {**series_store.get(s, sid).meta,
+                **{k: getattr(plan, k) for k in series_runs_store.PLAN}}  # fmt: skip
 
 
 def _mapped(meta: dict) -> None:
@@ -80,7 +83,7 @@ def test_without_opting_in_nothing_is_kept(eng, client):
     body = {"mbox": _mbox().decode(), "tree": "mm", "jobs": ["thpscale"], "runs": 3}
     r = client.post("/api/series", json=body, headers=bearer(tok))
     meta = _meta(eng, r.get_json()["id"])
-    assert "claims" not in meta and "check_claims" not in meta and meta["jobs"] == ["thpscale"]
+    assert "claims" not in meta and meta["check_claims"] is False and meta["jobs"] == ["thpscale"]
 
 
 def test_cli_submit_flag_opts_in(eng, tmp_path, capsys):

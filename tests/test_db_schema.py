@@ -107,4 +107,66 @@ def test_series_bookkeeping_moves_from_meta_to_its_tables(eng):
         17, 3, 6, 2, 2, {"vm": 2}
     )  # fmt: skip
     assert [p["seed"] for p in plans] == [1, 2] and step == {sid: "3/6"}
-    assert left == {"submitted": "web", "runs": 2}
+    assert left == {}  # the plan and the report flag went on to the attempt (0011)
+    with db.session(eng) as s:
+        last = series_runs_store.current(s, sid)
+        assert (last.runs, last.report_due, last.source) == (2, True, "web")
+
+
+def test_the_plan_and_the_dispatchers_flags_move_from_meta_to_the_attempt(eng):
+    """Revision 0011: a series' plan and the flags the dispatcher acts on become columns
+    of its attempt (a series no client handed over yet gets one, waiting for it), what is
+    only shown stays in meta, and runs find their series by key, not by boot id."""
+    import json
+
+    from alembic import command
+    from sqlalchemy import func
+
+    from stackbench.resultsdb import series_runs_store, series_store
+    from stackbench.resultsdb.models import Job, KernelBuild, Machine, Run, Series, SeriesAttempt
+
+    with db.session(eng) as s:
+        handed, waiting = Series(title="a", state="done"), Series(title="b", state="new")
+        s.add_all([handed, waiting])
+        s.flush()
+        s.add(SeriesAttempt(series_id=handed.id, number=1, source="web", ended=func.now(),
+                            outcome="done"))  # fmt: skip
+        sids = handed.id, waiting.id
+        m, k = Machine(name="m0"), KernelBuild(commit="c0")
+        j = Job(suite="thpscale", params_key="")
+        s.add_all([m, k, j])
+        s.flush()
+        boots = [f"series-{sids[0]}-attempt-1-r1-c0", f"series-{sids[1]}-bb-7", "bench-x-1",
+                 f"series-{sids[0] + 99}-bb-1"]  # fmt: skip
+        for n, boot in enumerate(boots):
+            s.add(Run(job_id=j.id, build_id=k.id, machine_id=m.id, idempotency_key=f"k{n}",
+                      boot_id=boot))  # fmt: skip
+    command.downgrade(db.alembic_config(eng), "0010")
+    metas = {
+        sids[0]: {
+            "submitted": "web", "jobs": ["thpscale"], "runs": 5, "max_runs": 12,
+            "adaptive": False, "report_mail": {"id": 3, "to": ["a@example.org"]},
+            "host_fault": {"error": "disk full", "step": "apply"}, "fetched": True,
+            "more_rounds": "2 more rounds", "lost_workers": ["w1 lost"],
+        },
+        sids[1]: {"jobs": ["vm-scalability"], "check_claims": True},
+    }  # fmt: skip
+    with eng.begin() as c:
+        for sid, meta in metas.items():
+            c.execute(text("UPDATE series SET meta = CAST(:m AS jsonb) WHERE id = :s"),
+                      {"m": json.dumps(meta), "s": sid})  # fmt: skip
+    command.upgrade(db.alembic_config(eng), "head")
+    with db.session(eng) as s:
+        a, w = (series_runs_store.current(s, sid) for sid in sids)
+        assert (a.jobs, a.runs, a.max_boots, a.adaptive, a.check_claims) == (
+            ["thpscale"], 5, 12, False, False)  # fmt: skip
+        assert a.report_due and a.report_mail == {"id": 3, "to": ["a@example.org"]}
+        assert a.host_fault == {"error": "disk full", "step": "apply"} and a.fetched is True
+        assert (w.number, w.executor, w.ended, w.jobs, w.check_claims, w.report_due) == (
+            1, series_runs_store.WAITING, None, ["vm-scalability"], True, False)  # fmt: skip
+        left = s.get(Series, sids[0]).meta
+        assert left == {"more_rounds": "2 more rounds", "lost_workers": ["w1 lost"]}
+        assert s.get(Series, sids[1]).meta == {}
+        keyed = [r.series_id for r in s.query(Run).order_by(Run.id)]
+        assert series_store.unreported(s) == []  # its report mail is noted
+    assert keyed == [sids[0], sids[1], None, None]

@@ -56,7 +56,9 @@ def test_hand_over_once_attach_then_retry_a_failed_series(eng, tree, tmp_path, m
     _repo, work, base = tree
     sid = _store_foreground(eng, work, base)
     with Session(eng) as s:
-        assert series_runs_store.attempts(s, sid) == []  # the dispatcher leaves it alone
+        # its plan's attempt waits for the client: the dispatcher leaves it alone
+        assert [a.executor for a in series_runs_store.attempts(s, sid)] == ["waiting"]
+        assert series_runs_store.active(s, lifecycle.PENDING) == []
 
     assert lifecycle.hand_over(eng, sid, source="demo") == "handed-over"
     # a second client (the demo run again) attaches: nothing is handed over twice
@@ -121,8 +123,8 @@ def test_buildbot_submit_hands_the_series_over_like_every_other_door(eng, tree, 
     with Session(eng) as s:
         x = s.get(Series, sid)
         assert x.state == "new" and "dispatch" not in x.meta  # the dispatcher's to take
-        assert (x.meta["runs"], x.meta["jobs"]) == (4, ["thpscale"])
         attempts = series_runs_store.attempts(s, sid)
+        assert (attempts[-1].runs, attempts[-1].jobs) == (4, ["thpscale"])
         assert [(a.source, a.ended) for a in attempts][-1] == ("buildbot submit", None)
     assert _handovers(eng, sid) == 1
     # still pending: the second submit attaches, nothing is handed over twice

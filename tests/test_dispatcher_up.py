@@ -13,6 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 from test_lifecycle_support import git, wait_for
 
+from stackbench.resultsdb import series_runs_store
 from stackbench.resultsdb.models import Series
 
 pytest_plugins = ["test_lifecycle_support"]
@@ -178,11 +179,13 @@ def test_a_read_only_tree_waits_on_the_host_and_goes_on_once_fixed(eng, tree, re
         def waiting():
             with Session(eng) as s:
                 x = s.get(Series, sid)
-                return x if (x.meta or {}).get("host_fault") else None
+                return x if series_runs_store.current(s, sid).host_fault else None
 
         x = wait_for("the series to wait on the host", waiting, timeout=60)
         assert x.state in ("new", "applying"), (x.state, x.error)
-        assert "Read-only file system" in x.meta["host_fault"]["error"]
+        with Session(eng) as s:
+            said = series_runs_store.current(s, sid).host_fault
+        assert "Read-only file system" in said["error"]
         warnings = _warnings(eng, sid)
         assert any("waiting on a host fault" in w and "Read-only" in w for w in warnings)
         subprocess.run(["umount", read_only.pop()], check=True)  # the host is fixed
@@ -192,7 +195,8 @@ def test_a_read_only_tree_waits_on_the_host_and_goes_on_once_fixed(eng, tree, re
         t.join(10)
     with Session(eng) as s:
         x = s.get(Series, sid)
-        assert x.state not in ("apply-failed",) and not x.meta.get("host_fault"), x.error
+        assert x.state not in ("apply-failed",), x.error
+        assert not series_runs_store.current(s, sid).host_fault
 
 
 def test_the_series_page_says_what_the_service_lacks(eng, tmp_path):
@@ -203,8 +207,7 @@ def test_the_series_page_says_what_the_service_lacks(eng, tmp_path):
     from stackbench.web import create_app
 
     with Session(eng) as s:
-        x = Series(title="t", state="building", source="web", submitter="a",
-                   meta={"submitted": "web"})  # fmt: skip
+        x = Series(title="t", state="building", source="web", submitter="a")
         s.add(x)
         s.flush()
         sid = x.id

@@ -134,13 +134,10 @@ def test_the_demo_stack_throughput_verdicts_hold_and_repeat(eng, kernel_env):
     twice) is judged worse on vm-scalability throughput. Measured twice on fresh runs (the
     first measurement's runs deleted), the two measurements' verdicts agree: the same
     verdict on the headline metric, and no metric judged the other way."""
-    sid = submit_series(eng, stacks.stack_mbox("compaction-demo"), jobs=[VMS], runs=5)
     # TCG's boot-to-boot spread varies with the host (one CI run: boot means of the base
     # 309k-443k, and 3/3's -36% still undecided at 10 boots, its q raised by every side
     # metric in the FDR control): undecided headline metrics may earn rounds up to 15
-    from stackbench.jobs.driver import lifecycle
-
-    lifecycle.update_meta(eng, sid, max_runs=15)
+    sid = submit_series(eng, stacks.stack_mbox("compaction-demo"), jobs=[VMS], runs=5, max_boots=15)
     assert pipeline.run_series(eng, sid, settings=_settings(adaptive=True), seed=1) == "done"
     first = verdicts(eng, sid)
     with eng.begin() as conn:

@@ -113,7 +113,7 @@ def test_a_full_disk_under_git_am_waits_and_the_series_applies_once_emptied(
     try:
         x = wait_for("the series to wait on the full disk", lambda: _waiting(eng, sid), 60)
         assert x.state in ("new", "applying"), (x.state, x.error)
-        said = x.meta["host_fault"]["error"]
+        said = _fault(eng, sid)["error"]
         assert "No space left on device" in said or "Out of diskspace" in said, said
         # a second and third try meet the same full disk: still waiting, never failed
         wait_for("two more tries", lambda: len(d._backoff) and d._backoff[sid] >= 4.0, 30)
@@ -139,7 +139,7 @@ def test_a_full_disk_under_git_am_waits_and_the_series_applies_once_emptied(
     with Session(eng) as s:
         x = s.get(Series, sid)
     assert x.state != "apply-failed", x.error
-    assert not x.meta.get("host_fault")
+    assert not _fault(eng, sid)
     states = [st for st, _m in _events(eng, sid)]
     assert states.index("waiting") < states.index("applied") and "resumed" in states, states
     assert "space" not in (x.error or "").lower(), x.error
@@ -209,8 +209,7 @@ def test_a_buildbot_workers_build_on_a_full_disk_waits_and_goes_on(eng, disk_tre
     try:
 
         def waiting():
-            with Session(eng) as s:
-                return (s.get(Series, sid).meta or {}).get("host_fault")
+            return _fault(eng, sid)
 
         said = wait_for("the build to wait on the full disk", waiting, timeout=60)
         assert "No space left on device" in said["error"], said
@@ -226,13 +225,21 @@ def test_a_buildbot_workers_build_on_a_full_disk_waits_and_goes_on(eng, disk_tre
     out = "".join(lines)
     assert "waiting on a host fault (retry in 2 s)" in out, out
     assert "kernel build of" in out and "space" not in out.splitlines()[-1].lower(), out
-    with Session(eng) as s:
-        assert not (s.get(Series, sid).meta or {}).get("host_fault")
+    assert not _fault(eng, sid)
     assert any(st == "waiting" for st, _m in _events(eng, sid))
+
+
+def _fault(eng, sid: int) -> dict | None:
+    """The host fault the series' attempt says it waits on (None: none)."""
+    from stackbench.resultsdb import series_runs_store
+
+    with Session(eng) as s:
+        attempt = series_runs_store.current(s, sid)
+        return attempt.host_fault if attempt is not None else None
 
 
 def _waiting(eng, sid: int) -> Series | None:
     """The series once it says it waits on a host fault, else None."""
     with Session(eng) as s:
         x = s.get(Series, sid)
-        return x if (x.meta or {}).get("host_fault") else None
+        return x if _fault(eng, sid) else None

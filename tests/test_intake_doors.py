@@ -21,7 +21,7 @@ from test_web_support import add_token, add_tree, add_user, bearer, csrf_of, log
 from stackbench.cli import main
 from stackbench.jobs.driver import intake
 from stackbench.jobs.lists import list_watch
-from stackbench.resultsdb import db
+from stackbench.resultsdb import db, series_runs_store
 from stackbench.resultsdb.models import Series
 
 pytest_plugins = ["test_web_support"]
@@ -248,4 +248,6 @@ def test_the_demos_guest_and_cap_reach_an_in_process_run(eng, monkeypatch, capsy
     got = ran["settings"]
     assert (got.cpus, got.mem_mb, got.accel) == (4, 2048, "tcg")
     with db.session(eng) as s:
-        assert s.get(Series, ran["sid"]).meta["max_runs"] == 6  # jobs.driver.adaptive's cap
+        plan = series_runs_store.current(s, ran["sid"])
+        assert plan.max_boots == 6 and plan.cpus == 4  # the attempt's typed plan
+        assert "max_runs" not in s.get(Series, ran["sid"]).meta

@@ -25,7 +25,7 @@ pytest.importorskip("buildbot")
 pytest.importorskip("buildbot_worker")
 
 from test_buildbot_fanout import start_web, start_worker  # noqa: E402
-from test_lifecycle_support import GIT_ENV, finished, git, wait_for  # noqa: E402
+from test_lifecycle_support import GIT_ENV, finished, git, report_mail, wait_for  # noqa: E402
 
 from stackbench.jobs.driver import dispatcher_service  # noqa: E402
 from stackbench.jobs.executors import services  # noqa: E402
@@ -286,7 +286,8 @@ def test_git_push_over_http_reaches_done(eng, tree, stack):
 
     x = wait_for(f"series {sid} to finish", lambda: finished(eng, sid), timeout=300, every=0.2)
     assert x.state == "done", (x.state, x.error)
-    assert x.source == "push" and x.meta["report_mail"]["to"][0] == "alice@example.org"
+    with Session(eng) as s:
+        assert x.source == "push" and report_mail(s, sid)["to"][0] == "alice@example.org"
     with eng.connect() as conn:
         measured = conn.execute(
             text(
@@ -353,7 +354,9 @@ def test_web_form_in_a_browser_reaches_done(eng, tree, stack, chromium):
     )
     assert page.locator("td.cell .st-done").count() == 3  # base and both commits
     x = finished(eng, sid)
-    assert x is not None and x.source == "web" and x.meta["runs"] == RUNS
+    assert x is not None and x.source == "web"
+    with Session(eng) as s:
+        assert series_runs_store.current(s, sid).runs == RUNS
 
 
 def test_dispatcher_stopped_mid_series_picks_it_up_without_a_second_buildset(eng, tree, stack):

@@ -66,11 +66,19 @@ def tree(tmp_path, monkeypatch):
     return repo, work, git(repo, "rev-parse", "v0")
 
 
+def report_mail(s: Session, sid: int) -> dict | None:
+    """The series' report mail note (its id and recipients, or why none), None before."""
+    from stackbench.resultsdb import series_runs_store
+
+    attempt = series_runs_store.current(s, sid)
+    return attempt.report_mail if attempt is not None else None
+
+
 def finished(eng, sid: int) -> Series | None:
     """The series once it ended and its report mail was queued (or said why not)."""
     with Session(eng) as s:
         x = s.get(Series, sid)
-        if x is None or x.state not in ("done", "failed") or "report_mail" not in x.meta:
+        if x is None or x.state not in ("done", "failed") or report_mail(s, sid) is None:
             return None
         list(x.patches)  # loaded for the caller
         s.expunge_all()

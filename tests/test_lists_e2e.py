@@ -32,7 +32,7 @@ from stackbench.jobs.driver import dispatcher_service  # noqa: E402
 from stackbench.jobs.lists import list_watch  # noqa: E402
 from stackbench.kernels.lists import clean_list  # noqa: E402
 from stackbench.mail import config, outbox  # noqa: E402
-from stackbench.resultsdb import db  # noqa: E402
+from stackbench.resultsdb import db, series_runs_store  # noqa: E402
 from stackbench.resultsdb.models import ListMessage, ListThread, MailOutbox, Series  # noqa: E402
 
 pytest_plugins = ["test_lifecycle_support"]
@@ -143,7 +143,9 @@ def test_the_lists_traffic_is_run_and_answered_in_its_threads(
         with db.session(eng) as s:
             assert s.execute(select(func.count()).select_from(MailOutbox)).scalar_one() == 2
             reply_of = {
-                sid: s.get(MailOutbox, s.get(Series, sid).meta["report_mail"]["id"]).message_id
+                sid: s.get(
+                    MailOutbox, series_runs_store.current(s, sid).report_mail["id"]
+                ).message_id
                 for sid in (v1, v2)
             }
         for sid, tag in ((v1, "PATCH"), (v2, "PATCH v2")):

@@ -20,6 +20,7 @@ from stackbench.jobs.executors.jobspecs import format_job_spec
 from stackbench.mail import outbox, reports
 from stackbench.mail.config import MailConfig
 from stackbench.resultsdb import ingest as ig
+from stackbench.resultsdb import series_runs_store
 from stackbench.resultsdb.models import Patch, Regression, Series
 
 
@@ -326,7 +327,7 @@ def test_the_dispatchers_report_goes_by_the_one_rule(eng, monkeypatch, owner, po
     from sqlalchemy.orm import Session
 
     with Session(eng) as s:
-        assert s.get(Series, sid).meta["report_mail"]["to"] == to
+        assert series_runs_store.current(s, sid).report_mail["to"] == to
 
 
 def test_no_recipient_is_said_on_the_series_and_nothing_is_queued(eng, monkeypatch):
@@ -336,7 +337,7 @@ def test_no_recipient_is_said_on_the_series_and_nothing_is_queued(eng, monkeypat
     sid = _ended_by_the_service(eng, "unverified")
     assert _outbox(eng) == []
     with Session(eng) as s:
-        note = s.get(Series, sid).meta["report_mail"]
+        note = series_runs_store.current(s, sid).report_mail
     assert note["to"] == [] and "no verified address" in note["why"]
 
 

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from stackbench.errors import InputError
 from stackbench.patches import intake
+from stackbench.resultsdb import series_runs_store
 from stackbench.resultsdb.models import Series, Tree
 
 ENV = {
@@ -146,8 +147,9 @@ def test_push_options_set_jobs_and_runs(eng, setup):
     assert push.returncode == 0, push.stderr
     with Session(eng) as s:
         series = s.scalars(select(Series)).one()
-        assert series.meta["runs"] == 5
-        assert series.meta["jobs"] == ["thpscale", "vm-scalability[test=anon-w-seq,runtime=5s]"]
+        plan = series_runs_store.current(s, series.id)
+        assert plan.runs == 5 and "runs" not in series.meta
+        assert plan.jobs == ["thpscale", "vm-scalability[test=anon-w-seq,runtime=5s]"]
 
 
 @pytest.mark.parametrize(

@@ -24,6 +24,7 @@ from stackbench.jobs.executors.series_state import KernelTask, SeriesRun
 from stackbench.jobs.executors.settings import Settings
 from stackbench.patches import stacks
 from stackbench.patches.parser import parse_mbox
+from stackbench.resultsdb import series_runs_store
 from stackbench.resultsdb.models import Series
 
 
@@ -90,8 +91,8 @@ def test_submit_stores_once_with_raw_mails(eng):
     with Session(eng) as s:
         series = s.get(Series, sid)
         assert series.state == "new"
-        assert series.meta["jobs"] == ["stress-highalloc"]
-        assert series.meta["runs"] == 2
+        plan = series_runs_store.current(s, sid)
+        assert (plan.jobs, plan.runs) == (["stress-highalloc"], 2)
         assert series.mbox == mbox  # the bytes as submitted, outside meta
         assert len(series.patches) == 3
         assert series.tree.default_base == "v6.1-debian"

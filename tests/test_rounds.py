@@ -198,7 +198,7 @@ def test_a_round_run_again_after_its_worker_was_lost_is_its_next_try_not_a_secon
     from stackbench.resultsdb.models import Series
 
     with db.session(eng) as s:
-        row = Series(title="t", base_commit=BASE, state="applied", meta={"submitted": "web"})
+        row = Series(title="t", base_commit=BASE, state="applied")
         s.add(row)
         s.flush()
         sid = row.id
@@ -209,7 +209,7 @@ def test_a_round_run_again_after_its_worker_was_lost_is_its_next_try_not_a_secon
                             benchmarks=6))  # fmt: skip
     with db.session(eng) as s:
         assert series_runs_store.active(s, lifecycle.PENDING) == [
-            (sid, "building", {"submitted": "web"}, "buildbot")
+            (sid, "building", "buildbot", "mbox", None, None)
         ]
         assert series_runs_store.progress(s, [sid]) == {sid: "0/3"}
         attempt = series_runs_store.current(s, sid)

@@ -26,7 +26,7 @@ BASE, C1 = "b" * 40, "c" * 40
 
 def _series(eng, state: str = "applied") -> int:
     with db.session(eng) as s:
-        row = Series(title="t", base_commit=BASE, state=state, meta={"submitted": "web"})
+        row = Series(title="t", base_commit=BASE, state=state)
         row.patches.append(Patch(idx=1, total=1, subject="mm: x", commit_sha=C1, state="applied"))
         s.add(row)
         s.flush()

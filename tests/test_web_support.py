@@ -143,6 +143,7 @@ def make_series(
     """A series stored the way the patch intake stores one (state "new", patches pending)."""
     from sqlalchemy import select
 
+    from stackbench.resultsdb import series_runs_store
     from stackbench.resultsdb.models import Patch, Series, Tree
 
     with db(eng) as s:
@@ -158,7 +159,6 @@ def make_series(
             source="mbox",
             owner_id=owner_id,
             cover_letter="Cover text",
-            meta={"jobs": ["vm-scalability"], "runs": 3},
         )
         subjects = subjects or [f"mm: patch number {i}" for i in range(1, n + 1)]
         for i, subj in enumerate(subjects, 1):
@@ -173,6 +173,10 @@ def make_series(
                 )
             )
         s.add(x)
+        s.flush()
+        # the plan, on an attempt waiting for a client to hand the series over
+        series_runs_store.begin(s, x.id, source="mbox", executor=series_runs_store.WAITING,
+                                jobs=["vm-scalability"], runs=3)  # fmt: skip
         s.commit()
         return x.id
 

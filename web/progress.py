@@ -7,7 +7,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, object_session
 
 from stackbench.jobs.executors import plan
 from stackbench.resultsdb import boots, jobs_q, runs_q, series_q, series_runs_store, signals
@@ -96,7 +96,7 @@ def commits_of(
     out: dict[int, list[Commit]] = {}
     for x in series_list:
         bl = builds.get(x.id, [])
-        expected = int((x.meta or {}).get("runs") or 0)
+        expected = int(getattr(series_runs_store.current(s, x.id), "runs", None) or 0)
         by_patch = {b.patch_id: b for b in bl if b.patch_id is not None}
         by_sha = {b.commit: b for b in bl}
         base_build = by_sha.get(x.base_commit or "") or next(
@@ -131,9 +131,10 @@ def jobs_for(s: Session, commits: list[Commit]) -> list[Job]:
 def is_pending(series: Series) -> bool:
     """Still changing: running, or finished by the dispatcher that has yet to note its
     report mail (the page keeps following it until it says where the mail went)."""
-    meta = series.meta or {}
-    if series.state in ("done", "failed") and meta.get("submitted"):
-        return "report_mail" not in meta
+    s = object_session(series)
+    last = series_runs_store.current(s, series.id) if s is not None else None
+    if series.state in ("done", "failed") and last is not None and last.report_due:
+        return last.report_mail is None
     return series.state in PENDING_SERIES
 
 
@@ -167,11 +168,11 @@ def service_warnings(s: Session, series: Series) -> list[str]:
         return []
     out = []
     last = series_runs_store.current(s, series.id)
-    handed = last is not None and last.executor != series_runs_store.FOREGROUND
+    handed = last is not None and last.executor not in series_runs_store.NOT_DISPATCHED
     if handed and not signals.lock_held(s, signals.DISPATCHER_LOCK):
         out.append("dispatcher not running: this series waits until it runs again "
                    "('stackbench up' starts it)")  # fmt: skip
-    fault = meta.get("host_fault") or {}
+    fault = (last.host_fault if last is not None else None) or {}
     if fault.get("error"):
         out.append(f"waiting on a host fault (retried until it is fixed): {fault['error']}")
     out += [str(w) for w in meta.get("lost_workers") or []]

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from stackbench.errors import StackbenchError
 from stackbench.jobs.driver import intake
+from stackbench.jobs.executors.settings import DEFAULT_RUNS
 from stackbench.resultsdb import jobs_q
 
 if TYPE_CHECKING:
@@ -18,7 +19,6 @@ if TYPE_CHECKING:
 from stackbench.web import ratelimit
 
 MAX_RUNS = intake.MAX_RUNS
-DEFAULT_RUNS = intake.DEFAULT_RUNS
 
 
 # the form and the API show these per field; every front door validates the same way

@@ -8,7 +8,7 @@ durations and side metrics never keep a series measuring, because every job has 
 them and one of them is nearly always undecided. The next look the rule asks for (5, 10
 boots per side) sets how many more boots; each is a new boot of the base and of the kernels
 still in doubt, interleaved in a shuffled order like the first rounds. The cap is the
-series' ``max_runs`` (boots per kernel) or :data:`DEFAULT_CAP`.
+series' ``max_boots`` (boots per kernel) or :data:`DEFAULT_CAP`.
 
 The answer says why in words (:meth:`MoreRounds.reason`); the pipeline writes it as the
 series' state message, which the series page and ``stackbench submit`` show.
@@ -23,12 +23,13 @@ from typing import Any
 from sqlalchemy import Engine
 
 from stackbench.jobs.executors import plan as boot_plan
-from stackbench.resultsdb import db, kernels_store, query, series_store, verdict
+from stackbench.resultsdb import db, kernels_store, query, series_runs_store, series_store, verdict
 from stackbench.resultsdb.boots import boot_key
+from stackbench.resultsdb.models import SeriesAttempt
 
 # Boots per kernel a series may reach without asking: the verdict's second look. A rank-tested
 # latency cannot decide before 10 boots per side, and under TCG a boot of the three default
-# jobs takes minutes, so the third look (20) is left to series that ask with max_runs.
+# jobs takes minutes, so the third look (20) is left to series that ask with --max-boots.
 DEFAULT_CAP = 10
 
 
@@ -100,11 +101,11 @@ class MoreRounds:
         return out
 
 
-def cap_of(meta: dict[str, Any]) -> int:
-    """Boots per kernel a series may reach: its ``max_runs``, else DEFAULT_CAP (never below
-    its own ``runs``)."""
-    cap = int(meta.get("max_runs") or DEFAULT_CAP)
-    return max(cap, int(meta.get("runs") or 0))
+def cap_of(plan: SeriesAttempt | None) -> int:
+    """Boots per kernel a series may reach: its attempt's ``max_boots``, else DEFAULT_CAP
+    (never below its own ``runs``)."""
+    cap = int(getattr(plan, "max_boots", None) or DEFAULT_CAP)
+    return max(cap, int(getattr(plan, "runs", None) or 0))
 
 
 def more_rounds(
@@ -123,10 +124,9 @@ def more_rounds(
 
     policy = policy or verdict.DEFAULT
     with db.session(eng) as s:
-        row = series_store.get(s, series_id)
-        meta = dict(row.meta) if row is not None else {}
+        planned = cap_of(series_runs_store.current(s, series_id))
         builds = kernels_store.series_kernels(s, series_id)
-    cap = cap if cap is not None else cap_of(meta)
+    cap = cap if cap is not None else planned
     if len(builds) < 2 or cap < 1:
         return None
     kernels = [query.Kernel(b.id, b.commit, b.name, b.config_name, b.compiler) for b in builds]

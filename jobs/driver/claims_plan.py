@@ -112,15 +112,20 @@ def with_claims(
 def opt_in(s: Any, series: Any) -> bool:
     """A stored series asked again with its claims checked (``demo --check-claims`` after a
     plain demo): keep its claims and add their jobs; whether its plan changed."""
-    from stackbench.resultsdb import claims_store, series_store
+    from stackbench.resultsdb import claims_store, series_runs_store
 
     if claims_store.checks_claims(series):
         return False
-    meta = series.meta or {}
-    jobs, kept, added = with_claims(series, meta.get("jobs"), meta.get("runs"), series.base_ref)
+    plan = series_runs_store.current(s, series.id)
+    if plan is None:  # stored before any attempt held its plan: its client takes this one
+        plan = series_runs_store.begin(
+            s, series.id, source="demo", executor=series_runs_store.WAITING
+        )
+    jobs, kept, added = with_claims(series, plan.jobs, plan.runs, series.base_ref)
     claims_store.put(series, kept, added=added)
+    plan.check_claims = True
     if added:
-        series_store.merge_meta(series, jobs=jobs)
+        plan.jobs = list(jobs or [])
     s.flush()
     return bool(added)
 

@@ -158,11 +158,11 @@ class Dispatcher:
             return reachable
 
         at_master = []
-        for sid, state, meta, how in self._active():
-            waits = ((meta or {}).get("host_fault") or {}).get("step") == BUILDBOT_STEP
+        for sid, state, how, source, fault, fetched in self._active():
+            waits = (fault or {}).get("step") == BUILDBOT_STEP
             if state in ("new", "applying") and not how:
                 self._enqueue("apply", sid)
-            elif state == "applied" and not how and meta.get("push") and "fetched" not in meta:
+            elif state == "applied" and not how and source == "push" and fetched is None:
                 self._enqueue("fetch", sid)
             elif state == "applied" and not how:
                 if master_answers():
@@ -221,17 +221,16 @@ class Dispatcher:
         down = self._master_down
         if down is None:
             if said:
-                fault = lifecycle.update_meta(self.eng, sid).get("host_fault") or {}
+                fault = self._fault(sid)
                 if fault.get("step") == BUILDBOT_STEP:
-                    lifecycle.update_meta(self.eng, sid, host_fault=None)
+                    self._note(sid, host_fault=None)
                     lifecycle.event(self.eng, sid, f"series:{sid}", "resumed",
                                     f"Buildbot answers again ({fault.get('error')})")  # fmt: skip
             return
         error = f"Buildbot unreachable since {_when(down['since'])}, retrying"
-        fault = lifecycle.update_meta(self.eng, sid).get("host_fault") or {}
-        if fault.get("error") == error:
+        if self._fault(sid).get("error") == error:
             return
-        lifecycle.update_meta(self.eng, sid, host_fault={
+        self._note(sid, host_fault={
             "error": error, "step": BUILDBOT_STEP, "since": down["since"]})  # fmt: skip
         lifecycle.event(self.eng, sid, f"series:{sid}", "waiting", error)
 
@@ -243,7 +242,7 @@ class Dispatcher:
             return None
         with db.session(self.eng) as s:
             by_submission = {}
-            for sid, _state, _meta, how in series_runs_store.active(s, lifecycle.PENDING):
+            for sid, _state, how, *_flags in series_runs_store.active(s, lifecycle.PENDING):
                 d = series_runs_store.dispatch(s, sid) if how == "buildbot" else None
                 if d is not None and d.submission:
                     by_submission[d.submission] = sid
@@ -258,7 +257,7 @@ class Dispatcher:
             return None
         return owners
 
-    def _active(self) -> list[tuple[int, str, dict[str, Any], str]]:
+    def _active(self) -> list[series_runs_store.Active]:
         # only series a front door handed over (an open attempt): a foreground
         # `stackbench demo` or `submit` runs its own
         with db.session(self.eng) as s:
@@ -320,8 +319,8 @@ class Dispatcher:
         if sid in self._retry_at:
             self._retry_at.pop(sid)
             self._backoff.pop(sid, None)
-            fault = lifecycle.update_meta(self.eng, sid).get("host_fault") or {}
-            lifecycle.update_meta(self.eng, sid, host_fault=None)
+            fault = self._fault(sid)
+            self._note(sid, host_fault=None)
             if fault.get("error"):
                 lifecycle.event(self.eng, sid, f"series:{sid}", "resumed",
                                 f"{what}: the host fault is gone, going on ({fault['error']})")  # fmt: skip
@@ -335,9 +334,8 @@ class Dispatcher:
         self._retry_at[sid] = time.monotonic() + delay
         log.warning("series %s: %s waits on a host fault (retry in %.0f s): %s",
                     sid, what, delay, fault)  # fmt: skip
-        meta = lifecycle.update_meta(self.eng, sid)
-        if (meta.get("host_fault") or {}).get("error") != fault:
-            lifecycle.update_meta(self.eng, sid, host_fault={"error": fault, "step": what})
+        if self._fault(sid).get("error") != fault:
+            self._note(sid, host_fault={"error": fault, "step": what})
             lifecycle.event(self.eng, sid, f"series:{sid}", "waiting",
                             f"{what}: waiting on a host fault, retried until fixed: {fault}")  # fmt: skip
 
@@ -364,7 +362,17 @@ class Dispatcher:
             tree = None  # a tree only the database knows: its workers fetch for themselves
         if tree is not None:
             apply_stage.fetch_pushed(self.eng, sid, trees.ensure_repo(tree))
-        lifecycle.update_meta(self.eng, sid, fetched=tree is not None)
+        self._note(sid, fetched=tree is not None)
+
+    def _fault(self, sid: int) -> dict[str, Any]:
+        """The host fault the series' attempt waits on ({} when none)."""
+        with db.session(self.eng) as s:
+            row = series_runs_store.current(s, sid)
+            return dict(row.host_fault or {}) if row is not None else {}
+
+    def _note(self, sid: int, **flags: Any) -> None:
+        with db.session(self.eng) as s:
+            series_runs_store.note(s, sid, **flags)
 
     def _run_in_process(self, sid: int) -> None:
         from stackbench.jobs.driver import pipeline

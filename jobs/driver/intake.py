@@ -48,7 +48,6 @@ from stackbench.resultsdb import (
 )
 
 MAX_RUNS = 30
-DEFAULT_RUNS = 3
 ACCELS = ("auto", "kvm", "tcg")
 _REF_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/\-]{0,199}$")
 
@@ -145,9 +144,10 @@ class Options:
     """What a submission asks of its run; None: not asked for (the defaults apply).
 
     A new opt-in is one field here with its reader (and, if the dispatcher acts on it, its
-    place in :meth:`meta`): the doors read the fields by name, so the CLI flag whose dest
-    is the field's name, the form's or the API's field and ``git push -o name=value``
-    reach it with no code of their own."""
+    column of the attempt's plan, series_runs_store.PLAN, filled by :meth:`plan`): the
+    doors read the fields by name, so the CLI flag whose dest is the field's name, the
+    form's or the API's field and ``git push -o name=value`` reach it with no code of their
+    own."""
 
     jobs: tuple[str, ...] | None = _option(check_jobs)
     runs: int | None = _option(check_runs)
@@ -203,14 +203,10 @@ class Options:
         return dataclasses.replace(base or Settings(), **{k: v for k, v in asked.items()
                                                           if v is not None})  # fmt: skip
 
-    def meta(self) -> dict[str, Any]:
-        """What the dispatcher's journey reads of the plan, beside jobs and runs."""
-        out: dict[str, Any] = {}
-        if self.max_boots is not None:
-            out["max_runs"] = self.max_boots  # jobs.driver.adaptive's cap
-        if self.adaptive is False:
-            out["adaptive"] = False
-        return out
+    def plan(self) -> dict[str, Any]:
+        """The plan's columns of the series' attempt (series_runs_store.PLAN) asked for."""
+        out = {k: getattr(self, k) for k in series_runs_store.PLAN if k != "check_claims"}
+        return {**out, "check_claims": bool(self.check_claims)}
 
 
 @dataclass(frozen=True)
@@ -335,7 +331,7 @@ def _store(
     base_ref: str,
     key: str,
 ) -> series_store.Series:
-    meta = {**(sub.meta or {}), **options.meta()}
+    meta = dict(sub.meta or {})
     if sub.pushed is not None:
         meta["push"] = {"repo": str(sub.pushed.repo), "ref": sub.pushed.ref, "head": sub.pushed.new}
     jobs = list(options.jobs) if options.jobs is not None else None
@@ -352,22 +348,22 @@ def _store(
             key=key,
             source=sub.source,
             owner_id=sub.owner_id,
-            jobs=jobs,
-            runs=options.runs,
             meta=meta or None,
             mbox=sub.mbox,  # applied as sent, whatever its charset
         )
     except InputError as exc:
         raise SubmissionErrors({"mbox": exc.what}) from exc
     s.flush()
-    if series.state != "new" or series.meta.get("submitted"):
+    if series.state != "new" or series_runs_store.current(s, series.id) is not None:
         return series  # the same submission again: already handed over
     who = accounts_q.user(s, sub.owner_id).name if sub.owner_id else "an anonymous submitter"
-    series_store.merge_meta(series, submitted=sub.source)
     if claims is not None:
         claims_store.put(series, claims, added=added)
-    if sub.runner == DISPATCHER:
-        series_runs_store.begin(s, series.id, source=sub.source)
+    # the first attempt holds the plan; the dispatcher takes it at once, else it waits for
+    # the client that runs the series or hands it over itself
+    waits = "" if sub.runner == DISPATCHER else series_runs_store.WAITING
+    plan = {**options.plan(), "jobs": jobs}
+    series_runs_store.begin(s, series.id, source=sub.source, executor=waits, report=True, **plan)
     if sub.pushed is not None:
         # the pushed commits are the applied patches: nothing to git am
         done = ApplyResult(

@@ -26,7 +26,7 @@ from __future__ import annotations
 import time
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Protocol
 
@@ -137,18 +137,24 @@ class Journey:
     boots: int | None = None
     seed: int | None = None
     policy: Any = None
-    meta: dict[str, Any] = field(init=False)
     jobs: list[str] = field(init=False)
     runs: int = field(init=False)
+    adaptive: bool = field(init=False)
 
     def __post_init__(self) -> None:
+        """The plan is the series' attempt's (checked at the intake); what it leaves out,
+        the defaults and ``settings``."""
         with db.session(self.eng) as s:
-            series = series_store.get(s, self.sid)
-            if series is None:
+            if series_store.get(s, self.sid) is None:
                 raise NotFoundError(f"no series {self.sid}")
-            self.meta = dict(series.meta)
-        self.runs = int(self.meta.get("runs") or DEFAULT_RUNS)
-        self.jobs = list(self.meta.get("jobs") or DEFAULT_JOBS)
+            plan = series_runs_store.current(s, self.sid)
+        asked = {k: getattr(plan, k, None) for k in series_runs_store.PLAN}
+        self.runs = int(asked["runs"] or DEFAULT_RUNS)
+        self.jobs = list(asked["jobs"] or DEFAULT_JOBS)
+        self.adaptive = self.settings.adaptive and asked["adaptive"] is not False
+        guest = {k: asked[k] for k in ("cpus", "mem_mb", "accel") if asked[k] is not None}
+        if guest:
+            self.settings = replace(self.settings, **guest)
 
     @cached_property
     def subjobs(self) -> list[Any]:
@@ -224,8 +230,6 @@ class Journey:
         """Cancel what the executor holds and hand the series over again (a new attempt,
         so a new submission), saying why on its page until the new attempt is seen."""
         error = f"{stuck[0]}, resubmitting"
-        lifecycle.update_meta(self.eng, self.sid, host_fault={
-            "error": error, "step": STUCK_STEP, "since": time.time()})  # fmt: skip
         lifecycle.event(self.eng, self.sid, f"series:{self.sid}", "waiting",
                         "; ".join(stuck) + ": cancelled, resubmitting")  # fmt: skip
         self.executor.abandon(self)
@@ -233,14 +237,20 @@ class Journey:
         fg = series_runs_store.FOREGROUND
         state = lifecycle.resubmit(self.eng, self.sid, f"handed over again: {error}",
                                    executor=fg if self.executor.name == fg else "")  # fmt: skip
+        with db.session(self.eng) as s:  # on the new attempt, until it is seen under way
+            series_runs_store.note(s, self.sid, host_fault={
+                "error": error, "step": STUCK_STEP, "since": time.time()})  # fmt: skip
         if state == "applied":
             self.start()  # not taken now (the master went away): the next look hands it over
         return self._state()
 
     def _resumed(self) -> None:
-        fault = self.meta.get("host_fault") or {}
+        with db.session(self.eng) as s:
+            row = series_runs_store.current(s, self.sid)
+            fault = dict(row.host_fault or {}) if row is not None else {}
+            if fault.get("step") == STUCK_STEP:
+                series_runs_store.note(s, self.sid, host_fault=None)
         if fault.get("step") == STUCK_STEP:
-            lifecycle.update_meta(self.eng, self.sid, host_fault=None)
             lifecycle.event(self.eng, self.sid, f"series:{self.sid}", "resumed",
                             f"handed over again, under way ({fault.get('error')})")  # fmt: skip
 
@@ -276,7 +286,7 @@ class Journey:
     def _more_batch(self, p: Progress, d: series_runs_store.Dispatch | None) -> Batch | None:
         """Headline metrics still undecided: more rounds of new boots of the base and the
         kernels in doubt, up to the cap (jobs/driver/adaptive.py), unless the series said no."""
-        if not self.settings.adaptive or self.meta.get("adaptive") is False:
+        if not self.adaptive:
             return None
         # here, not at the top: adaptive brings scipy.stats, which a worker never needs
         from stackbench.jobs.driver import adaptive

@@ -66,19 +66,15 @@ def hand_over(
     submission key is new and the master gets one new buildset. ``jobs`` and ``runs``
     replace the series' own for this and later attempts (checked by the caller as a
     submission's are: stackbench.jobs.driver.intake.Options)."""
-    settings: dict[str, Any] = {"jobs": list(jobs)} if jobs else {}
-    if runs is not None:
-        settings["runs"] = runs
     with db.session(eng) as s:
         row = series_store.get(s, series_id, lock=True)
         if row is None:
             raise NotFoundError(f"no series {series_id}")
-        meta = dict(row.meta)
         last = series_runs_store.current(s, series_id)
         ours = (
             last is not None
             and last.ended is None
-            and last.executor != series_runs_store.FOREGROUND
+            and last.executor not in series_runs_store.NOT_DISPATCHED
         )
         if row.state == "apply-failed":
             return "apply-failed"
@@ -86,13 +82,12 @@ def hand_over(
             return "finished"
         if row.state in PENDING and ours:
             return "attached"  # a rerun of a series still running waits for it
-        meta.pop("report_mail", None)
-        meta["submitted"] = meta.get("submitted") or source
-        meta.update(settings)
         start = _start_state(row)
         check_move(series_id, row.state, start)
-        attempt = series_runs_store.begin(s, series_id, source=source)
-        _move(s, row, start, error="", meta=meta)
+        attempt = series_runs_store.begin(
+            s, series_id, source=source, report=True, jobs=jobs or None, runs=runs
+        )
+        _move(s, row, start, error="")
         series_store.add_event(
             s,
             series_id,
@@ -244,8 +239,13 @@ def resubmit(eng: Engine, series_id: int, message: str, *, executor: str = "") -
             raise NotFoundError(f"no series {series_id}")
         if row.state not in PENDING:
             return row.state
+        last = series_runs_store.current(s, series_id)
         series_runs_store.end(s, series_id, "resubmitted")
-        attempt = series_runs_store.begin(s, series_id, source="resubmitted", executor=executor)
+        # the attempt goes on with the one it replaces: its report, when one was due
+        attempt = series_runs_store.begin(
+            s, series_id, source="resubmitted", executor=executor,
+            report=bool(last is not None and last.report_due),
+        )  # fmt: skip
         _move(s, row, _start_state(row), error="")
         series_store.add_event(s, series_id, f"series:{series_id}", row.state,
                                f"{message} (attempt {attempt.number})"[:4000])  # fmt: skip
@@ -341,10 +341,12 @@ def queue_report(eng: Engine, series_id: int) -> str:
                else "no recipient: the submitting account has no verified address and "
                "STACKBENCH_MAIL_LIST is not set")  # fmt: skip
         note = {"to": [], "why": why}
-        update_meta(eng, series_id, report_mail=note)
+        with db.session(eng) as s:
+            series_runs_store.note(s, series_id, report_mail=note)
         return f"report mail not queued: {note['why']}"
     mail_id = reports.queue(eng, mail)
-    update_meta(eng, series_id, report_mail={"id": mail_id, "to": mail.to})
+    with db.session(eng) as s:
+        series_runs_store.note(s, series_id, report_mail={"id": mail_id, "to": mail.to})
     line = f"report mail #{mail_id} queued to {', '.join(mail.to)}"
     event(eng, series_id, f"series:{series_id}", "mail", line)
     return line
@@ -359,6 +361,7 @@ def report_apply_failed(eng: Engine, series_id: int) -> str | None:
         posted = (row.meta or {}).get("list") if row is not None else None
         if row is None or row.state != "apply-failed" or not isinstance(posted, dict):
             return None
-        if not posted.get("apply_failed_reply") or row.meta.get("report_mail"):
+        attempt = series_runs_store.current(s, series_id)
+        if not posted.get("apply_failed_reply") or (attempt and attempt.report_mail):
             return None
     return queue_report(eng, series_id)

@@ -70,6 +70,7 @@ def run_series(
     sr = SeriesRun(series_id, settings, progress)
     local = LocalExecutor(sr, executor)
     journey = Journey(eng, series_id, local, settings=settings, boots=boots, seed=seed)
+    sr.settings = journey.settings  # with the guest the series' plan asked for
     try:
         state = journey.run()
     except BaseException as exc:

@@ -323,7 +323,7 @@ def boot_one(
         on_line=on_line,
         timings=sr.timings,
     )
-    runs = [stamp(r, boot, first_of.get(r.meta.get("subjob", ""), 0)) for r in runs]
+    runs = [stamp(r, boot, first_of.get(r.meta.get("subjob", ""), 0), sr.series_id) for r in runs]
     if res is None:
         t.outcome, t.error = "error", "nothing could run on this kernel"
         return runs

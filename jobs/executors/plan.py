@@ -149,12 +149,14 @@ def boot_id(tag: str, rnd: int, kernel: str) -> str:
     return f"{raw[:100]}-{hashlib.sha256(raw.encode()).hexdigest()[:16]}"
 
 
-def stamp(run: Any, boot: Boot, first: int) -> Any:
+def stamp(run: Any, boot: Boot, first: int, series: int | None = None) -> Any:
     """A run collected from ``boot`` (numbered from 0 within it) as a run of the plan: its
-    iteration numbered from ``first`` within the kernel's plan, its boot and round in
-    ``meta`` (ingest stores them in ``run.boot_id`` / ``run.boot_round``), and an
-    idempotency key that is unique per boot."""
+    iteration numbered from ``first`` within the kernel's plan, its boot, round and series
+    in ``meta`` (ingest stores them in ``run.boot_id`` / ``run.boot_round`` /
+    ``run.series_id``), and an idempotency key that is unique per boot."""
     meta = {**run.meta, "boot_id": boot.boot_id, "boot_round": boot.round}
+    if series is not None:
+        meta["series"] = series
     meta["boot_position"] = boot.position
     stamped = replace(run, iteration=first + run.iteration, meta=meta, idempotency_key=None)
     stamped.idempotency_key = hashlib.sha256(

@@ -90,18 +90,19 @@ def _say_waiting(args: argparse.Namespace, fault: str | None) -> None:
     the Buildbot log."""
     if not str(args.series).isdigit() or config.server_url():
         return
-    from stackbench.resultsdb import db, series_store
+    from stackbench.resultsdb import db, series_runs_store, series_store
 
     sid = int(args.series)
     said = {"error": fault, "step": f"build of {args.name or args.commit[:12]}"}
     try:
         with db.session(db.engine()) as s:
             row = series_store.get(s, sid, lock=True)
-            if row is None:
+            attempt = series_runs_store.current(s, sid) if row is not None else None
+            if attempt is None:
                 return
-            before = ((row.meta or {}).get("host_fault") or {}).get("error")
+            before = (attempt.host_fault or {}).get("error")
             if before != fault:
-                series_store.merge_meta(row, host_fault=said if fault else None)
+                attempt.host_fault = said if fault else None
                 if fault:
                     series_store.add_event(s, sid, f"series:{sid}", "waiting",
                                            f"{said['step']}: waiting on a host fault, retried until fixed: {fault}")  # fmt: skip

@@ -178,8 +178,6 @@ def measure(
             base_ref=todo[0],
             base_commit=todo[0],
             source=source,
-            meta={"jobs": list(jobs), "runs": boots * lab.runs_per_boot,
-                  "max_runs": cap if adaptive else boots, "adaptive": adaptive},
             patches=[
                 {"idx": i, "total": len(todo) - 1, "commit_sha": c,
                  "subject": lab.subject(tree, c), "state": "applied"}
@@ -187,7 +185,11 @@ def measure(
             ],
         )  # fmt: skip
         sid = series.id
-        series_runs_store.begin(s, sid, source=source, executor=series_runs_store.FOREGROUND)
+        series_runs_store.begin(
+            s, sid, source=source, executor=series_runs_store.FOREGROUND,
+            jobs=list(jobs), runs=boots * lab.runs_per_boot,
+            max_boots=cap if adaptive else boots, adaptive=adaptive,
+        )  # fmt: skip
     lifecycle.set_state(eng, sid, "applied", "commits of the tree: nothing to apply")
     journey = Journey(
         eng, sid, lab.executor(eng, sid), settings=lab.settings, boots=boots, policy=policy

@@ -14,6 +14,7 @@ from stackbench.cli._follow import (
     runner,
 )
 from stackbench.errors import StackbenchError
+from stackbench.jobs.executors.settings import DEFAULT_RUNS
 
 NAME = "demo"
 ORDER = 5
@@ -48,7 +49,10 @@ DEMO_JOBS = [
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stack", default="compaction-demo", help="a shipped stack (patches/stacks)")
-    p.add_argument("--runs", type=int, default=3, help="runs of every job per kernel (3)")
+    p.add_argument(
+        "--runs", type=int, default=DEFAULT_RUNS,
+        help=f"runs of every job per kernel ({DEFAULT_RUNS})",
+    )  # fmt: skip
     p.add_argument(
         "--jobs",
         default=None,
@@ -156,18 +160,25 @@ def _state(eng, sid: int) -> str:
 def _plan_changed(eng, sid: int, options) -> bool:
     """A stored demo series with another plan is re-run with the requested one; a new
     --max-boots is its cap from now on."""
-    from stackbench.resultsdb import claims_store, db, series_store
+    from stackbench.resultsdb import claims_store, db, series_runs_store, series_store
 
     jobs = list(options.jobs or ())
     with db.session(eng) as s:
         series = series_store.get(s, sid)
-        if options.meta():
-            series_store.merge_meta(series, **options.meta())
+        plan = series_runs_store.current(s, sid)
+        if plan is None:  # stored before any attempt held its plan: this one waits for us
+            plan = series_runs_store.begin(
+                s, sid, source="demo", executor=series_runs_store.WAITING
+            )
+        for name in ("max_boots", "adaptive"):
+            if getattr(options, name) is not None:
+                setattr(plan, name, getattr(options, name))
         own, added = claims_store.own_jobs(series), series.meta.get("claims_jobs") or []
         rerun = series.meta.get("claims_rerun")  # its claims' jobs joined a finished demo
-        if own == jobs and series.meta.get("runs") == options.runs and not rerun:
+        if own == jobs and plan.runs == options.runs and not rerun:
             return False
-        series_store.merge_meta(series, jobs=[*jobs, *added], runs=options.runs, claims_rerun=False)
+        plan.jobs, plan.runs = [*jobs, *added], options.runs
+        series_store.merge_meta(series, claims_rerun=False)
         return series.state == "done"
 
 

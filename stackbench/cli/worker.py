@@ -7,6 +7,7 @@ import socket
 from pathlib import Path
 
 from stackbench import config
+from stackbench.jobs.executors.settings import DEFAULT_RUNS
 
 NAME = "worker"
 ORDER = 70
@@ -65,7 +66,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         c.add_argument("--series", default="")
         c.add_argument("--buildbot-build", default="")
         if name in ("bench", "baremetal"):
-            c.add_argument("--runs", type=int, default=3)
+            c.add_argument("--runs", type=int, default=DEFAULT_RUNS)
             _dry(c)
         if name == "bench":
             c.add_argument(

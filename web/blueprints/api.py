@@ -66,6 +66,7 @@ def series_json(
     ``claims``: with its claims section (one series' page: a list leaves it to each)."""
     if step is None:
         step = series_runs_store.progress(dbsession.get(), [x.id]).get(x.id)
+    plan = series_runs_store.current(dbsession.get(), x.id)
     d: dict[str, Any] = {
         "id": x.id,
         "url": url_for("series.show", series_id=x.id, _external=True),
@@ -80,13 +81,13 @@ def series_json(
         "error": x.error,
         "source": x.source,
         "message_id": x.message_id,
-        "jobs": (x.meta or {}).get("jobs", []),
-        "runs": (x.meta or {}).get("runs"),
+        "jobs": list(plan.jobs or []) if plan is not None else [],
+        "runs": plan.runs if plan is not None else None,
         "progress": step or None,
-        "report_mail": (x.meta or {}).get("report_mail"),
+        "report_mail": plan.report_mail if plan is not None else None,
         # what the series waits on that is not its doing (a full disk, an unreachable master)
-        "waiting_on": ((x.meta or {}).get("host_fault") or {}).get("error")
-        if x.state in progress.PENDING_SERIES
+        "waiting_on": (plan.host_fault or {}).get("error")
+        if plan is not None and x.state in progress.PENDING_SERIES
         else None,
         "claims": _claims(x) if claims else None,
         "created_at": _iso(x.created_at),

@@ -91,7 +91,8 @@ def state_key(
     running attempt's k/N; ``tries``: its rounds)."""
     meta = x.meta or {}
     # the public comparison is made a moment after the series ends: the page refreshes for it
-    parts = [x.state, step, str("report_mail" in meta)]
+    last = series_runs_store.current(dbsession.get(), x.id)
+    parts = [x.state, step, str(last is not None and last.report_mail is not None)]
     parts.append(str("comparison" in meta))
     parts += warnings
     parts += [f"{r.round}.{r.try_}:{r.state}:{r.worker}" for r in tries]

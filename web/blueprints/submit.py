@@ -5,6 +5,7 @@ from __future__ import annotations
 from flask import Blueprint, flash, g, redirect, render_template, request, url_for
 
 from stackbench.jobs.driver import intake
+from stackbench.jobs.executors.settings import DEFAULT_RUNS
 from stackbench.web import dbsession, submission
 from stackbench.web.auth import login_required
 
@@ -29,7 +30,7 @@ def _render(errors: dict[str, str], values: dict, status: int = 200):
 
 @bp.route("/submit", methods=["GET"])
 def form():
-    return _render({}, {"runs": submission.DEFAULT_RUNS, "jobs": []})
+    return _render({}, {"runs": DEFAULT_RUNS, "jobs": []})
 
 
 @bp.route("/submit", methods=["POST"])

@@ -20,6 +20,7 @@ import yaml
 
 from stackbench import config as sbconfig
 from stackbench.errors import InputError
+from stackbench.jobs.executors.settings import DEFAULT_JOBS, DEFAULT_RUNS
 
 KINDS = ("qemu", "baremetal")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -77,10 +78,8 @@ class BuildbotConfig:
     kernel_configs: list[KernelConfigSpec] = field(
         default_factory=lambda: [KernelConfigSpec("linux-6.1", "tiny-guest")]
     )
-    jobs: list[str] = field(
-        default_factory=lambda: ["vm-scalability", "thpscale", "stress-highalloc"]
-    )
-    runs: int = 3
+    jobs: list[str] = field(default_factory=lambda: list(DEFAULT_JOBS))
+    runs: int = DEFAULT_RUNS
     machine_kinds: list[str] = field(default_factory=lambda: ["qemu"])
     nightly_hour: int = 2
     nightly_minute: int = 0
