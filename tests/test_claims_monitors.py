@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from stackbench.resultsdb import claims_check, claims_store
+from stackbench.resultsdb import claims_check, claims_store, series_runs_store
 from stackbench.resultsdb import ingest as ig
 from stackbench.resultsdb.models import Patch, Series
 
@@ -95,6 +95,8 @@ def _series(eng, kept: list[dict]) -> int:
         s.add(series)
         s.flush()
         claims_store.put(series, kept)
+        series_runs_store.begin(s, series.id, source="mbox", executor=series_runs_store.FOREGROUND,
+                                check_claims=True)  # fmt: skip
         s.execute(text("UPDATE kernel_build SET series_id = :s WHERE series_id IS NULL"),
                   {"s": series.id})  # fmt: skip
         return series.id
