@@ -12,7 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 from test_pipeline_e2e import kernel_env  # noqa: F401
 
-from stackbench.resultsdb import claims_check
+from stackbench.resultsdb import claims_check, series_runs_store
 from stackbench.resultsdb.models import Series
 
 pytest_plugins = ["test_web_support"]
@@ -51,7 +51,8 @@ def test_demo_with_check_claims_runs_to_done_and_shows_each_claims_status(
     out = capsys.readouterr().out
     with Session(eng) as s:
         (series,) = s.scalars(select(Series)).all()
-        assert series.state == "done" and series.meta["check_claims"] is True
+        assert series.state == "done"
+        assert series_runs_store.current(s, series.id).check_claims is True
         sid = series.id
     report = claims_check.check_series(eng, sid)
     statuses = [c.status for c in report.checks]
