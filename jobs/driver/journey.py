@@ -31,6 +31,7 @@ from functools import cached_property
 from typing import Any, Protocol
 
 from sqlalchemy import Engine
+from sqlalchemy.orm import Session
 
 from stackbench.errors import NotFoundError
 from stackbench.jobs.driver import lifecycle
@@ -187,9 +188,12 @@ class Journey:
             return self._state()
         if p.stuck:
             return self._resubmit(p.stuck)
-        self._resumed()
         with db.session(self.eng) as s:
+            resumed = self._clear_stuck_note(s)
             d = series_runs_store.dispatch(s, self.sid)
+        if resumed:
+            lifecycle.event(self.eng, self.sid, f"series:{self.sid}", "resumed",
+                            f"handed over again, under way ({resumed})")  # fmt: skip
         batches = d.batches if d is not None else 0
         if p.builds_ended >= p.kernels and p.built:
             if batches == 0 and self._hand(self._first_batch(p, d)):
@@ -244,15 +248,15 @@ class Journey:
             self.start()  # not taken now (the master went away): the next look hands it over
         return self._state()
 
-    def _resumed(self) -> None:
-        with db.session(self.eng) as s:
-            row = series_runs_store.current(s, self.sid)
-            fault = dict(row.host_fault or {}) if row is not None else {}
-            if fault.get("step") == STUCK_STEP:
-                series_runs_store.note(s, self.sid, host_fault=None)
-        if fault.get("step") == STUCK_STEP:
-            lifecycle.event(self.eng, self.sid, f"series:{self.sid}", "resumed",
-                            f"handed over again, under way ({fault.get('error')})")  # fmt: skip
+    def _clear_stuck_note(self, s: Session) -> str:
+        """The note of a resubmitted attempt (``_resubmit``), removed now that it is under
+        way: its text, or "" when there was none."""
+        row = series_runs_store.current(s, self.sid)
+        fault = dict(row.host_fault or {}) if row is not None else {}
+        if fault.get("step") != STUCK_STEP:
+            return ""
+        series_runs_store.note(s, self.sid, host_fault=None)
+        return str(fault.get("error"))
 
     # -- the batches
 
