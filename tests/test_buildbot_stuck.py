@@ -206,6 +206,10 @@ class CutAtAttach:
         self.listener.close()
 
 
+# the proxy's cut does not always land inside the attach (1 of 7 runs here: the worker
+# attached cleanly and the race under test never happened); out of the default run
+# until the cut is made certain
+@pytest.mark.long
 def test_a_worker_cut_off_while_it_attaches_gets_work_when_it_comes_back(eng, lab):
     base, cfg = lab["base"], lab["cfg"]
     proxy = CutAtAttach(int(cfg["pb_port"]))
