@@ -181,13 +181,16 @@ def test_which_earlier_attempts_lost_their_worker():
     def build(state, results=5):
         return {"results": results, "state_string": state}
 
-    # what Buildbot's Build writes when it loses its worker, before or while it runs
+    # what Buildbot's Build writes when it loses its worker while it runs
     assert worker_went_away(build("retry lost connection"))
-    assert worker_went_away(build("worker not pinged"))
     assert worker_went_away(build("retry no report within 2s (0 of 2 run(s))"))  # a box
+    # a worker gone before the build began: the round ran nothing (the chaos bench's
+    # back-to-back worker kills gave a round up with one of these as its second loss)
+    assert not worker_went_away(build("worker not pinged"))
+    assert not worker_went_away(build("worker not available"))
     # what a master's going leaves: the next master's housekeeping, a clean shutdown
     assert not worker_went_away(build("building"))
-    assert not worker_went_away(build("acquiring locks"))
+    assert not worker_went_away(build("created"))
     assert not worker_went_away(build("retry (Master Shutdown) lost connection"))
     assert not worker_went_away(build("build successful", results=0))
 
@@ -255,11 +258,12 @@ def test_a_master_restart_and_a_lost_worker_in_one_round_do_not_give_it_up(eng, 
     assert x.state == "done", (x.state, x.error)
     tries = [b for b in _round_builds(master) if b["buildrequestid"] == first["buildrequestid"]]
     assert [b["buildid"] for b in tries[:2]] == [first["buildid"], second["buildid"]]
-    assert [b["results"] for b in tries] == [RETRY, RETRY, SUCCESS], tries
+    # (a try the master began on the dying worker, "worker not pinged", may come between)
+    assert [b["results"] for b in (tries[0], tries[1], tries[-1])] == [RETRY, RETRY, SUCCESS]
     assert "lost connection" in tries[1]["state_string"], tries[1]
-    props = master.get(f"builds/{tries[2]['buildid']}/properties")["properties"][0]
+    props = master.get(f"builds/{tries[-1]['buildid']}/properties")["properties"][0]
     assert props["lost_attempts"][0] == [f"{second['buildid']}:w1"]
-    assert props["restarted_attempts"][0] == [f"{first['buildid']}:w1"]
+    assert props["spared_attempts"][0][0] == f"{first['buildid']}:w1"
 
 
 class CutAtAttach:

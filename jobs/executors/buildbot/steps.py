@@ -300,8 +300,8 @@ class RunBoots(CompositeStepMixin, buildstep.BuildStep):
             self.build.addStepsAfterCurrentStep(added)
             self.descriptionDone = [f"{len(boots)} evidence boot(s)"]
             return SUCCESS
-        # an attempt a master restart ended may have stored boots too: they are skipped
-        retry = bool(lost or self.getProperty("restarted_attempts")
+        # an attempt a master's restart ended may have stored boots too: they are skipped
+        retry = bool(lost or self.getProperty("spared_attempts")
                      or self.getProperty("skip_stored"))  # fmt: skip
         if lost:
             added.append(steps.ShellCommand(
@@ -362,36 +362,36 @@ def artifact_path(buildername: str, buildnumber: int) -> str:
     return f"artifacts/{buildername}/{buildnumber}/{ARTIFACT}"
 
 
-# Buildbot's own words (buildbot/process/build.py) for a build it ended because it lost its
-# worker: "retry lost connection" once it ran (or "retry <summary>" of a step that saw the
-# machine go, as a bare-metal box's wait does), "worker not available/pinged/building"
-# before it started
-WORKER_GONE_PREFIXES = ("retry", "worker not")
-# a master stopped cleanly ends its builds RETRY too, saying why
+# how Buildbot's Build ends a build whose worker went away once it ran (buildbot/process/
+# build.py): "retry lost connection", or "retry <summary>" of a step that saw the machine go
+# (a bare-metal box's wait); a master stopped cleanly ends its builds RETRY too, saying why
+LOST_PREFIX = "retry"
 MASTER_SHUTDOWN = "(Master Shutdown)"
 
 
 def worker_went_away(build: dict[str, Any]) -> bool:
     """Whether an earlier attempt (a build of the master's REST/data API) ended because its
-    worker went away, not because its master did. A master that was killed never finishes
-    its builds: the next one's housekeeping ends them RETRY with their last state string
-    ("building", ...) left as it was; a master stopped cleanly says "(Master Shutdown)".
-    Neither is the machine's doing, so neither counts towards ``round_attempts`` (the cap is
-    for a kernel that takes its machine down)."""
+    worker went away while it ran, the one loss a round's kernel may have caused. Not
+    counted: a master that was killed never finishes its builds (the next one's
+    housekeeping ends them RETRY, their last state string, "building", "created", ... left
+    as it was); one stopped cleanly says "(Master Shutdown)"; a worker gone before the
+    build began ("worker not pinged/available/building") ran nothing of the round. None of
+    these counts towards ``round_attempts``, the cap for a kernel that takes its machine
+    down."""
     if build.get("results") != RETRY:
         return False
     state = str(build.get("state_string") or "")
-    return state.startswith(WORKER_GONE_PREFIXES) and MASTER_SHUTDOWN not in state
+    return state.startswith(LOST_PREFIX) and MASTER_SHUTDOWN not in state
 
 
 @defer.inlineCallbacks
 def find_lost_attempts(step: Any) -> Any:
     """Earlier attempts of ``step``'s build request that lost their worker, as
     ["buildid:worker", ...], set as the build's ``lost_attempts`` property: Buildbot retries
-    a build whose worker vanished, and the retry marks their runs. Attempts a master's
-    restart ended are set apart as ``restarted_attempts``: not lost, but what they stored
-    is still skipped."""
-    lost, restarted = [], []
+    a build whose worker vanished, and the retry marks their runs. Attempts ended RETRY for
+    what the round did not cause (``worker_went_away``) are set apart as
+    ``spared_attempts``: not lost, but what they stored is still skipped."""
+    lost, spared = [], []
     for req in step.build.requests:
         builds = yield step.master.data.get(("buildrequests", req.id, "builds"))
         for b in builds:
@@ -399,9 +399,9 @@ def find_lost_attempts(step: Any) -> Any:
                 continue
             wk = yield step.master.data.get(("workers", b["workerid"]))
             named = f"{b['buildid']}:{wk['name'] if wk else b['workerid']}"
-            (lost if worker_went_away(b) else restarted).append(named)
+            (lost if worker_went_away(b) else spared).append(named)
     step.setProperty("lost_attempts", lost, type(step).__name__)
-    step.setProperty("restarted_attempts", restarted, type(step).__name__)
+    step.setProperty("spared_attempts", spared, type(step).__name__)
     return lost
 
 
