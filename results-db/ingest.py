@@ -27,6 +27,8 @@ class IngestResult:
     inserted: list[int] = field(default_factory=list)
     skipped: int = 0
     samples: int = 0
+    # each run's new id in the order given, None where its idempotency key was stored before
+    ids: list[int | None] = field(default_factory=list)
 
 
 def _upsert_id(conn, model, values: dict[str, Any], keys: Sequence[str]) -> int:
@@ -288,16 +290,6 @@ def _resolve_all(conn, runs: Sequence[RunData]) -> tuple[list[Resolved], dict[st
     return resolved, metric_ids(conn, {n for d in runs for n in d.samples})
 
 
-def ingest_run(eng: Engine, data: RunData) -> int | None:
-    """Store one run and its samples in one transaction; None when its key already exists."""
-    with eng.connect() as conn:
-        with conn.begin():
-            (resolved,), metric = _resolve_all(conn, [data])
-            run_id = _store_run(conn, data, resolved, metric)
-        _remember_metrics(eng, metric)
-    return run_id
-
-
 _SEQS: dict[int, array] = {}
 
 
@@ -453,7 +445,7 @@ def ingest(eng: Engine, runs: Iterable[RunData], workers: int | None = None) -> 
         failed = [e for e in (f.exception() for f in futures) if e is not None]
         if failed:
             raise failed[0]
-    res = IngestResult()
+    res = IngestResult(ids=outcome)
     for data, rid in zip(runs, outcome, strict=True):
         if rid is None:
             res.skipped += 1

@@ -17,7 +17,7 @@ from buildbot.process.results import FAILURE, RETRY, SUCCESS, WARNINGS
 from buildbot.steps.worker import CompositeStepMixin
 from twisted.internet import defer
 
-from stackbench.jobs.executors.buildbot import kept_kernels
+from stackbench.jobs.executors.buildbot import kept_kernels, master_secrets
 from stackbench.jobs.executors.buildbot.config import BuildbotConfig
 
 # the job-spec module's splitter: the dispatcher joins a boot's jobs with it in mind. Imported
@@ -26,6 +26,8 @@ from stackbench.jobs.executors.buildbot.config import BuildbotConfig
 from stackbench.jobs.executors.jobspecs import split_job_specs
 
 ARTIFACT = "kernel.tar"
+# stackbench's own commands that drive comparisons through this master
+COMPARISONS = ("bisect", "nightly")
 
 
 def split_list(value: Any) -> list[str]:
@@ -448,9 +450,10 @@ def worker_command(
                 return boots[0][name]
             return props.getProperty(name)
 
-        # bisect and nightly are stackbench's own commands; the rest are worker-side steps
-        if what in ("bisect", "nightly"):
-            argv = [*cfg.stackbench, what]
+        # bisect and nightly are stackbench's own commands, measuring on this master's
+        # workers (master_secrets.master_env); the rest are worker-side steps
+        if what in COMPARISONS:
+            argv = [*cfg.stackbench, what, "--buildbot"]
         else:
             argv = [*cfg.stackbench, "worker", what]
         if what == "build":
@@ -521,6 +524,8 @@ def worker_command(
 
 def command(cfg: BuildbotConfig, what: str, name: str, **kwargs: Any) -> Any:
     kwargs.setdefault("haltOnFailure", True)
+    if what in COMPARISONS:
+        kwargs["env"] = master_secrets.master_env(cfg)
     return steps.ShellCommand(
         name=name,
         command=worker_command(cfg, what),
