@@ -342,6 +342,10 @@ def test_an_evidence_round_runs_bench_evidence_and_its_last_line_is_the_property
     assert got[0]["jobs"] == {j: {"error": "a dry kernel counts no calls"} for j in ("j1", "j2")}
     assert not (tmp_path / "results").exists()  # nothing to upload: no run was made
     assert steps.reported_counts(1, "not json\n", "") == {}
+    # the master's log cuts a line every 4,096 characters: a long line still reads whole
+    long = json.dumps({"coverage": [{"commit": "a" * 40, "pad": "x" * 20_000}]})
+    cut = "\n".join(long[i : i + 4096] for i in range(0, len(long), 4096))
+    assert steps.reported_counts(0, f"booting\n{cut}\n", "")["coverage"][0]["pad"] == "x" * 20_000
 
 
 # -- embedded master and worker ---------------------------------------------------------------

@@ -333,10 +333,15 @@ EVIDENCE_ROUND = "evidence"
 
 
 def reported_counts(rc: int, stdout: str, stderr: str) -> dict[str, Any]:
-    """The ``coverage`` property of an evidence round: the worker's last line."""
+    """The ``coverage`` property of an evidence round: the worker's last line.
+
+    Buildbot's log splits every line longer than 4,096 characters (its LineBoundaryFinder),
+    and a line with profiles is far longer, so the line is joined again from where it
+    starts."""
     lines = [line for line in stdout.splitlines() if line.strip()]
+    starts = [i for i, line in enumerate(lines) if line.startswith('{"coverage"')]
     try:
-        last = json.loads(lines[-1]) if lines else None
+        last = json.loads("".join(lines[starts[-1] :])) if starts else None
     except ValueError:
         return {}
     return {"coverage": last["coverage"]} if isinstance(last, dict) and "coverage" in last else {}
