@@ -271,10 +271,8 @@ def timeline(master, began: float, ended: float) -> str:
     """Where the wall time went, by the master's (whole-second) clock: hand-over to the
     first kernel build, the builds, the last build to the first round, the rounds, the last
     round to ``done``."""
-    builders = {b["builderid"]: b["name"] for b in master.get("builders")["builders"]}
     spans: dict[str, list[tuple[float, float]]] = {"build": [], "round": []}
-    for b in master.get("builds")["builds"]:
-        name = builders[b["builderid"]]
+    for name, b in named_builds(master):
         kind = "build" if name.startswith("build-") else "round" if name == "bench-qemu" else ""
         if kind and b.get("complete_at"):
             spans[kind].append((float(b["started_at"]), float(b["complete_at"])))
@@ -350,9 +348,19 @@ def worker_token(name: str) -> str:
         return accounts.create_token(s, user, f"buildbot worker {name}")
 
 
-def rounds_span(master) -> float:
+def named_builds(master) -> list[tuple[str, dict]]:
+    """The master's builds, each with its builder's name."""
     builders = {b["builderid"]: b["name"] for b in master.get("builders")["builders"]}
-    rounds = [b for b in master.get("builds")["builds"] if builders[b["builderid"]] == "bench-qemu"]
+    return [(builders[b["builderid"]], b) for b in master.get("builds")["builds"]]
+
+
+def rounds_of(master) -> list[dict]:
+    """The master's builds of rounds of boots."""
+    return [b for name, b in named_builds(master) if name == "bench-qemu"]
+
+
+def rounds_span(master) -> float:
+    rounds = rounds_of(master)
     return max(float(b["complete_at"]) for b in rounds) - min(
         float(b["started_at"]) for b in rounds
     )
@@ -360,21 +368,21 @@ def rounds_span(master) -> float:
 
 def rounds_per_worker(master) -> str:
     names = {w["workerid"]: w["name"] for w in master.get("workers")["workers"]}
-    builders = {b["builderid"]: b["name"] for b in master.get("builders")["builders"]}
     count: dict[str, int] = {}
     steps: dict[str, float] = {}
-    for b in master.get("builds")["builds"]:
-        if builders[b["builderid"]] != "bench-qemu":
-            continue
+    benchmarks: list[int] = []
+    for b in rounds_of(master):
         count[names[b["workerid"]]] = count.get(names[b["workerid"]], 0) + 1
         for st in master.get(f"builds/{b['buildid']}/steps")["steps"]:
+            if st["name"] == "benchmark":
+                benchmarks.append(st["stepid"])
             if st.get("started_at") and st.get("complete_at"):
                 kind = st["name"].split()[0]
                 secs = float(st["complete_at"]) - float(st["started_at"])
                 steps[kind] = steps.get(kind, 0.0) + secs
     per = ", ".join(f"{k} {v}" for k, v in sorted(count.items()))
     where = ", ".join(f"{k} {v:.1f}" for k, v in sorted(steps.items(), key=lambda kv: -kv[1]))
-    ups = upload_seconds(master)
+    ups = upload_seconds(master, benchmarks)
     up = (f"{len(ups)} boots' uploads {sum(ups):.1f} s in all, mean {sum(ups) / len(ups):.2f} s, "
           f"max {max(ups):.2f} s") if ups else "no upload timed"  # fmt: skip
     return (f"rounds per worker: {per}\n  seconds in round steps: {where}\n"
@@ -385,30 +393,24 @@ def rounds_per_worker(master) -> str:
 UPLOADED = re.compile(r"^uploaded .* in ([0-9.]+) s$", re.M)
 
 
-def upload_seconds(master) -> list[float]:
-    """Each boot's upload to the web API, as the round's process timed it (its log)."""
-    builders = {b["builderid"]: b["name"] for b in master.get("builders")["builders"]}
+def upload_seconds(master, step_ids: list[int]) -> list[float]:
+    """Each boot's upload to the web API, as the round's process timed it (the logs of its
+    benchmark steps ``step_ids``)."""
     out: list[float] = []
-    for b in master.get("builds")["builds"]:
-        if builders[b["builderid"]] != "bench-qemu":
-            continue
-        for st in master.get(f"builds/{b['buildid']}/steps")["steps"]:
-            if st["name"] != "benchmark":
-                continue
-            for log in master.get(f"steps/{st['stepid']}/logs")["logs"]:
-                chunks = master.get(f"logs/{log['logid']}/contents")["logchunks"]
-                # a stream log's lines begin with their stream (o, e, h)
-                lines = "".join(c["content"] for c in chunks).splitlines()
-                out += [float(x) for x in UPLOADED.findall("\n".join(ln[1:] for ln in lines))]
+    for step_id in step_ids:
+        for log in master.get(f"steps/{step_id}/logs")["logs"]:
+            chunks = master.get(f"logs/{log['logid']}/contents")["logchunks"]
+            # a stream log's lines begin with their stream (o, e, h)
+            lines = "".join(c["content"] for c in chunks).splitlines()
+            out += [float(x) for x in UPLOADED.findall("\n".join(ln[1:] for ln in lines))]
     return out
 
 
 def between_rounds(master) -> float:
     """The master's scheduling latency: from a worker's round ended to its next started."""
-    builders = {b["builderid"]: b["name"] for b in master.get("builders")["builders"]}
     by_worker: dict[int, list[tuple[float, float]]] = {}
-    for b in master.get("builds")["builds"]:
-        if builders[b["builderid"]] == "bench-qemu" and b.get("complete_at"):
+    for b in rounds_of(master):
+        if b.get("complete_at"):
             span = (float(b["started_at"]), float(b["complete_at"]))
             by_worker.setdefault(b["workerid"], []).append(span)
     gaps = 0.0
