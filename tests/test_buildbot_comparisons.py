@@ -11,6 +11,8 @@ driven by its caller.
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 from sqlalchemy import text
 
@@ -54,15 +56,17 @@ class DryLab(comparison.BuildbotLab):
         return f"mm: change {self.history.index(commit)}"
 
 
-@pytest.fixture
-def dry_lab(eng, tmp_path, monkeypatch):
+@contextlib.contextmanager
+def three_workers(tmp_path, monkeypatch, tree: str, **extra):
+    """A master of the three pooled dry workers (kernels of ``tree``, ``extra`` in its
+    configuration) and the web API they post to, running; yields the master."""
     server, web_url = start_web(tmp_path)
     base = tmp_path / "bb"
     workers = [
         {"name": n, "kind": "qemu", "cpus": 2, "memory_mb": 1024, "pool": "lab"} for n in WORKERS
     ]
     extra = {"dry_kernel": True, "dry_seconds": 2, "jobs": [JOB],
-             "kernel_configs": [{"tree": TREE, "config": "tiny-guest"}]}  # fmt: skip
+             "kernel_configs": [{"tree": tree, "config": "tiny-guest"}], **extra}  # fmt: skip
     cfg = services.create_master(base / "master", workers, extra=extra)
     master = client.embedded_master_at(base / "master")
     monkeypatch.setenv("STACKBENCH_PUBLIC_URL", web_url)
@@ -73,12 +77,18 @@ def dry_lab(eng, tmp_path, monkeypatch):
             started.append(start_worker(base, cfg, name, web_url))
         for name in WORKERS:
             client.wait_for_worker(master, name)
-        yield DryLab(master)
+        yield master
     finally:
         for wb in started:
             services.stop_worker(wb)
         services.stop_master(base / "master")
         server.shutdown()
+
+
+@pytest.fixture
+def dry_lab(eng, tmp_path, monkeypatch):
+    with three_workers(tmp_path, monkeypatch, TREE) as master:
+        yield DryLab(master)
 
 
 def rounds_by_worker(eng, sid: int) -> dict[str, int]:
@@ -182,29 +192,8 @@ def scheduled_lab(eng, tmp_path, monkeypatch):
         f"tree: {SCHEDULED_TREE}\nbranch: main\njobs: ['{JOB}']\nruns: {BOOTS}\nmax_runs: {BOOTS}\n"
     )
     monkeypatch.setenv("STACKBENCH_TRACKED", str(tracked))
-    server, web_url = start_web(tmp_path)
-    base = tmp_path / "bb"
-    workers = [
-        {"name": n, "kind": "qemu", "cpus": 2, "memory_mb": 1024, "pool": "lab"} for n in WORKERS
-    ]
-    extra = {"dry_kernel": True, "dry_seconds": 2, "jobs": [JOB], "nightly_aa": 0,
-             "kernel_configs": [{"tree": SCHEDULED_TREE, "config": "tiny-guest"}]}  # fmt: skip
-    cfg = services.create_master(base / "master", workers, extra=extra)
-    master = client.embedded_master_at(base / "master")
-    monkeypatch.setenv("STACKBENCH_PUBLIC_URL", web_url)
-    started = []
-    try:
-        services.start_master(base / "master")
-        for name in WORKERS:
-            started.append(start_worker(base, cfg, name, web_url))
-        for name in WORKERS:
-            client.wait_for_worker(master, name)
+    with three_workers(tmp_path, monkeypatch, SCHEDULED_TREE, nightly_aa=0) as master:
         yield master, commits
-    finally:
-        for wb in started:
-            services.stop_worker(wb)
-        services.stop_master(base / "master")
-        server.shutdown()
 
 
 def force_and_wait(master, scheduler: str, builder: str, timeout_s: float = 600, **props):
