@@ -80,6 +80,21 @@ def verdicts(eng, sid: int) -> dict[tuple[str, str], tuple[str, float | None]]:
                       f" boots {v.n_base}/{v.n_new} p {v.p_value} q {v.q_value}")  # fmt: skip
     for name, m in means.items():
         print(f"  boot means {name}: {m}")
+    # the rounds as they ran (a verdict that surprises is read against its pairs)
+    names = {k.id: k.name for k in kernels}
+    with eng.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT r.boot_round, r.meta->>'worker', r.build_id, r.started_at, avg(s.value) "
+                "FROM run r JOIN sample s ON s.run_id = r.id JOIN metric m ON m.id = s.metric_id "
+                "WHERE m.name = 'vm-scalability.throughput' AND r.status = 'done' "
+                "AND r.series_id = :sid GROUP BY r.id ORDER BY r.boot_round, r.started_at"
+            ),
+            {"sid": sid},
+        ).all()
+    for rnd, worker, build, at, value in rows:
+        when = f"{at:%H:%M:%S}" if at is not None else "-"
+        print(f"  round {rnd} {worker or '-':8} {when} {names.get(build, build):14} {value:.0f}")
     return out
 
 

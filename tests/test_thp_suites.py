@@ -158,7 +158,8 @@ def test_upstream_logs_parse_like_builtin(built, thpfaults, tmp_path, suite):
     res = run_runner(
         f"run-{suite}-upstream.sh", {**benv, "SB_OUT": str(uout), "SB_UPSTREAM": str(up)}
     )
-    assert res.returncode == 0, res.stdout + res.stderr
+    logs = "".join(f"\n--- {p.name}\n{p.read_text()[-2000:]}" for p in sorted(uout.iterdir()))
+    assert res.returncode == 0, res.stdout + res.stderr + logs
     assert re.search(r"^Starting (thpchallenge )?2/2", res.stdout, re.M), res.stdout
     assert sorted(p.name for p in uout.iterdir()) == ["threads-1.log", "threads-2.log"]
     assert list((tmp_path / "work").iterdir()) == []

@@ -19,7 +19,8 @@ rc=0
 for t in $THREADS; do
 	echo "Starting thpchallenge $t/$max size:$((mapsize / 1048576))MB madv:$MADVISE"
 	"$bin" "$t" "$mapsize" "$MADVISE" > "$SB_OUT/threads-$t.log" 2>&1 || {
-		echo "thpchallenge: $t threads failed" >&2
+		st=$?
+		echo "thpchallenge: $t threads failed (exit $st): $(tail -n 1 "$SB_OUT/threads-$t.log")" >&2
 		rc=1
 	}
 done

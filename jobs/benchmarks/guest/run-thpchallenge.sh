@@ -16,7 +16,8 @@ rc=0
 for t in $THREADS; do
 	echo "thpchallenge: $t threads"
 	"$SB_BIN/thpfaults" challenge "$t" "$mapsize" "$MADVISE" > "$SB_OUT/threads-$t.log" 2>&1 || {
-		echo "thpchallenge: $t threads failed" >&2
+		st=$?
+		echo "thpchallenge: $t threads failed (exit $st): $(tail -n 1 "$SB_OUT/threads-$t.log")" >&2
 		rc=1
 	}
 done

@@ -42,7 +42,8 @@ for t in $THREADS; do
 	[ -n "${SB_HOST_TEST:-}" ] || echo 3 > /proc/sys/vm/drop_caches
 	echo "Starting $t/$max"
 	"$bin" "$t" "$anon" "$filesize" "$file" "$MADVISE" > "$SB_OUT/threads-$t.log" 2>&1 || {
-		echo "thpcompact: $t threads failed" >&2
+		st=$?
+		echo "thpcompact: $t threads failed (exit $st): $(tail -n 1 "$SB_OUT/threads-$t.log")" >&2
 		rc=1
 	}
 done

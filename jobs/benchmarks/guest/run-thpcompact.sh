@@ -28,7 +28,8 @@ for t in $THREADS; do
 	echo "thpcompact: $t threads"
 	"$SB_BIN/thpfaults" compact "$t" "$anon" "$filesize" "$file" "$MADVISE" \
 		> "$SB_OUT/threads-$t.log" 2>&1 || {
-		echo "thpcompact: $t threads failed" >&2
+		st=$?
+		echo "thpcompact: $t threads failed (exit $st): $(tail -n 1 "$SB_OUT/threads-$t.log")" >&2
 		rc=1
 	}
 done

@@ -20,7 +20,8 @@ for t in $THREADS; do
 	truncate -s "$mapsize" "$file"
 	echo "thpscale: $t threads"
 	"$SB_BIN/thpfaults" scale "$t" "$mapsize" "$file" "$MADVISE" > "$SB_OUT/threads-$t.log" 2>&1 || {
-		echo "thpscale: $t threads failed" >&2
+		st=$?
+		echo "thpscale: $t threads failed (exit $st): $(tail -n 1 "$SB_OUT/threads-$t.log")" >&2
 		rc=1
 	}
 done
