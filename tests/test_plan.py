@@ -38,6 +38,22 @@ def test_every_round_boots_every_kernel_once_in_a_seeded_shuffle():
     assert isinstance(drawn.seed, int) and drawn.describe()["seed"] == drawn.seed
 
 
+def test_every_block_of_rounds_puts_each_kernel_once_in_each_place():
+    """Each len(kernels) rounds form a Latin square, so no kernel keeps one place (a drift
+    within rounds would be its effect)."""
+    kernels = [f"k{i}" for i in range(5)]
+    for seed in range(50):
+        plan = bp.make_plan(kernels, 12, boots=12, seed=seed)
+        orders = plan.describe()["order"]
+        assert len(orders) == 12
+        for start in (0, 5):
+            block = orders[start : start + 5]
+            for place in range(5):
+                assert sorted(o[place] for o in block) == kernels, (seed, start)
+        # the last two rounds (a block cut short) still repeat no kernel's place
+        assert all(orders[10][p] != orders[11][p] for p in range(5))
+
+
 @pytest.mark.parametrize(
     ("runs", "boots", "shares"),
     [(1, 1, [1]), (2, 2, [1, 1]), (3, 3, [1, 1, 1]), (5, 3, [2, 2, 1]), (12, 3, [4, 4, 4]),

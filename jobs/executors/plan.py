@@ -1,9 +1,9 @@
 """The plan of a comparison: which kernel boots when, and which runs each boot does.
 
 "Run this plan of (kernel, job, runs)" is laid out as rounds of boots. Every round boots
-every kernel of the comparison once, in an order shuffled per round (seeded; the seed is
-recorded), and the runs of a kernel are spread over several boots (by default at least
-``MIN_BOOTS``). The runs of one boot share that boot's state and the host's load while it
+every kernel of the comparison once, in a seeded, recorded order; every len(kernels) rounds
+of a plan put each kernel once in each place of a round (:func:`balanced_orders`). The runs
+of a kernel are spread over several boots (by default at least ``MIN_BOOTS``). The runs of one boot share that boot's state and the host's load while it
 ran, so they are not independent samples; spreading them over boots, and interleaving the
 kernels, keeps host drift from looking like a patch effect and lets the statistics treat
 boots as the units. Every run records its boot (``boot_id``) and round (``boot_round``).
@@ -32,7 +32,7 @@ class Boot:
     kernel's whole plan (``first`` is the first iteration, so numbers never repeat)."""
 
     round: int  # 1-based
-    position: int  # 1-based place within its round, after the shuffle
+    position: int  # 1-based place within its round (balanced_orders)
     kernel: str
     runs: int  # runs of every sub-job in this boot
     first: int  # iteration number of this boot's first run
@@ -117,10 +117,10 @@ def make_plan(
     rng = random.Random(seed)
     shares = split_runs(runs, n_boots)
     plan = Plan(kernels=list(kernels), runs=runs, boots=n_boots, seed=seed)
+    orders = balanced_orders(list(kernels), len(shares), rng)
     for i, share in enumerate(shares):
         rnd = first_round + i
-        order = list(kernels)
-        rng.shuffle(order)
+        order = orders[i]
         first = sum(shares[:i])
         plan.rounds.append(
             [
@@ -138,6 +138,25 @@ def make_plan(
             ]
         )
     return plan
+
+
+def balanced_orders(kernels: list[str], rounds: int, rng: random.Random) -> list[list[str]]:
+    """``rounds`` orders of ``kernels`` whose every block of len(kernels) rounds is a Latin
+    square: each kernel once in each place. Independent shuffles let one kernel take the
+    first place round after round (in a test's seeded plan the base went first in 6 of 10
+    rounds), and a drift within a round (the first boot after a round's start, the last
+    while other workers idle) then falls on that kernel as if it were its effect. Each block
+    is a cyclic square with its places, rows and kernels shuffled, so who follows whom
+    changes from block to block as well."""
+    k = len(kernels)
+    out: list[list[str]] = []
+    while len(out) < rounds:
+        names, places, rows = list(kernels), list(range(k)), list(range(k))
+        for x in (names, places, rows):
+            rng.shuffle(x)
+        for r in rows[: rounds - len(out)]:
+            out.append([names[(places[j] + r) % k] for j in range(k)])
+    return out
 
 
 def boot_id(tag: str, rnd: int, kernel: str) -> str:
