@@ -2,7 +2,9 @@
 three commits in rounds on three boxes, through the real ingest) judged through every view
 give every pair the same label, interval and q: ``compare BASE K`` (text and
 ``--style stackbench``), the series' report of all commits (``compare`` of all four), the
-comparison page's data, the report mail and the API's JSON."""
+comparison page's data, the report mail and the API's JSON. And the figures beside each
+change are the ones it is of: a latency whose one bad boot doubles its mean shows the
+boots' medians, named, and a change of their sign, in every view."""
 
 from __future__ import annotations
 
