@@ -209,6 +209,7 @@ def evidence_lines(ds: Any, aa_rows: dict[tuple[str, str], dict[str, Any]]) -> l
     (``aa_rows``: :func:`aa.of_machines`), and the counters that show the patched code ran
     (:mod:`stackbench.resultsdb.evidence`)."""
     from stackbench.resultsdb import evidence, verdict
+    from stackbench.resultsdb.tables.verdict import figure
 
     out = ["", "Noise of each machine (the base kernel, boot to boot) and the smallest change"]
     out += [f"the verdict calls with {100 * verdict.POWER:.0f}% power at that many boots:", ""]
@@ -243,14 +244,11 @@ def evidence_lines(ds: Any, aa_rows: dict[tuple[str, str], dict[str, Any]]) -> l
         interval = ""
         if v.ci_low_pct is not None and v.ci_high_pct is not None:
             interval = f" [{v.ci_low_pct:+.1f}%, {v.ci_high_pct:+.1f}%] at {v.level_text}"
-        means = f"{_count(c.base_mean)} -> {_count(c.new_mean)}"
+        # the figures the stackbench table prints for the row, named
+        shown = f"{figure(c.base_est)} -> {figure(c.new_est)} ({v.estimator}s)"
         change = "" if v.change_pct is None else f" {v.change_pct:+.1f}%"
-        out.append(f"  {c.kernel} {c.name} ({c.job}): {means}{change}{interval}, q={v.q_value:.3g}")
+        out.append(f"  {c.kernel} {c.name} ({c.job}): {shown}{change}{interval}, q={v.q_value:.3g}")
     return [*out, ""]
-
-
-def _count(x: float | None) -> str:
-    return "-" if x is None else f"{x:.0f}"
 
 
 def worst_change(ds: Any) -> tuple[str, str, float] | None:

@@ -201,8 +201,8 @@ class Counter:
     job: str
     kernel: str
     name: str
-    base_mean: float | None
-    new_mean: float | None
+    base_est: float | None  # the verdict's own figures (tables.verdict.compare)
+    new_est: float | None
     verdict: verdict.Verdict
 
 

@@ -39,12 +39,12 @@ import re
 import warnings
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
 from typing import Literal
 
 import numpy as np
 from scipy import stats
 
+from stackbench.resultsdb import mannwhitney
 from stackbench.resultsdb.boots import Side, units
 
 Outcome = Literal["changed", "unchanged", "undecided", "n/a"]
@@ -182,7 +182,8 @@ class Verdict:
     raw two-sided p; ``q_value`` is p on the scale of the total alpha (p * alpha /
     look alpha), Benjamini-Hochberg-adjusted within the metric's family by
     :func:`judge_many`; ``runs_wanted`` is the runs per side the rule wants before judging
-    again (0: decided, or nothing more to gain)."""
+    again (0: decided, or nothing more to gain). ``base_est``/``new_est`` are the figures
+    every view prints beside the change, named by ``estimator`` (:func:`figures`)."""
 
     metric: str
     outcome: Outcome
@@ -200,6 +201,10 @@ class Verdict:
     runs_new: int = 0
     warmup_dropped: bool = False
     level: float | None = None
+    # each side's boots summarised as the test summarises them (:func:`figures`)
+    base_est: float | None = None
+    new_est: float | None = None
+    estimator: str = ""
 
     @property
     def level_text(self) -> str:
@@ -236,52 +241,6 @@ class Batch:
 
 
 # ---------------------------------------------------------------------------------------------
-# exact Mann-Whitney null distribution
-
-
-@lru_cache(maxsize=256)
-def _mw_cdf(n: int, m: int) -> np.ndarray:
-    """P(U <= u) for u = 0..n*m under the null, from the Gaussian binomial coefficient."""
-    size = n * m + 1
-    poly = np.zeros(size)
-    poly[0] = 1.0
-    # [n+m choose n]_q = prod_{i=1..n} (1 - q^(m+i)) / (1 - q^i); coefficients count the
-    # arrangements with U = u. Multiply first, then divide, to stay in exact-ish integers.
-    for i in range(1, n + 1):
-        k = m + i
-        if k < size:
-            poly[k:] = poly[k:] - poly[: size - k].copy()
-        for j in range(i, size):  # divide by (1 - q^i): running sum with stride i
-            poly[j] += poly[j - i]
-    counts = np.maximum(poly, 0.0)
-    return np.minimum(np.cumsum(counts) / counts.sum(), 1.0)
-
-
-_EXACT_MAX = 50  # per side; beyond it the normal approximation is excellent
-
-
-def _mw_lower_tail(u: np.ndarray, n: int, m: int) -> np.ndarray:
-    """P(U <= u) under the null (u may be fractional with ties: rounded up, conservative)."""
-    if n <= _EXACT_MAX and m <= _EXACT_MAX:
-        cdf = _mw_cdf(n, m)
-        idx = np.clip(np.ceil(u - 1e-9).astype(int), 0, n * m)
-        return cdf[idx]
-    mu = n * m / 2.0
-    sd = math.sqrt(n * m * (n + m + 1) / 12.0)
-    return stats.norm.cdf((u + 0.5 - mu) / sd)
-
-
-def _mw_order_index(n: int, m: int, tail: float) -> int:
-    """k such that [D_(k), D_(nm-k+1)] (1-based order statistics of the pairwise differences)
-    is the distribution-free interval with ``tail`` in each end; 0 when unbounded."""
-    if n <= _EXACT_MAX and m <= _EXACT_MAX:
-        return int(np.searchsorted(_mw_cdf(n, m), tail, side="right"))
-    mu = n * m / 2.0
-    sd = math.sqrt(n * m * (n + m + 1) / 12.0)
-    return max(0, int(math.floor(mu - stats.norm.ppf(1 - tail) * sd)))
-
-
-# ---------------------------------------------------------------------------------------------
 # the test paths, vectorised over T comparisons
 
 
@@ -308,7 +267,7 @@ def _exact(d: np.ndarray, half: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, 
 
 def _yuen(base: np.ndarray, new: np.ndarray, alpha: float) -> tuple[np.ndarray, ...]:
     """Yuen's trimmed Welch test, each side's (winsorized) variance its own."""
-    d = stats.trim_mean(new, TRIM, axis=1) - stats.trim_mean(base, TRIM, axis=1)
+    d = location(new, False) - location(base, False)
     with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
         # identical boots (a constant metric) have no spread: _exact decides them
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -343,8 +302,9 @@ def _rank(base: np.ndarray, new: np.ndarray, floor: float, alpha: float) -> Batc
     nm = nb * nn
     hl = np.median(diffs, axis=1)
     u0 = (diffs > 0).sum(axis=1) + 0.5 * (diffs == 0).sum(axis=1)
-    p = np.minimum(1.0, 2 * np.minimum(_mw_lower_tail(u0, nn, nb), _mw_lower_tail(nm - u0, nn, nb)))
-    k = _mw_order_index(nn, nb, alpha / 2)
+    tail = mannwhitney.lower_tail
+    p = np.minimum(1.0, 2 * np.minimum(tail(u0, nn, nb), tail(nm - u0, nn, nb)))
+    k = mannwhitney.order_index(nn, nb, alpha / 2)
     if k >= 1:
         lo, hi = np.expm1(diffs[:, k - 1]) * 100, np.expm1(diffs[:, nm - k]) * 100
     else:
@@ -381,7 +341,7 @@ def decide_batch(
         inside = (res.ci_low_pct > -bound) & (res.ci_high_pct < bound)
     else:
         absolute = kind in policy.absolute_kinds
-        scale = np.abs(stats.trim_mean(base, TRIM, axis=1))
+        scale = np.abs(location(base, False))
         d, half, p = (_paired if paired else _yuen)(base, new, alpha)
         lo, hi = d - half, d + half
         test = "paired by round" if paired else "yuen-welch"
@@ -402,6 +362,26 @@ def decide_batch(
 def _clean(values: Sequence[float]) -> np.ndarray:
     arr = np.asarray(list(values), dtype=float)
     return arr[np.isfinite(arr)]
+
+
+def location(units: np.ndarray, rank: bool) -> np.ndarray:
+    """Each row's boots (the last axis) as its test summarises them: the median for the
+    rank test, else the ``TRIM``-trimmed mean the t tests compare (untrimmed below 20)."""
+    return np.median(units, axis=-1) if rank else stats.trim_mean(units, TRIM, axis=-1)
+
+
+def estimator(rank: bool, boots: int) -> str:
+    """The name of :func:`location` for ``boots`` per side, as the views label the figures."""
+    return "median" if rank else ("trimmed mean" if int(TRIM * boots) else "mean")
+
+
+def figures(b: np.ndarray, n: np.ndarray, rank: bool) -> tuple[float | None, float | None, str]:
+    """A verdict row's base and new figures and their name: :func:`location` of the boots
+    the test used (after the warm-up rule; paired, the rounds holding both). Every view
+    prints these beside the change, never a mean beside a Hodges-Lehmann ratio."""
+    b_est = float(location(b, rank)) if b.size else None
+    n_est = float(location(n, rank)) if n.size else None
+    return b_est, n_est, estimator(rank, max(b.size, n.size))
 
 
 def _num(x: float) -> float | None:
@@ -445,13 +425,14 @@ def judge(
 
 
 def _too_few(
-    metric: str, b: np.ndarray, n: np.ndarray, runs_b: int, runs_n: int, drop: bool, policy: Policy
-) -> Verdict:
+    metric: str, b: np.ndarray, n: np.ndarray, runs_b: int, runs_n: int, drop: bool,
+    policy: Policy, rank: bool,
+) -> Verdict:  # fmt: skip
     # one boot per side (however many runs it holds) says nothing about boot-to-boot
     # noise: more boots are needed, not more runs
     v = Verdict(
         metric, "n/a", "none", None, None, None, None, None, "", b.size, n.size,
-        max(policy.start_runs, 2), runs_b, runs_n, drop,
+        max(policy.start_runs, 2), runs_b, runs_n, drop, None, *figures(b, n, rank),
     )  # fmt: skip
     if runs_b >= 2 and runs_n >= 2:
         v.outcome = "undecided"
@@ -459,13 +440,15 @@ def _too_few(
     return v
 
 
-def coarse_clock(metric: str, n_base: int, n_new: int) -> Verdict:
+def coarse_clock(metric: str, base: Side, new: Side) -> Verdict:
     """The verdict on a latency that a side timed with a coarse clock (a jiffies clocksource,
     one that changed during a run: jobs/benchmarks/collect.py): undecided, never better or worse, and
     more runs on the same clock would not help. Not part of any false-discovery family."""
+    b, n, runs_b, runs_n, drop = units(base, new)
     return Verdict(
-        metric, "undecided", "none", None, None, None, None, None, COARSE_CLOCK, n_base, n_new, 0
-    )
+        metric, "undecided", "none", None, None, None, None, None, COARSE_CLOCK, b.size, n.size,
+        0, runs_b, runs_n, drop, None, *figures(b, n, True),
+    )  # fmt: skip
 
 
 def _verdict(
@@ -525,22 +508,26 @@ def judge_many(
     for name, (base, new, hib, kind, *how) in pairs.items():
         b, n, runs_b, runs_n, drop = units(base, new)
         if min(b.size, n.size) < 2:
-            out[name] = _too_few(name, b, n, runs_b, runs_n, drop, policy)
+            out[name] = _too_few(
+                name, b, n, runs_b, runs_n, drop, policy, kind in policy.rank_kinds
+            )
             continue
         paired = bool(how and how[0]) and b.size == n.size
         key = (kind, _use_rank(b, n, kind, policy), paired, b.size, n.size)
         batches.setdefault(key, []).append((name, b, n, hib, runs_b, runs_n, drop))
     for (kind, rank, paired, nb, nn), items in batches.items():
-        res = decide_batch(
-            np.stack([it[1] for it in items]), np.stack([it[2] for it in items]),
-            kind=kind, policy=policy, rank=rank, paired=paired,
-        )  # fmt: skip
+        sides = np.stack([it[1] for it in items]), np.stack([it[2] for it in items])
+        res = decide_batch(*sides, kind=kind, policy=policy, rank=rank, paired=paired)
+        # the rows' figures, of the same boots and summary as the test (figures())
+        est_b, est_n = (location(x, rank) for x in sides)
+        named = estimator(rank, max(nb, nn))
         # on the scale of the total alpha: p <= look alpha reads q <= alpha
         scale = policy.alpha / policy.look_alpha(min(nb, nn))
         for i, (name, b, n, hib, runs_b, runs_n, drop) in enumerate(items):
             q = min(1.0, float(res.p_value[i]) * scale)
             v = _verdict(name, res, i, hib, 1.0 if math.isnan(q) else q, b, n, policy)
             v.runs_base, v.runs_new, v.warmup_dropped = runs_b, runs_n, drop
+            v.base_est, v.new_est, v.estimator = float(est_b[i]), float(est_n[i]), named
             out[name] = v
     done: dict[str, Verdict] = {k: v for k, v in out.items() if v is not None}
     grouped: dict[Hashable, list[tuple[str, float]]] = {}

@@ -72,8 +72,10 @@ def test_noise_and_detectable_change_per_metric_and_machine(eng):
     # the counters judged by the headline rule: only the one that changed is listed
     assert "Compaction and THP counters that changed" in body
     row = next(line for line in body.splitlines() if "thp_fault_alloc" in line)
+    # its figures as the stackbench table prints them, named
     assert row.strip().startswith(
-        "1/1 mmtests-vmstat.thp_fault_alloc (vm-scalability/anon-w-seq): 100 -> 300 +200.0% ["
+        "1/1 mmtests-vmstat.thp_fault_alloc (vm-scalability/anon-w-seq): 100.00 -> 300.00 "
+        "(means) +200.0% ["
     ), row
     assert "q=" in row
     assert "compact_stall" not in body

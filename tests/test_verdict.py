@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
+from stackbench.resultsdb import mannwhitney
 from stackbench.resultsdb import verdict as vd
 from stackbench.resultsdb.verdict import DEFAULT, Policy, judge, judge_many, runs_needed
 
@@ -307,7 +308,7 @@ def test_rank_path_decides_from_ten_boots():
 
 def test_exact_mann_whitney_distribution():
     for n, m in ((1, 1), (3, 4), (7, 5), (12, 12)):
-        cdf = vd._mw_cdf(n, m)
+        cdf = mannwhitney.null_cdf(n, m)
         u = np.arange(n * m + 1)
         ref = stats.mannwhitneyu
         assert cdf[-1] == pytest.approx(1.0)

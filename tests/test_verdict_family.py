@@ -78,12 +78,12 @@ def test_a_commits_verdicts_are_the_same_on_the_series_report_and_alone(series):
     alone = render.render(series, [KERNELS[0][1], KERNELS[3][1]], style="stackbench", all_rows=True)
     on_report, by_itself = _rows_of(every, "3/3"), _rows_of(alone, "3/3")
     assert len(on_report) == 100
-    # every cell of every row: means, change, interval, verdict, q, boots
+    # every cell of every row: figures, change, interval, verdict, q, boots
     assert on_report == by_itself
     # and the headline metric keeps its power beside 99 counters, 19 of them changed
-    assert on_report[TPUT][5] == "worse"
-    assert float(on_report[TPUT][6]) < 0.05
-    assert all(on_report[f"vm-scalability.moved_{c:02d}"][5] == "changed" for c in range(19))
+    assert on_report[TPUT][6] == "worse"
+    assert float(on_report[TPUT][7]) < 0.05
+    assert all(on_report[f"vm-scalability.moved_{c:02d}"][6] == "changed" for c in range(19))
     assert "per kernel and job, headline metrics one family" in every
 
 

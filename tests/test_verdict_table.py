@@ -85,28 +85,30 @@ def test_table_rows_and_outcomes(three):
     assert [k for k in rows if k[0] == "same"] == [("same", m) for m in metrics]
 
     tput = rows[("slow", "vm-scalability.throughput")]
-    assert tput[5] == "worse"
-    change = float(tput[3].rstrip("%"))
-    interval, level = tput[4].split("] ")
+    assert tput[6] == "worse"
+    change = float(tput[4].rstrip("%"))
+    interval, level = tput[5].split("] ")
     lo, hi = (float(x) for x in interval.strip("[").split(","))
     assert -11 < lo < change < hi < -9
     # the decision's interval, with its confidence: 1 - the 5-boot look's alpha
     assert level == f"{100 * (1 - verdict.verdict.DEFAULT.look_alpha(5)):.3f}%"
-    assert tput[7] == "5/5"
+    assert tput[8] == "5/5"
+    # base and new are the figures the change is of: means here, medians for the rank test
+    assert tput[3] == "mean" and float(tput[2]) < float(tput[1])
 
     # a latency: rank path; five runs cannot reach the stringent level, so it asks for 10
     free = rows[("slow", "vm-scalability.free_time")]
-    assert free[5] == "undecided" and free[7] == "5/5>10"
-    assert 15 < float(free[3].rstrip("%")) < 25
+    assert free[6] == "undecided" and free[8] == "5/5>10" and free[3] == "median"
+    assert 15 < float(free[4].rstrip("%")) < 25
 
     # a count has no preferred direction; an unchanged kernel is "~"
-    assert rows[("same", "vm-scalability.throughput")][5] == "~"
-    assert rows[("same", "vm-scalability.workload")][5] == "~"
-    assert rows[("slow", "vm-scalability.workload")][5] == "~"
+    assert rows[("same", "vm-scalability.throughput")][6] == "~"
+    assert rows[("same", "vm-scalability.workload")][6] == "~"
+    assert rows[("slow", "vm-scalability.workload")][6] == "~"
 
     # one run per side: n/a, no statistics
     na = rows[("slow", "vm-scalability.migrate_mbps")]
-    assert na[5] == "n/a" and na[3] == "-" and na[4] == "-" and na[6] == "-"
+    assert na[6] == "n/a" and na[4] == "-" and na[5] == "-" and na[7] == "-"
     assert "undecided rows need 10 boots per side" in out
     assert "Benjamini-Hochberg" in out and "per kernel and job" in out and "(8 rows)" in out
 
@@ -127,7 +129,9 @@ def test_compare_shares_the_verdicts_and_fdr_spans_the_family(three):
     # apart), so never below the row's own p-value on the scale of the total alpha
     pol = verdict.verdict.DEFAULT
     assert v.q_value >= min(1.0, v.p_value * pol.alpha / pol.look_alpha(5))
-    assert rows[("slow", "vm-scalability.free_time")][2].test == "mann-whitney"
+    mb, mn, v = rows[("slow", "vm-scalability.free_time")]
+    assert v.test == "mann-whitney" and v.estimator == "median"
+    assert (mb, mn) == (v.base_est, v.new_est) and 1.9 < mb < 2.1 and 2.3 < mn < 2.5
 
 
 def test_compare_judges_a_dataset_once_per_policy(three, monkeypatch):
@@ -158,7 +162,7 @@ def _cli(*argv: str) -> str:
 def test_cli_compare_style_stackbench(three):
     out = _cli("--all", "base", SLOW[:8])
     rows = _rows(out)
-    assert rows[("slow", "vm-scalability.throughput")][5] == "worse"
+    assert rows[("slow", "vm-scalability.throughput")][6] == "worse"
     assert ("same", "vm-scalability.throughput") not in rows
     # 4 rows in this table: the FDR statement names its families and counts the rows
     assert "per kernel and job, headline metrics one family" in out and "(4 rows)" in out
@@ -214,7 +218,7 @@ def test_default_view_orders_headline_metrics_by_the_size_of_their_change(eng):
     rows = _rows(out)
     assert list(rows) == [("slow", "thpscale.fault-huge-1"), ("slow", "thpscale.fault-both-1")]
     # latencies decide from 10 boots on (rank test): undecided, and the footer says so
-    assert {r[5] for r in rows.values()} == {"undecided"}
+    assert {r[6] for r in rows.values()} == {"undecided"}
     assert "undecided headline metrics need 10 boots per side to decide." in out
     assert "2 more rows not shown (headline: 1 ~; other metrics: 1 undecided)" in out
 
@@ -235,7 +239,7 @@ def test_runs_of_one_boot_are_one_unit(eng):
     ig.ingest(eng, data)
     rows = _rows(render.render(eng, ["base", "slow"], style="stackbench", all_rows=True))
     tput = rows[("slow", "vm-scalability.throughput")]
-    assert tput[5] == "undecided" and tput[7] == "1/1>3"
+    assert tput[6] == "undecided" and tput[8] == "1/1>3"
 
 
 def test_single_kernel_is_a_clear_error(three):

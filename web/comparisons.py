@@ -241,6 +241,7 @@ def compute(eng: Engine, build_ids: list[int], opts: Options) -> dict[str, Any]:
         profiled = profile_store.load(conn, kernels)
     result: dict[str, Any] = {
         "fingerprint": fp,
+        "format": RESULT_FORMAT,
         "kernels": [{"id": k.id, "commit": k.commit, "label": k.label} for k in kernels],
         "tables": {},
         "errors": {},
@@ -359,7 +360,8 @@ def _lookup(eng: Engine, key: str) -> Found:
         with db.session(eng) as s:
             stored_fp, stored = comparisons_q.lock_result(s, cid, _LOCK)
             live_fp = comparisons_q.fingerprint(s, build_ids)
-            if stored_fp == live_fp:
+            # a result stored by an older stackbench lacks fields its pages now print
+            if stored_fp == live_fp and stored.get("format") == RESULT_FORMAT:
                 cached = stored
             else:
                 opts = Options.from_params(params)
@@ -405,6 +407,9 @@ class RenderCache:
                 self._d.popitem(last=False)
 
 
+# the shape of a stored result; a stored result of another shape is computed again (2: each
+# verdict carries its pair's base and new figures)
+RESULT_FORMAT = 2
 # per process: results (parsed JSONB) and rendered fragments, keyed by (key, fingerprint)
 RESULTS = RenderCache(32)
 CACHE = RenderCache(64)

@@ -39,6 +39,13 @@ def num(v: float | None) -> str:
     return f"{v:.2f}"
 
 
+def figure(v: float | None) -> str:
+    """A verdict row's base or new figure, printed as the stackbench table prints it."""
+    from stackbench.resultsdb.tables.verdict import figure as text
+
+    return text(v)
+
+
 def httpurl(url: object) -> str:
     """Only http(s) links from stored metadata reach an href (no javascript: URLs)."""
     s = str(url or "")
@@ -76,4 +83,6 @@ def _buildbot_base() -> str:
 
 def init_app(app: Flask) -> None:
     app.jinja_env.globals["buildbot_link"] = buildbot_link
-    app.jinja_env.filters.update(shortsha=shortsha, ago=ago, pct=pct, num=num, httpurl=httpurl)
+    app.jinja_env.filters.update(
+        shortsha=shortsha, ago=ago, pct=pct, num=num, figure=figure, httpurl=httpurl
+    )

@@ -64,7 +64,9 @@ ROUTES: list[tuple[str, str, str, str | None, str | None, int]] = [
     (
         "get",
         "/api/comparisons/{key}",
-        "Kernels, per-metric run values and verdicts, and per commit the functions its "
+        "Kernels, per-metric run values and verdicts (each with its pair's base and new "
+        "figures, base_est and new_est, the estimator its change is of), and per commit "
+        "the functions its "
         "patch changes with their calls per job on the evidence boot (coverage), and the "
         "kernel symbols whose share of its CPU samples moved most (profile), and the "
         "claims of the series whose own comparison it is, measured (claims, null: none)",

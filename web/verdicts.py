@@ -17,6 +17,10 @@ def _as_dict(v: verdict.Verdict) -> dict[str, Any]:
         "verdict": v.label,
         "outcome": v.outcome,
         "direction": v.direction,
+        # the pair's own figures, the ones the change is of (tables.verdict.compare)
+        "base_est": v.base_est,
+        "new_est": v.new_est,
+        "estimator": v.estimator,
         "change_pct": v.change_pct,
         "ci": [v.ci_low_pct, v.ci_high_pct],
         "level": v.level,

@@ -5,12 +5,14 @@ order as the LKP table; inside it one sub-block per later kernel. By default a b
 its changed and undecided headline metrics (:func:`verdict.is_headline`) and its changed
 THP/compaction counters, largest change first, and one line counting the rows it hides; ``all_rows`` lists every metric by name:
 
-    metric   base mean   new mean   change   interval (its confidence)   verdict   q   boots
+    metric   base   new   of boots   change   interval (its confidence)   verdict   q   boots
 
 * The unit is the BOOT: each run is the mean of its samples, each boot the mean of its runs
   (runs of one boot share its memory layout and the host's load, so they are not
-  independent; see :mod:`stackbench.resultsdb.boots`). Base and new mean are the means of
-  the runs.
+  independent; see :mod:`stackbench.resultsdb.boots`). Base and new are the verdict's own
+  figures (:func:`verdict.figures`): the boots the test used, summarised as it summarises
+  them, the (trimmed) mean or, for a rank-tested latency, the median; "of boots" names it.
+  Every view prints these, so no row shows a mean beside a change of another estimator.
 * Each kernel is judged against the base on the two kernels' boots alone
   (:func:`blocks.pair`): paired by round wherever at least three rounds hold both (a box's
   offset, or a host's drift, falls on both kernels of a round alike), unpaired otherwise;
@@ -34,7 +36,6 @@ THP/compaction counters, largest change first, and one line counting the rows it
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import replace
 
 from stackbench.errors import StackbenchError
@@ -60,15 +61,8 @@ def job_title(job: query.JobRow) -> str:
     return title + (f"  {'  '.join(extra)}" if extra else "")
 
 
-def _flat(per_boot: dict) -> list[float]:
-    return [x for runs in per_boot.values() for x in runs]
-
-
-def _mean(values: Sequence[float]) -> float | None:
-    return math.fsum(values) / len(values) if values else None
-
-
-def _num(x: float | None) -> str:
+def figure(x: float | None) -> str:
+    """A row's base or new figure as every view prints it (the pages use it as a filter)."""
     if x is None:
         return "-"
     if x != 0 and (abs(x) >= 1e12 or abs(x) < 1e-3):
@@ -102,8 +96,18 @@ def _runs(v: verdict.Verdict) -> str:
     return f"{have}>{v.runs_wanted}" if v.runs_wanted else have
 
 
-HEAD = ("metric", "base", "new", "change", "interval, confidence", "verdict", "q", "boots")
-RIGHT = (False, True, True, True, True, False, True, True)
+HEAD = (
+    "metric",
+    "base",
+    "new",
+    "of boots",
+    "change",
+    "interval, confidence",
+    "verdict",
+    "q",
+    "boots",
+)
+RIGHT = (False, True, True, False, True, True, False, True, True)
 
 
 def _format(rows: list[tuple[str, ...]], widths: list[int]) -> list[str]:
@@ -121,8 +125,10 @@ def compare(
     ds: query.Dataset, policy: verdict.Policy = verdict.DEFAULT
 ) -> list[tuple[query.JobRow, query.Kernel, list[tuple[str, float | None, float | None, verdict.Verdict]]]]:  # fmt: skip
     """Verdicts of every (job, later kernel, metric) of the dataset against the first kernel,
-    with Benjamini-Hochberg across all of them: [(job, kernel, [(metric, base mean, new mean,
-    verdict)])] in table order. Shared with the web pages and mails. Computed once per
+    with Benjamini-Hochberg across all of them: [(job, kernel, [(metric, base, new,
+    verdict)])] in table order, base and new the verdict's own figures
+    (``Verdict.base_est``/``new_est``, :func:`verdict.figures`). Shared with the web pages,
+    the API and mails, so every view prints the same figures. Computed once per
     dataset and policy: the comparison page asks for its table and its rows' verdicts, and
     judging every metric is most of that page's first view."""
     state = (policy, len(ds.runs), len(ds.kernels), id(ds._samples))
@@ -145,7 +151,6 @@ def _compare(ds: query.Dataset, policy: verdict.Policy) -> list:
     box = {i: blocks.box_of(blk) for blk, i in rounds.items()}
     designs: dict[tuple[int, int, str], blocks.Pair] = {}
     pairs: dict[tuple[int, int, str], tuple] = {}
-    means: dict[tuple[int, int, str], tuple[float | None, float | None]] = {}
     groups: list[tuple[query.JobRow, int, list[str]]] = []
     by_job: dict[int, list[tuple[int, query.MetricRow]]] = {}
     for job_id, metric_id in ds.values:
@@ -167,12 +172,11 @@ def _compare(ds: query.Dataset, policy: verdict.Policy) -> list:
                 if not b and not n:
                     continue
                 key = (job_id, idx, m.name)
-                means[key] = (_mean(_flat(b)), _mean(_flat(n)))
                 names.append(m.name)
                 if m.kind == "latency" and (
                     (job_id, base.id) in coarse or (job_id, kernel.id) in coarse
                 ):
-                    untested[key] = verdict.coarse_clock(m.name, len(b), len(n))
+                    untested[key] = verdict.coarse_clock(m.name, b, n)
                     continue
                 pairs[key] = (b, n, m.higher_is_better, m.kind)
                 if block_of and m.kind not in policy.rank_kinds:
@@ -197,7 +201,7 @@ def _compare(ds: query.Dataset, policy: verdict.Policy) -> list:
             if key in designs:
                 v = _designed(v, designs[key])
             v.metric = name
-            rows.append((name, *means[key], v))
+            rows.append((name, v.base_est, v.new_est, v))
         out.append((job, ds.kernels[idx], rows))
     return out
 
@@ -309,7 +313,17 @@ def render(
     for rows, _rest in shown:
         table_rows.append(
             [
-                (name, _num(mb), _num(mn), _pct(v.change_pct), _ci(v), v.label, _q(v), _runs(v))
+                (
+                    name,
+                    figure(mb),
+                    figure(mn),
+                    v.estimator or "-",
+                    _pct(v.change_pct),
+                    _ci(v),
+                    v.label,
+                    _q(v),
+                    _runs(v),
+                )
                 for name, mb, mn, v in rows
             ]
         )
@@ -340,6 +354,10 @@ def render(
             lines.append(rest)
         undecided = max(undecided, verdict.runs_needed([r[3] for r in rows], policy))
     lines.append("")
+    lines.append(
+        "base, new: the boots the verdict used, summarised as its test does (of boots: the "
+        "mean, 5%-trimmed from 20 boots; the median for a rank-tested latency)"
+    )
     lines.append(
         "change: difference of boot means (5%-trimmed: one per end from 20 boots) relative to "
         "the base, with the decision's interval at the confidence shown (paired by round: "

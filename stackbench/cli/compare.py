@@ -31,9 +31,11 @@ enough) or an mmtests run name.
   --style mmtests    compare-mmtests.pl's tables (thpscale era): --table latency|counts|
                      locality|significance|highalloc,
                      or a monitor block with --monitor duration|vmstat
-  --style stackbench stackbench's verdicts: change, the decision's interval, significance after
-                     false-discovery-rate control; the changed and undecided headline
-                     metrics, largest first, and a line counting the rest (--all: every row)
+  --style stackbench stackbench's verdicts: base and new as the test summarises the boots
+                     (mean, or median for a rank-tested latency), change, the decision's
+                     interval, significance after false-discovery-rate control; the changed
+                     and undecided headline metrics, largest first, and a line counting the
+                     rest (--all: every row)
   --style alloc-latency   stress-highalloc attempt latency percentiles per kernel with the
                      pages allocated (seed 001's table); --pass K picks the pass
   --style order-success   order-N Success and Success(N) beside compact_* counters per
