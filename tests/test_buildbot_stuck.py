@@ -11,7 +11,9 @@
   worker's info is held, and the line hung up), so the race is hit every time, and the
   worker's own reconnection must then get work;
 - a master restarted mid-round and the worker killed as the round runs again: the
-  restart's RETRY is not a lost attempt, so the round is not given up.
+  restart's RETRY is not a lost attempt, so the round is not given up;
+- a master stopped cleanly (the health check's restart) while the last round ran: the
+  rounds build runs again and boots the round it cancelled, and the series ends done.
 
 Real PostgreSQL, a real master and worker (dry kernels and boots, tests/test_buildbot_fanout.py),
 the real dispatcher under the supervisor.
@@ -42,6 +44,7 @@ from test_buildbot_fanout import (  # noqa: E402
 from test_lifecycle_support import finished, wait_for  # noqa: E402
 
 from stackbench.jobs.driver import dispatcher_service, lifecycle  # noqa: E402
+from stackbench.jobs.driver.buildbot_executor import CUT_SHORT  # noqa: E402
 from stackbench.jobs.executors import services  # noqa: E402
 from stackbench.jobs.executors.buildbot import client  # noqa: E402
 
@@ -264,6 +267,84 @@ def test_a_master_restart_and_a_lost_worker_in_one_round_do_not_give_it_up(eng, 
     props = master.get(f"builds/{tries[-1]['buildid']}/properties")["properties"][0]
     assert props["lost_attempts"][0] == [f"{second['buildid']}:w1"]
     assert props["spared_attempts"][0][0] == f"{first['buildid']}:w1"
+
+
+def _last_round_under_way(master) -> dict | None:
+    """The series' last round benchmarking, every other round ended and none queued."""
+    builds = _round_builds(master)
+    running = [b for b in builds if _benchmarking(b)]
+    if len(running) != 1 or not all(b["complete"] for b in builds if b is not running[0]):
+        return None
+    names = {b["builderid"]: b["name"] for b in master.get("builders")["builders"]}
+    queued = [r for r in master.get("buildrequests?complete=false")["buildrequests"]
+              if names[r["builderid"]] == "bench-qemu"]  # fmt: skip
+    return running[0] if [r["buildrequestid"] for r in queued] == [
+        running[0]["buildrequestid"]] else None  # fmt: skip
+
+
+def _round_state(eng, sid: int, buildid: int) -> str | None:
+    """What the dispatcher recorded of the series' round try that build ``buildid`` ran."""
+    from stackbench.resultsdb import db as sbdb
+    from stackbench.resultsdb import series_runs_store
+
+    with sbdb.session(eng) as s:
+        return next((r.state for r in series_runs_store.rounds(s, sid) if r.buildid == buildid),
+                    None)  # fmt: skip
+
+
+@pytest.mark.parametrize("lab", [8], indirect=True)
+def test_a_round_a_clean_master_stop_cancelled_is_booted_again(eng, lab):
+    """The chaos bench's flood (bench/README.md, issue 38): the health check restarts a
+    master that stops answering with a clean stop (SIGTERM). Buildbot ends the rounds build
+    RETRY (to run again) and cancels the round it waits for, but the interrupted Trigger's
+    CANCELLED won: the rounds build ended for good and the round was never booted again
+    ("2 of 4 planned boots did not run"). And a look of the dispatcher before the rounds
+    build runs again (it looks at each build's end, and once the master answers again)
+    counted the cancelled round as measured and failed the series on it ("bench-qemu
+    cancelled"). The worker is kept away until the dispatcher has looked at the restarted
+    master, so that look comes before the round runs again; then the series ends done."""
+    master, base, cfg = lab["master"], lab["base"], lab["cfg"]
+    wb = base / "w1"
+    services.create_worker(wb, f"127.0.0.1:{cfg['pb_port']}", "w1",
+                           services.worker_password(base / "master", "w1"))  # fmt: skip
+    env = {"STACKBENCH_URL": lab["web"], "STACKBENCH_WORKER_TOKEN": worker_token("w1")}
+    services.start_worker(wb, env=env)
+    lab["started"].append(wb)
+    sid = make_series(eng)
+    lifecycle.hand_over(eng, sid, source="test", fresh=True)
+
+    last = wait_for("the last round under way", lambda: _last_round_under_way(master),
+                    timeout=300, every=0.5)  # fmt: skip
+    wait_for("the dispatcher to see it", lambda: _round_state(eng, sid, last["buildid"]) == "running",
+             timeout=120, every=0.5)  # fmt: skip
+    assert services.stop_master(base / "master")  # SIGTERM: Buildbot's clean shutdown
+    services.stop_worker(wb)
+    services.start_master(base / "master")
+    cut = master.get(f"builds/{last['buildid']}")["builds"][0]
+    # cancelled with its rounds build, which the shutdown stopped (RETRY): the Trigger's own
+    # cancel, or the shutdown's of a build another waits for
+    assert cut["results"] == 6 and any(w in cut["state_string"] for w in CUT_SHORT), cut
+    names = {b["builderid"]: b["name"] for b in master.get("builders")["builders"]}
+    rounds = [b for b in master.get("builds")["builds"] if names[b["builderid"]] == "rounds"]
+    assert [b["results"] for b in rounds] == [RETRY], rounds  # to run again, not cancelled
+
+    # the dispatcher reads the series once the master answers again (not at its slow look)
+    def looked() -> str | None:
+        state = _round_state(eng, sid, last["buildid"])
+        return state if state not in (None, "running") else None
+
+    seen = wait_for("the dispatcher's look at the cancelled round", looked, timeout=120, every=0.5)
+    from stackbench.resultsdb import db as sbdb
+    from stackbench.resultsdb import series_store
+
+    with sbdb.session(eng) as s:
+        x = series_store.get(s, sid)
+        assert (seen, x.state) == ("lost", "running"), x.error  # tried again, not failed
+    services.start_worker(wb, env=env)
+    x = wait_for(f"series {sid} to finish", lambda: finished(eng, sid), timeout=400, every=1)
+    assert x.state == "done", (x.state, x.error)
+    again = [b for b in _round_builds(master) if b["buildid"] > last["buildid"]]
+    assert [b["results"] for b in again] == [SUCCESS], again
 
 
 class CutAtAttach:

@@ -39,10 +39,15 @@ def logfile() -> Path:
 
 def gunicorn_argv(host: str, port: int, workers: int = 2, threads: int = 8) -> list[str]:
     """gunicorn's gthread workers: on 2 cores, 2 processes x 8 threads gave the best p95
-    under 32 connections (bench/web_bench.py)."""
+    under 32 connections (bench/web_bench.py). The app is imported once, before the workers
+    fork (--preload): a web started again (SIGKILLed, restarted by the supervisor) answers
+    once that import is done, and each worker importing it again doubled the CPU the
+    restart needs on a loaded host (bench/README.md, kill-web). The app opens its database
+    on the first request, so nothing is shared across the fork."""
     argv = [
         sys.executable, "-m", "gunicorn",
         "--bind", f"{host}:{port}",
+        "--preload",
         "--workers", str(workers),
         "--threads", str(threads),
         "--timeout", "120",

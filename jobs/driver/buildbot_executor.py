@@ -38,7 +38,9 @@ log = logging.getLogger(__name__)
 
 KIND = "qemu"
 PASSED = (0, 1)  # buildbot.process.results SUCCESS, WARNINGS
-RETRY = 5
+RETRY, CANCELLED = 5, 6
+# what Buildbot 4.3 says of a build a clean stop of its master, or of its parent, cancelled
+CUT_SHORT = ("(Master Shutdown)", "(parent build was interrupted)")
 RESULT_NAMES = {2: "failure", 3: "skipped", 4: "exception", 6: "cancelled"}
 LOG_TAIL_LINES = 25
 # what a build says while Buildbot prepares its worker: a build still saying it long after
@@ -130,8 +132,8 @@ class BuildbotExecutor:
         builds = latest_attempts(every, names)
         benches = [b for b in builds if names[b["buildid"]].startswith("bench-")
                    and not buildbot_evidence.is_evidence(b)]  # fmt: skip
-        ended = sum(1 for b in kernel_builds if b["complete"] and b["results"] != RETRY)
-        measured = sum(boots_of(b) for b in benches if b["complete"] and b["results"] != RETRY)
+        ended = sum(1 for b in kernel_builds if b["complete"] and not runs_again(b))
+        measured = sum(boots_of(b) for b in benches if b["complete"] and not runs_again(b))
         finished = bool(builds) and not pending and all(b["complete"] for b in builds)
         # a batch's rounds build ends a moment after its last round (Buildbot's trigger
         # wait): once every planned boot is measured, its end says nothing new
@@ -154,7 +156,7 @@ class BuildbotExecutor:
             boots_ended=measured,
             busy=not finished,
             failing=any(
-                b["results"] not in (*PASSED, RETRY)
+                b["results"] not in PASSED and not runs_again(b)
                 for b in builds
                 if b["complete"] and not buildbot_evidence.is_evidence(b)
             ),  # fmt: skip
@@ -210,7 +212,7 @@ class BuildbotExecutor:
             d = series_runs_store.dispatch(s, sid)
         builds, names, measured = self._seen.get(sid, ([], {}, 0))
         # a rounds build fails (or is cut short) with its boots: they say why, not it
-        failed = [b for b in builds if b["results"] not in (*PASSED, RETRY)
+        failed = [b for b in builds if b["results"] not in PASSED and not runs_again(b)
                   and names[b["buildid"]] != "rounds" and not buildbot_evidence.is_evidence(b)]  # fmt: skip
         reasons = [self.failure(b) for b in failed]
         reasons += stored_failures(eng, sid, d.first_run if d is not None else 0)
@@ -311,10 +313,6 @@ class BuildbotExecutor:
         reqs = self.master.get("buildrequests?complete=false")["buildrequests"]
         return [r for r in reqs if self._submission_of(int(r["buildsetid"])) == submission]
 
-    def pending(self, submission: str) -> list[str]:
-        """The builders of this submission's build requests not finished yet."""
-        return [self.builder(r["builderid"]) for r in self.open_requests(submission)]
-
     def lost_workers(self, builds: list[dict[str, Any]]) -> list[str]:
         """A line for each worker that went away mid-build and is not back: Buildbot ends
         its build RETRY and runs it again when a worker returns, which the page must say."""
@@ -370,6 +368,16 @@ class BuildbotExecutor:
             return bad["name"], tail
         except StackbenchError as exc:
             return "", f"(log not available: {exc})"
+
+
+def runs_again(build: dict[str, Any]) -> bool:
+    """Whether Buildbot runs an ended build again, so it ends none of the work: RETRY (a lost
+    worker, a killed master's housekeeping) or a round cancelled with its rounds build, which
+    ends RETRY and boots it again (steps.BootRounds): a master stopping cleanly (the health
+    check's restart) cancels the rounds it waits for, saying one of CUT_SHORT. A round
+    cancelled for good (its series abandoned) is a planned boot that did not run (failures)."""
+    results, state = build.get("results"), str(build.get("state_string") or "")
+    return results == RETRY or (results == CANCELLED and any(w in state for w in CUT_SHORT))
 
 
 def stuck_requests(
@@ -525,7 +533,7 @@ def record_rounds(
         for b in sorted(tries, key=lambda b: b["buildid"]):
             if not b["complete"]:
                 state = "running"
-            elif b["results"] == RETRY:
+            elif runs_again(b):
                 state = "lost"
             else:
                 state = "done" if b["results"] in PASSED else "failed"
@@ -546,13 +554,6 @@ def kernel_names(eng: Engine, sid: int) -> list[tuple[str, str]]:
             if not commit:
                 raise StackbenchError(f"series {sid}: patch {name} has no commit")
         return out
-
-
-def attach_builds(eng: Engine, sid: int) -> None:
-    """Tie the kernels the workers stored to the series' patches, so its page's matrix
-    shows them (an upload knows the commit, not the patch row)."""
-    with db.session(eng) as s:
-        kernels_store.attach_to_series(s, sid)
 
 
 def stored_failures(eng: Engine, sid: int, first_run: int) -> list[str]:

@@ -203,6 +203,9 @@ class Dispatcher:
         if down is not None:
             log.info("dispatcher: Buildbot answers again (unreachable since %s)",
                      _when(down["since"]))  # fmt: skip
+            # what it reported meanwhile was dropped with the ticks that could not ask it
+            # (a restart ends builds): every series there is read now, not at its slow look
+            self._looked.clear()
         self._master_down = None
         return True
 

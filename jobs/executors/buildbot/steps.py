@@ -13,9 +13,10 @@ from typing import Any
 
 from buildbot.plugins import steps, util
 from buildbot.process import buildstep
-from buildbot.process.results import FAILURE, RETRY, SUCCESS, WARNINGS
+from buildbot.process.results import CANCELLED, FAILURE, RETRY, SUCCESS, WARNINGS
 from buildbot.steps.worker import CompositeStepMixin
-from twisted.internet import defer
+from twisted.internet import defer, error
+from twisted.python.failure import Failure
 
 from stackbench.jobs.executors.buildbot import kept_kernels, master_secrets
 from stackbench.jobs.executors.buildbot.config import BuildbotConfig
@@ -231,6 +232,22 @@ class TriggerRounds(steps.Trigger):
             flunkOnFailure=True,
             **kwargs,
         )
+        self.cut_by: Any = None
+
+    def interrupt(self, reason: Any) -> Any:
+        self.cut_by = reason
+        return super().interrupt(reason)
+
+    @defer.inlineCallbacks
+    def run(self) -> Any:
+        results = yield super().run()
+        # a build its master's clean stop (the health check's restart, `stackbench down`)
+        # or its worker's loss interrupts ends RETRY, to be run again; an interrupted
+        # Trigger says CANCELLED, which is worse and won: the rounds build ended for good,
+        # its request with it, and the rounds it waited for were never booted again
+        if results == CANCELLED and runs_again_after(self.cut_by):
+            return RETRY
+        return results
 
     def getSchedulersAndProperties(self) -> list[dict[str, Any]]:
         out = []
@@ -243,6 +260,15 @@ class TriggerRounds(steps.Trigger):
                 {"sched_name": bench_scheduler(kind), "props_to_set": props, "unimportant": False}
             )
         return out
+
+
+def runs_again_after(reason: Any) -> bool:
+    """Whether Buildbot runs a build again after a step interrupted for ``reason``: its
+    master's clean stop (botmaster's quick shutdown, "Master Shutdown") or its worker's
+    lost connection. Not a stop asked for (a cancel or stop through the REST API)."""
+    if isinstance(reason, Failure):
+        return reason.check(error.ConnectionLost) is not None
+    return reason == "Master Shutdown"
 
 
 def round_boots(props: dict[str, Any]) -> list[dict[str, Any]]:
