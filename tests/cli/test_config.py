@@ -15,7 +15,7 @@ import pytest
 from stackbench import config
 from stackbench.errors import StackbenchError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ["stackbench", "results-db", "patches", "kernels", "mail", "jobs", "web"]
 NAME = re.compile(r"STACKBENCH_[A-Z0-9_]+")
 # a read of the environment that names a setting: os.environ.get("STACKBENCH_..."),

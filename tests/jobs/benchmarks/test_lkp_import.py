@@ -14,7 +14,7 @@ from stackbench.errors import InputError
 from stackbench.jobs.benchmarks.importers import lkp
 from stackbench.resultsdb import ingest
 
-DATA = Path(__file__).resolve().parent / "data" / "lkp"
+DATA = Path(__file__).resolve().parents[2] / "data" / "lkp"
 GOOD = DATA / "good"
 BAD = DATA / "bad"
 BASE = "1405df66cbe219b0bf6355bc3d60361a8376b6b4"

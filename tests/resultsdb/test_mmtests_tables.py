@@ -13,7 +13,7 @@ from stackbench.cli import main
 from stackbench.errors import StackbenchError
 from stackbench.resultsdb.tables import mmtests, mmtests_vmstat, render
 
-DATA = Path(__file__).parent / "data" / "mmtests"
+DATA = Path(__file__).parents[1] / "data" / "mmtests"
 THREE = ["v6.8-rc1-base", "v6.8-rc1-patched", "mm-next"]
 
 

@@ -11,7 +11,7 @@ from stackbench import cli
 
 pytest_plugins = ["test_web_support"]
 
-GOOD = Path(__file__).parent / "data" / "lkp" / "good"
+GOOD = Path(__file__).parents[1] / "data" / "lkp" / "good"
 BASE = "9e26ce95028e83a061cf35e9b09b22c90d9b94e2"
 
 

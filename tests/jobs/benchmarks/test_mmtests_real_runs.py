@@ -23,7 +23,7 @@ from test_mmtests_conformance import CASES, GOLDEN, _lines
 
 from stackbench.cli import main
 
-DATA = Path(__file__).parent / "data" / "mmtests"
+DATA = Path(__file__).parents[2] / "data" / "mmtests"
 BASIC_INFO = """\
 arch :: x86_64
 1: lo: <LOOPBACK,UP,LOWER_UP> mtu 65536 qdisc noqueue state UNKNOWN group default qlen 1000

@@ -26,7 +26,7 @@ from stackbench.resultsdb.models import Series
 
 pytest_plugins = ["test_web_support"]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 MBOX = (ROOT / "tests" / "data" / "web" / "series.mbox").read_bytes()
 REFUSAL = "refused by the intake under test"
 DOORS = {

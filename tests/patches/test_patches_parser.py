@@ -15,7 +15,7 @@ from stackbench.patches.parser import (
     parse_mbox,
 )
 
-DATA = Path(__file__).parent / "data" / "patches"
+DATA = Path(__file__).parents[1] / "data" / "patches"
 
 
 def parse(name: str):

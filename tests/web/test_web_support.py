@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy.orm import Session
 
-DATA = Path(__file__).resolve().parent / "data" / "web"
+DATA = Path(__file__).resolve().parents[1] / "data" / "web"
 
 
 @pytest.fixture

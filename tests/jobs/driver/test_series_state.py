@@ -18,7 +18,7 @@ from stackbench.patches.apply import ApplyResult
 from stackbench.resultsdb import db, series_runs_store
 from stackbench.resultsdb.models import Event, Patch, Series
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 FOLDERS = ("results-db", "patches", "kernels", "mail", "jobs", "web", "stackbench")
 OWNER = "jobs/driver/lifecycle.py"
 BASE, C1 = "b" * 40, "c" * 40

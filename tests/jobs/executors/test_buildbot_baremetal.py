@@ -31,7 +31,7 @@ from test_buildbot_fanout import kill_machine, start_web, wait_for, worker_token
 from stackbench.jobs.executors import services  # noqa: E402
 from stackbench.jobs.executors.buildbot import client  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 FILES = ROOT / "ansible" / "roles" / "baremetal_worker" / "files"
 SUCCESS, FAILURE, RETRY = 0, 2, 5
 AWAIT = "wait for the box to report"

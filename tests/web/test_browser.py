@@ -19,7 +19,7 @@ pytest_plugins = ["test_web_support"]
 pytestmark = pytest.mark.browser
 
 CHROMIUM = Path("/usr/bin/chromium")
-SHOTS = Path(__file__).resolve().parent.parent / "artifacts" / "screenshots"
+SHOTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
 ARGS = [
     "--no-sandbox",  # CI runs as root
     "--disable-background-networking",

@@ -26,7 +26,7 @@ from stackbench.errors import InputError
 from stackbench.patches.apply import apply_series, remove_worktree
 from stackbench.patches.parser import ParsedSeries, parse_mbox
 
-SEEDS = sorted((Path(__file__).parent / "data" / "patches").glob("*.mbox"))
+SEEDS = sorted((Path(__file__).parents[1] / "data" / "patches").glob("*.mbox"))
 CHARSETS = [
     "utf-8", "latin-1", "iso-8859-15", "us-ascii", "idna", "punycode", "utf-7", "utf-16",
     "utf-32", "cp1252", "koi8-r", "shift_jis", "big5", "base64", "zlib_codec", "rot13",

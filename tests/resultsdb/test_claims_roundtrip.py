@@ -16,7 +16,7 @@ from stackbench.patches import claims
 from stackbench.resultsdb import query
 from stackbench.resultsdb.tables import lkp, mmtests
 
-DATA = Path(__file__).resolve().parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 LKP_KERNELS = [
     "1405df66cbe219b0bf6355bc3d60361a8376b6b4",
     "5b77236920ce1f89b9f6b0ad44a3220b49fe7b1d",

@@ -21,7 +21,7 @@ import pytest
 from sqlalchemy import select
 from test_ansible import local_vars, playbook_tool, run_role
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GIT_SHELL = "/usr/bin/git-shell"
 KEYS = {
     "alice": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAlicealicealicealicealicealicealicealice alice@laptop",

@@ -21,7 +21,7 @@ from stackbench.resultsdb.ingest import ingest
 from stackbench.resultsdb.models import Patch, Run, Series
 from stackbench.resultsdb.rundata import JobSpec, KernelSpec, MachineSpec, RunData
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 MBOX = (ROOT / "tests" / "data" / "web" / "series.mbox").read_bytes()
 VMS = JobSpec(suite="vm-scalability", params={"test": "anon-w-seq"})
 

@@ -16,7 +16,7 @@ from sqlalchemy import text
 from stackbench.cli import main
 from stackbench.resultsdb.ingest import count
 
-DATA = Path(__file__).parent / "data" / "mmtests"
+DATA = Path(__file__).parents[2] / "data" / "mmtests"
 TABLES = ("kernel_build", "job", "run", "run_log", "sample", "metric")
 
 

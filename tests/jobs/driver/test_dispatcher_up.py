@@ -138,7 +138,7 @@ def test_the_deployed_dispatcher_is_started_again_when_it_dies():
     """systemd (Ansible) and compose restart the plain ``stackbench dispatcher`` themselves."""
     import yaml
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[3]
     unit = (root / "ansible/roles/web/templates/stackbench-dispatcher.service.j2").read_text()
     assert "dispatcher\n" in unit and "\nRestart=always\n" in unit
     compose = yaml.safe_load((root / "docker-compose.yml").read_text())

@@ -16,7 +16,7 @@ from stackbench.patches.apply import ApplyResult
 from stackbench.patches.parser import parse_mbox
 from stackbench.resultsdb.models import Event, Patch, Series, Tree
 
-DATA = Path(__file__).parent / "data" / "patches"
+DATA = Path(__file__).parents[1] / "data" / "patches"
 SHA = [f"{i:040x}" for i in range(1, 5)]
 
 

@@ -10,7 +10,7 @@ from sqlalchemy import event, func, select
 
 from stackbench import cli
 
-GOOD = Path(__file__).resolve().parent / "data" / "lkp" / "good"
+GOOD = Path(__file__).resolve().parents[1] / "data" / "lkp" / "good"
 
 
 def test_import_with_the_connection_killed_mid_import_ends_in_one_line(eng, db_url, capsys):

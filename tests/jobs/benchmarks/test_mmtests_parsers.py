@@ -13,7 +13,7 @@ from stackbench.errors import InputError
 from stackbench.jobs.benchmarks.parsers import highalloc, mmtests_logs, thpscale
 from stackbench.resultsdb.tables import mmtests_stats as st
 
-DATA = Path(__file__).parent / "data" / "mmtests"
+DATA = Path(__file__).parents[2] / "data" / "mmtests"
 
 LOG3 = """\
 Running with 3 threads
