@@ -12,13 +12,15 @@ import psycopg
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-# the test files live in folders named for the rooms of the tree (tests/README.md) and import
-# one another's helpers by bare module name (``from test_web_support import ...``): pytest
-# puts only a test file's own folder on sys.path, so every room's folder goes there up front,
-# whatever file or folder a run starts from
+# the test files live in folders named for the rooms of the tree (tests/README.md) and some
+# import another file's fixtures by bare module name (``from test_buildbot_fanout import
+# start_web``): pytest puts only a test file's own folder on sys.path, so every room's folder
+# goes there up front, whatever file or folder a run starts from
 sys.path[:0] = sorted(
     {str(p.parent) for p in Path(__file__).parent.rglob("test_*.py")} - set(sys.path)
 )
+# the shared helpers (tests/helpers/) assert as test files do, and say what differed
+pytest.register_assert_rewrite("helpers")
 # a git worktree elsewhere names the shared folder with STACKBENCH_SHARED
 SHARED = Path(os.environ.get("STACKBENCH_SHARED") or ROOT.parent / "shared")
 # an evidence boot adds a boot per kernel to every series run here; the coverage tests

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from test_web_support import add_token, add_user
+from helpers.web import add_token, add_user
 
 from stackbench import cli
 
-pytest_plugins = ["test_web_support"]
+pytest_plugins = ["helpers.web"]
 
 GOOD = Path(__file__).parents[1] / "data" / "lkp" / "good"
 BASE = "9e26ce95028e83a061cf35e9b09b22c90d9b94e2"

@@ -28,7 +28,7 @@ pytest.importorskip("buildbot")
 pytest.importorskip("buildbot_worker")
 pytest.importorskip("supervisor")
 
-from test_lifecycle_support import git, wait_for  # noqa: E402
+from helpers.lifecycle import git, wait_for  # noqa: E402
 
 from stackbench import services, supervision  # noqa: E402
 

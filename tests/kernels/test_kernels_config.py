@@ -6,7 +6,7 @@ import os
 import shutil
 
 import pytest
-from kernelkit import require_kernel_tools, use_kernel_cache
+from helpers.kernelkit import require_kernel_tools, use_kernel_cache
 
 from stackbench.errors import InputError, NotFoundError
 from stackbench.kernels import build, config, trees

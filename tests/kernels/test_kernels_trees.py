@@ -7,7 +7,7 @@ import tarfile
 import threading
 
 import pytest
-from kernelkit import require_kernel_tools, use_kernel_cache
+from helpers.kernelkit import require_kernel_tools, use_kernel_cache
 
 from stackbench import proc
 from stackbench.errors import InputError, NotFoundError

@@ -9,7 +9,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from kernelkit import MARKER, base_kernel, make_initramfs
+from helpers.kernelkit import MARKER, base_kernel, make_initramfs
 
 from stackbench.kernels import qemu
 

@@ -10,8 +10,8 @@ from email import policy
 
 import pytest
 from aiosmtpd.controller import Controller
-from intake_support import submit_series
-from listmail import runs
+from helpers.intake import submit_series
+from helpers.listmail import runs
 from sqlalchemy import text
 
 from stackbench import cli

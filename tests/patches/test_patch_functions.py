@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from kernelkit import cache_dir
+from helpers.kernelkit import cache_dir
 
 from stackbench.patches import diffparse, stacks
 

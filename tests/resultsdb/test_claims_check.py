@@ -16,7 +16,7 @@ from stackbench.resultsdb import claims_check, claims_store, series_runs_store, 
 from stackbench.resultsdb import ingest as ig
 from stackbench.resultsdb.models import Patch, Series
 
-pytest_plugins = ["test_web_support"]
+pytest_plugins = ["helpers.web"]
 
 BASE, C1, C2 = "a" * 40, "b" * 40, "c" * 40
 JOB = ig.JobSpec("vm-scalability", "anon-w-seq", {"test": "anon-w-seq", "size": "512M"})

@@ -6,7 +6,7 @@ from __future__ import annotations
 from stackbench import cli
 from stackbench.resultsdb import ingest as ig
 
-pytest_plugins = ["test_web_support"]
+pytest_plugins = ["helpers.web"]
 
 JOB = ig.JobSpec("vm-scalability", "anon-w-seq", {"test": "anon-w-seq", "runtime": "300s"})
 BASE, PATCH = "b" * 40, "c" * 40
@@ -100,7 +100,7 @@ def test_machine_without_runs_is_a_clear_error(eng, capsys):
 
 
 def _sign_in(eng, client):
-    from test_web_support import add_user, login
+    from helpers.web import add_user, login
 
     add_user(eng, "alice")  # starting a comparison needs an account
     login(client)

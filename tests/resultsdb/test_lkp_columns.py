@@ -267,7 +267,7 @@ def test_new_runs_or_new_table_code_make_a_column_again(eng, capsys, monkeypatch
 
 
 def test_import_keeps_the_columns_of_the_kernels_it_imported(eng, tmp_path):
-    import lkp_tree
+    from helpers import lkp_tree
 
     from stackbench.jobs.benchmarks.importers import lkp as lkp_import
 

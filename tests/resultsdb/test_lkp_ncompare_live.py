@@ -17,9 +17,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import lkp_tree
 import pytest
 from conftest import SHARED
+from helpers import lkp_tree
 from test_lkp_real_trees import A, B, cli, incomplete_runs, runs_a, runs_b
 
 BUNDLE = SHARED / "upstream" / "lkp-tests.bundle"

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 from conftest import SHARED
-from mmtests_synth import write_run
+from helpers.mmtests_synth import write_run
 
 from stackbench.cli import main
 from stackbench.jobs.benchmarks import definitions as d

@@ -14,7 +14,7 @@ from stackbench.errors import StackbenchError
 from stackbench.resultsdb import ingest as ig
 from stackbench.resultsdb.tables import per_run, render
 
-pytest_plugins = ["test_web_support"]
+pytest_plugins = ["helpers.web"]
 
 VANILLA, PATCHED = "a" * 40, "b" * 40
 # seed 002's "Steals over 50 runs" (VANILLA PATCHED pairs, from its cover letter)
@@ -204,7 +204,7 @@ def test_lkp_header_names_the_knobs(highalloc):
 
 
 def test_comparison_page_shows_the_seed_tables(highalloc, client):
-    from test_web_support import add_user, login
+    from helpers.web import add_user, login
 
     add_user(highalloc, "alice")  # starting a comparison needs an account
     login(client)

@@ -14,7 +14,7 @@ from stackbench.resultsdb import blocks, query
 from stackbench.resultsdb import ingest as ig
 from stackbench.resultsdb.tables import verdict as table
 
-pytest_plugins = ["test_web_support"]
+pytest_plugins = ["helpers.web"]
 
 JOB = ig.JobSpec("vm-scalability", "anon-w-seq-mt", {"test": "anon-w-seq-mt", "size": "8T"})
 BASE, PATCH = "a" * 40, "b" * 40

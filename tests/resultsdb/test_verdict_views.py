@@ -19,7 +19,7 @@ from stackbench.resultsdb import ingest as ig
 from stackbench.resultsdb.models import Patch, Series
 from stackbench.web import comparisons
 
-pytest_plugins = ["test_web_support"]
+pytest_plugins = ["helpers.web"]
 
 JOB = ig.JobSpec("vm-scalability", "anon-w-seq", {"test": "anon-w-seq"})
 METRIC = "vm-scalability.throughput"

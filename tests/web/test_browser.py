@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.web import DATA, add_tree, add_user, db, populate_results
 from sqlalchemy import select
-from test_web_support import DATA, add_tree, add_user, db, populate_results
 
-pytest_plugins = ["test_web_support"]
+pytest_plugins = ["helpers.web"]
 pytestmark = pytest.mark.browser
 
 CHROMIUM = Path("/usr/bin/chromium")

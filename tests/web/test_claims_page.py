@@ -3,12 +3,12 @@ what each claims and the job and kernels of ours that would measure it, or why n
 
 from __future__ import annotations
 
+from helpers.web import add_tree, db, make_series
 from sqlalchemy import update
-from test_web_support import add_tree, db, make_series
 
 from stackbench.resultsdb.models import Series
 
-pytest_plugins = ["test_web_support"]
+pytest_plugins = ["helpers.web"]
 
 COVER = """\
 Highlights: mmap-pread-seq-mt: -18.3% if split folios during compaction.

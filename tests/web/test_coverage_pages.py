@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import re
 
+from helpers.web import add_tree, app, client, make_series, populate_results  # noqa: F401
 from sqlalchemy import update
-from test_web_support import add_tree, app, client, make_series, populate_results  # noqa: F401
 
 from stackbench.jobs.driver import lifecycle
 from stackbench.resultsdb import coverage_store

@@ -10,12 +10,12 @@ from test_verdict_table import BASE, SAME, SLOW, _runs
 
 from stackbench.resultsdb import ingest as ig
 
-pytest_plugins = ["test_web_support"]
+pytest_plugins = ["helpers.web"]
 
 
 @pytest.fixture(autouse=True)
 def signed_in(eng, client):
-    from test_web_support import add_user, login
+    from helpers.web import add_user, login
 
     add_user(eng, "alice")  # starting a comparison needs an account
     login(client)

@@ -4,8 +4,7 @@ OpenAPI document, and the CLI's API client against a running server."""
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import func, select
-from test_web_support import (
+from helpers.web import (
     DATA,
     add_token,
     add_tree,
@@ -17,8 +16,9 @@ from test_web_support import (
     run_data,
     upload_body,
 )
+from sqlalchemy import func, select
 
-pytest_plugins = ["test_web_support"]
+pytest_plugins = ["helpers.web"]
 
 
 def test_series_submit_with_token_and_read_back(eng, client):

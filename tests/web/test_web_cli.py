@@ -9,10 +9,10 @@ import time
 import urllib.request
 
 import pytest
+from helpers.web import db
 from sqlalchemy import select
-from test_web_support import db
 
-pytest_plugins = ["test_web_support"]
+pytest_plugins = ["helpers.web"]
 
 
 def cli(*argv: str) -> int:

@@ -8,9 +8,9 @@ import subprocess
 
 import psycopg
 import pytest
-from test_web_support import add_user, csrf_of
+from helpers.web import add_user, csrf_of
 
-pytest_plugins = ["test_web_support"]
+pytest_plugins = ["helpers.web"]
 
 
 @pytest.fixture

@@ -8,8 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from sqlalchemy import func, select
-from test_web_support import (
+from helpers.web import (
     add_token,
     add_tree,
     add_user,
@@ -19,8 +18,9 @@ from test_web_support import (
     login,
     make_series,
 )
+from sqlalchemy import func, select
 
-pytest_plugins = ["test_web_support"]
+pytest_plugins = ["helpers.web"]
 
 
 def refused(r, *words: str) -> str:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from test_web_support import (
+from helpers.web import (
     DATA,
     add_token,
     add_tree,
@@ -37,7 +37,7 @@ from test_web_support import (
     upload_body,
 )
 
-pytest_plugins = ["test_web_support"]
+pytest_plugins = ["helpers.web"]
 
 SEED = int(os.environ.get("STACKBENCH_FUZZ_SEED") or 38)
 REQUESTS = int(os.environ.get("STACKBENCH_FUZZ_REQUESTS") or 10_000)

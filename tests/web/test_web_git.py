@@ -8,10 +8,10 @@ import subprocess
 import urllib.request
 
 import pytest
+from helpers.web import add_token, add_tree, add_user, db
 from sqlalchemy import select
-from test_web_support import add_token, add_tree, add_user, db
 
-pytest_plugins = ["test_web_support"]
+pytest_plugins = ["helpers.web"]
 
 
 def git(cwd, *args, check=True):

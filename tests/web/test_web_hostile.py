@@ -10,9 +10,8 @@ import re
 import subprocess
 
 import pytest
-from intake_support import submit_series
-from sqlalchemy import event, func, select, text
-from test_web_support import (
+from helpers.intake import submit_series
+from helpers.web import (
     add_token,
     add_tree,
     add_user,
@@ -23,9 +22,10 @@ from test_web_support import (
     login,
     make_series,
 )
-from test_web_support import populate_results as populate
+from helpers.web import populate_results as populate
+from sqlalchemy import event, func, select, text
 
-pytest_plugins = ["test_web_support"]
+pytest_plugins = ["helpers.web"]
 
 
 def post_login(client, password="pw-alice-1", next_url=""):

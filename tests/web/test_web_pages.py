@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from test_web_support import (
+from helpers.web import (
     add_tree,
     add_user,
     login,
@@ -12,7 +12,7 @@ from test_web_support import (
     populate_results,
 )
 
-pytest_plugins = ["test_web_support"]
+pytest_plugins = ["helpers.web"]
 
 
 def test_series_list_newest_first_with_filters_and_strip(eng, client):
@@ -96,7 +96,7 @@ def test_compare_pick_form_every_metric_text_and_plots(eng, client):
     add_tree(eng)
     sid = make_series(eng)
     build_ids = populate_results(eng, sid, runs=3)
-    from test_web_support import db
+    from helpers.web import db
 
     from stackbench.resultsdb.models import KernelBuild
 
@@ -126,7 +126,7 @@ def test_compare_pick_form_every_metric_text_and_plots(eng, client):
 
 
 def test_run_links_to_buildbot_and_logs(eng, app, client):
-    from test_web_support import run_data
+    from helpers.web import run_data
 
     from stackbench.resultsdb import ingest
 

@@ -8,8 +8,7 @@ import io
 import re
 
 import pytest
-from sqlalchemy import func, select
-from test_web_support import (
+from helpers.web import (
     DATA,
     add_token,
     add_tree,
@@ -24,8 +23,9 @@ from test_web_support import (
     run_data,
     upload_body,
 )
+from sqlalchemy import func, select
 
-pytest_plugins = ["test_web_support"]
+pytest_plugins = ["helpers.web"]
 
 ACTIVE = re.compile(r"<(script|img|svg|iframe)\b[^>]*(alert|onerror|onload|javascript:)", re.I)
 

@@ -12,7 +12,7 @@ from stackbench import cli
 from stackbench.jobs.benchmarks import collect as c
 from stackbench.resultsdb import ingest as ig
 
-pytest_plugins = ["test_web_support"]
+pytest_plugins = ["helpers.web"]
 
 JOB = ig.JobSpec("thpscale", "thpscale", {"max_threads": 2, "mapsize_fraction": 0.1})
 BASE, PATCH = "d" * 40, "e" * 40

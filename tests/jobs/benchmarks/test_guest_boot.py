@@ -5,14 +5,14 @@ virtio port, and collect() parsing them. Uses the kernel tests' shared kernel ca
 from __future__ import annotations
 
 import pytest
-from kernelkit import base_kernel
+from helpers.kernelkit import base_kernel
 
 from stackbench.jobs.benchmarks import collect as c
 from stackbench.jobs.benchmarks import definitions as d
 from stackbench.jobs.benchmarks.guest import initramfs
 from stackbench.resultsdb.rundata import KernelSpec, MachineSpec
 
-pytest_plugins = ["test_web_support"]
+pytest_plugins = ["helpers.web"]
 
 GUEST_MEM_MB = 1024
 GUEST_CPUS = 2

@@ -15,7 +15,7 @@ import subprocess
 import sys
 
 import pytest
-from kernelkit import require_kernel_tools, use_kernel_cache
+from helpers.kernelkit import require_kernel_tools, use_kernel_cache
 from test_suites import MMTESTS_COMMIT, UPSTREAM, need_bundles
 
 from stackbench.errors import InputError

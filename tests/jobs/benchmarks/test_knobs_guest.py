@@ -7,8 +7,8 @@ to its low threshold (seed 001). Uses the kernel tests' cache."""
 from __future__ import annotations
 
 import pytest
-from intake_support import submit_series
-from kernelkit import base_kernel
+from helpers.intake import submit_series
+from helpers.kernelkit import base_kernel
 from test_guest_boot import highalloc_module
 
 from stackbench.jobs.benchmarks import collect as c
@@ -188,7 +188,7 @@ STEADY_JOB = "stress-highalloc[passes=1,load_fraction=0,alloc_fraction=0.05,pace
 @pytest.mark.long
 @pytest.mark.timeout(3600)
 def test_knob_jobs_on_the_demo_stack_and_the_seed_tables(eng, monkeypatch, tmp_path, capsys):
-    from kernelkit import require_kernel_tools, use_kernel_cache
+    from helpers.kernelkit import require_kernel_tools, use_kernel_cache
     from sqlalchemy import select
     from sqlalchemy.orm import Session
     from test_pipeline_e2e import builds_by_label, first_patch, runs_of

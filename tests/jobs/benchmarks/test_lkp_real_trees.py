@@ -17,8 +17,8 @@ import json
 import shutil
 from pathlib import Path
 
-import lkp_tree
 import pytest
+from helpers import lkp_tree
 from sqlalchemy import text
 
 from stackbench.cli import main

@@ -10,7 +10,7 @@ import subprocess
 from email import policy
 
 import pytest
-from kernelkit import base_kernel
+from helpers.kernelkit import base_kernel
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 

@@ -7,7 +7,7 @@ in separate jobs (never pooled) in the comparison tables. Uses the shared kernel
 from __future__ import annotations
 
 import pytest
-from kernelkit import base_kernel
+from helpers.kernelkit import base_kernel
 from test_suites import MMTESTS_COMMIT, UPSTREAM, VMS_COMMIT, need_bundles
 
 from stackbench.errors import StackbenchError

@@ -6,7 +6,7 @@ mmtests tables of their commits. Uses the shared kernel cache."""
 from __future__ import annotations
 
 import pytest
-from kernelkit import base_kernel
+from helpers.kernelkit import base_kernel
 from sqlalchemy import text
 
 from stackbench.jobs.benchmarks import collect as c

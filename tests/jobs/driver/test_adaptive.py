@@ -14,7 +14,7 @@ from stackbench.resultsdb.ingest import ingest
 from stackbench.resultsdb.models import Patch, Series
 from stackbench.resultsdb.rundata import JobSpec, KernelSpec, MachineSpec, RunData
 
-pytest_plugins = ["test_web_support"]
+pytest_plugins = ["helpers.web"]
 
 MACHINE = MachineSpec(name="qemu-tcg-2cpu-1024M@test", kind="qemu", cpus=2, memory_mb=1024)
 VMS = JobSpec(suite="vm-scalability", test="anon-w-seq", params={"test": "anon-w-seq"})
@@ -132,7 +132,7 @@ def test_more_rounds_plan_keeps_runs_per_boot():
 
 
 def test_the_series_page_says_why_a_series_is_still_running(eng, client):
-    from test_web_support import add_tree, make_series
+    from helpers.web import add_tree, make_series
 
     add_tree(eng)
     sid = make_series(eng, state="running")
@@ -152,7 +152,7 @@ def test_the_series_page_says_why_a_series_is_still_running(eng, client):
 
 
 def test_the_reason_is_one_short_line_and_the_page_has_every_metric(eng, client):
-    from test_web_support import add_tree, make_series
+    from helpers.web import add_tree, make_series
 
     add_tree(eng)
     sid = make_series(eng, state="running")

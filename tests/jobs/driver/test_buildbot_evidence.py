@@ -21,14 +21,14 @@ from sqlalchemy import text
 pytest.importorskip("buildbot")
 pytest.importorskip("buildbot_worker")
 
-import kernelkit  # noqa: E402
-from intake_support import submit_series  # noqa: E402
-from kernelkit import require_kernel_tools, use_kernel_cache  # noqa: E402
+from helpers import kernelkit  # noqa: E402
+from helpers.intake import submit_series  # noqa: E402
+from helpers.kernelkit import require_kernel_tools, use_kernel_cache  # noqa: E402
+from helpers.lifecycle import finished, wait_for  # noqa: E402
+from helpers.web import app, client  # noqa: E402, F401  (fixtures)
 from test_buildbot_fanout import start_web, start_worker  # noqa: E402
 from test_coverage_guest import _calls  # noqa: E402
 from test_ground_truth import COMMENT_ONLY  # noqa: E402
-from test_lifecycle_support import finished, wait_for  # noqa: E402
-from test_web_support import app, client  # noqa: E402, F401  (fixtures)
 
 from stackbench.jobs.driver import dispatcher_service, intake  # noqa: E402
 from stackbench.jobs.executors import services  # noqa: E402

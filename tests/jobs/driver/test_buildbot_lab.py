@@ -17,14 +17,14 @@ from sqlalchemy import text
 pytest.importorskip("buildbot")
 pytest.importorskip("buildbot_worker")
 
+from helpers.lifecycle import finished, wait_for  # noqa: E402
 from test_buildbot_fanout import kill_machine, start_web, start_worker  # noqa: E402
-from test_lifecycle_support import finished, wait_for  # noqa: E402
 
 from stackbench.jobs.driver import dispatcher_service, lifecycle  # noqa: E402
 from stackbench.jobs.executors import services  # noqa: E402
 from stackbench.jobs.executors.buildbot import client  # noqa: E402
 
-pytest_plugins = ["test_lifecycle_support"]
+pytest_plugins = ["helpers.lifecycle"]
 COMMITS = ["a" * 40, "b" * 40, "c" * 40, "d" * 40]  # base + 3 patches
 JOB = "dry-vm"
 ROUNDS = 4

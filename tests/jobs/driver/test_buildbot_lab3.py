@@ -25,12 +25,12 @@ from sqlalchemy import text
 pytest.importorskip("buildbot")
 pytest.importorskip("buildbot_worker")
 
-from intake_support import submit_series  # noqa: E402
-from kernelkit import require_kernel_tools, use_kernel_cache  # noqa: E402
+from helpers.intake import submit_series  # noqa: E402
+from helpers.kernelkit import require_kernel_tools, use_kernel_cache  # noqa: E402
+from helpers.lifecycle import finished, wait_for  # noqa: E402
 from test_buildbot_fanout import kill_machine, start_web  # noqa: E402
 from test_buildbot_lab import _names, _running_round  # noqa: E402
 from test_ground_truth import VMS, verdicts  # noqa: E402
-from test_lifecycle_support import finished, wait_for  # noqa: E402
 
 from stackbench.jobs.driver import dispatcher_service, intake, lifecycle  # noqa: E402
 from stackbench.jobs.executors import services  # noqa: E402

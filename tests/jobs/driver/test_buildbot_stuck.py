@@ -28,14 +28,14 @@ import pytest
 pytest.importorskip("buildbot")
 pytest.importorskip("buildbot_worker")
 
+from helpers.lifecycle import finished, wait_for  # noqa: E402
 from test_buildbot_fanout import start_web, start_worker  # noqa: E402
-from test_lifecycle_support import finished, wait_for  # noqa: E402
 
 from stackbench.jobs.driver import dispatcher_service, lifecycle  # noqa: E402
 from stackbench.jobs.executors import services  # noqa: E402
 from stackbench.jobs.executors.buildbot import client  # noqa: E402
 
-pytest_plugins = ["test_lifecycle_support"]
+pytest_plugins = ["helpers.lifecycle"]
 COMMITS = ["a" * 40, "b" * 40]  # base + 1 patch
 JOB = "dry-vm"
 STUCK_S = 20

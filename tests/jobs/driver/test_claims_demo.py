@@ -15,7 +15,7 @@ from test_pipeline_e2e import kernel_env  # noqa: F401
 from stackbench.resultsdb import claims_check, series_runs_store
 from stackbench.resultsdb.models import Series
 
-pytest_plugins = ["test_web_support"]
+pytest_plugins = ["helpers.web"]
 
 
 def test_the_demo_cover_letters_tables_are_claims_of_its_own_jobs():

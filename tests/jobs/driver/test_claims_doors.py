@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 from conftest import SHARED
-from test_web_support import DATA, add_token, add_tree, add_user, bearer, csrf_of, login
+from helpers.web import DATA, add_token, add_tree, add_user, bearer, csrf_of, login
 
 from stackbench.errors import StackbenchError
 from stackbench.resultsdb import series_runs_store, series_store
 from stackbench.resultsdb.db import session
 
-pytest_plugins = ["test_web_support"]
+pytest_plugins = ["helpers.web"]
 
 # a short-form claim in the cover letter, as authors write them
 CLAIM = "Two tweaks to compaction.\n\nvm-scalability results:\n  mmap-pread-seq-mt: -18.3%\n"

@@ -7,17 +7,17 @@ from __future__ import annotations
 import threading
 
 import pytest
-from intake_support import submit_series
+from helpers.intake import submit_series
+from helpers.lifecycle import git
 from sqlalchemy import create_engine, func, select
 from sqlalchemy.orm import Session
-from test_lifecycle_support import git
 
 from stackbench.errors import StackbenchError
 from stackbench.jobs.driver import intake, lifecycle, watch
 from stackbench.resultsdb import series_runs_store
 from stackbench.resultsdb.models import Event, Series
 
-pytest_plugins = ["test_lifecycle_support"]
+pytest_plugins = ["helpers.lifecycle"]
 
 
 def _store_foreground(eng, work, base) -> int:

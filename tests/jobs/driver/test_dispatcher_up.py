@@ -9,14 +9,14 @@ import signal
 from pathlib import Path
 
 import pytest
+from helpers.lifecycle import git, wait_for
 from sqlalchemy import select
 from sqlalchemy.orm import Session
-from test_lifecycle_support import git, wait_for
 
 from stackbench.resultsdb import series_runs_store
 from stackbench.resultsdb.models import Series
 
-pytest_plugins = ["test_lifecycle_support"]
+pytest_plugins = ["helpers.lifecycle"]
 
 
 @pytest.fixture

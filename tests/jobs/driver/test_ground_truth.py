@@ -16,8 +16,8 @@ a test of their own. Both stack tests run for over ten minutes, so they are mark
 from __future__ import annotations
 
 import pytest
-from intake_support import submit_series
-from kernelkit import require_kernel_tools, use_kernel_cache
+from helpers.intake import submit_series
+from helpers.kernelkit import require_kernel_tools, use_kernel_cache
 from sqlalchemy import text
 
 from stackbench.jobs.driver import pipeline

@@ -13,10 +13,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from listmail import LIST, ROBOT, demo_mails, list_def
-from pubinbox import Inbox
+from helpers.listmail import LIST, ROBOT, demo_mails, list_def
+from helpers.pubinbox import Inbox
+from helpers.web import add_token, add_tree, add_user, bearer, csrf_of, login
 from sqlalchemy import func, select
-from test_web_support import add_token, add_tree, add_user, bearer, csrf_of, login
 
 from stackbench.cli import main
 from stackbench.jobs.driver import intake
@@ -24,7 +24,7 @@ from stackbench.jobs.lists import list_watch
 from stackbench.resultsdb import db, series_runs_store
 from stackbench.resultsdb.models import Series
 
-pytest_plugins = ["test_web_support"]
+pytest_plugins = ["helpers.web"]
 
 ROOT = Path(__file__).resolve().parents[3]
 MBOX = (ROOT / "tests" / "data" / "web" / "series.mbox").read_bytes()

@@ -8,14 +8,14 @@ import os
 from pathlib import Path
 
 import pytest
+from helpers.lifecycle import finished, git, wait_for
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
-from test_lifecycle_support import finished, git, wait_for
 
 from stackbench.resultsdb import series_runs_store
 from stackbench.resultsdb.models import Series
 
-pytest_plugins = ["test_lifecycle_support"]
+pytest_plugins = ["helpers.lifecycle"]
 
 
 def _count(eng) -> int:

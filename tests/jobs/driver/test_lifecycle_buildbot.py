@@ -24,8 +24,8 @@ from sqlalchemy.orm import Session
 pytest.importorskip("buildbot")
 pytest.importorskip("buildbot_worker")
 
+from helpers.lifecycle import GIT_ENV, finished, git, report_mail, wait_for  # noqa: E402
 from test_buildbot_fanout import start_web, start_worker  # noqa: E402
-from test_lifecycle_support import GIT_ENV, finished, git, report_mail, wait_for  # noqa: E402
 
 from stackbench.jobs.driver import dispatcher_service  # noqa: E402
 from stackbench.jobs.executors import services  # noqa: E402
@@ -34,7 +34,7 @@ from stackbench.jobs.executors.buildbot.client import buildset_properties  # noq
 from stackbench.resultsdb import series_runs_store  # noqa: E402
 from stackbench.resultsdb.models import KernelBuild, MailOutbox, Run, Series  # noqa: E402
 
-pytest_plugins = ["test_lifecycle_support"]
+pytest_plugins = ["helpers.lifecycle"]
 JOB = "vm-scalability"
 RUNS = 2
 # what a worker shows when make fails; the series must carry this line and the log address

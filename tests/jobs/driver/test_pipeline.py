@@ -6,7 +6,7 @@ import io
 import re
 
 import pytest
-from intake_support import submit_series
+from helpers.intake import submit_series
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 

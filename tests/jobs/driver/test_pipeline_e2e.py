@@ -11,8 +11,8 @@ import re
 from pathlib import Path
 
 import pytest
-from intake_support import submit_series
-from kernelkit import require_kernel_tools, use_kernel_cache
+from helpers.intake import submit_series
+from helpers.kernelkit import require_kernel_tools, use_kernel_cache
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 

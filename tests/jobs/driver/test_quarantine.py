@@ -160,8 +160,8 @@ def pair(eng, tmp_path, monkeypatch):
 
 
 def test_a_quarantined_machine_gets_no_rounds_and_its_peer_takes_them(eng, pair):
+    from helpers.lifecycle import finished, wait_for
     from test_buildbot_lab import make_series
-    from test_lifecycle_support import finished, wait_for
 
     from stackbench.jobs.driver import lifecycle
 

@@ -8,8 +8,8 @@ import random
 import re
 from pathlib import Path
 
+from helpers.web import add_tree
 from sqlalchemy.orm import Session
-from test_web_support import add_tree
 
 from stackbench.cli import main
 from stackbench.jobs.driver import adaptive, lifecycle

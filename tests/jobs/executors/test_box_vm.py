@@ -24,8 +24,8 @@ import tempfile
 import time
 
 import pytest
-from boxvm import ENV_FILE, SPOOL, VENV, BoxVM, apply_role, make_key, make_seed
-from kernelkit import require_kernel_tools, use_kernel_cache
+from helpers.boxvm import ENV_FILE, SPOOL, VENV, BoxVM, apply_role, make_key, make_seed
+from helpers.kernelkit import require_kernel_tools, use_kernel_cache
 from sqlalchemy import select
 from test_buildbot_fanout import start_web, worker_token
 

@@ -16,7 +16,7 @@ from sqlalchemy import text
 pytest.importorskip("buildbot")
 pytest.importorskip("buildbot_worker")
 
-from kernelkit import base_kernel  # noqa: E402
+from helpers.kernelkit import base_kernel  # noqa: E402
 from test_buildbot_fanout import connected, start_web, start_worker, wait_for  # noqa: E402
 
 from stackbench.jobs.executors import services  # noqa: E402

@@ -20,7 +20,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from flakyproxy import FlakyProxy
+from helpers.flakyproxy import FlakyProxy
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -126,7 +126,7 @@ def test_the_answer_to_a_submission_lost_for_good_is_one_line(eng, embedded):
 
 
 def test_demo_interrupted_while_kernels_build_attaches_when_run_again(eng, tmp_path):
-    from kernelkit import require_kernel_tools, use_kernel_cache
+    from helpers.kernelkit import require_kernel_tools, use_kernel_cache
 
     require_kernel_tools()
     mp = pytest.MonkeyPatch()
@@ -230,7 +230,7 @@ def test_submit_waits_by_watching_the_dispatcher_run_it_at_buildbot(eng, tmp_pat
     """``stackbench submit`` without --no-wait is a thin client too: it hands the series to
     the dispatcher, which runs it at the embedded master, and prints what is stored; run
     again, it finds the finished series and submits nothing."""
-    from kernelkit import require_kernel_tools, use_kernel_cache
+    from helpers.kernelkit import require_kernel_tools, use_kernel_cache
 
     from stackbench.patches import stacks
 

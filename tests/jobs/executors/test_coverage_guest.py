@@ -16,9 +16,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from intake_support import submit_series
-from kernelkit import base_kernel, cache_dir, require_kernel_tools, use_kernel_cache
-from test_web_support import app, client  # noqa: F401  (fixtures)
+from helpers.intake import submit_series
+from helpers.kernelkit import base_kernel, cache_dir, require_kernel_tools, use_kernel_cache
+from helpers.web import app, client  # noqa: F401  (fixtures)
 
 from stackbench.jobs.driver import pipeline
 from stackbench.patches import stacks

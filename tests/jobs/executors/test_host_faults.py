@@ -13,13 +13,13 @@ import threading
 from pathlib import Path
 
 import pytest
+from helpers.lifecycle import git, wait_for
 from sqlalchemy import select
 from sqlalchemy.orm import Session
-from test_lifecycle_support import git, wait_for
 
 from stackbench.resultsdb.models import Event, KernelBuild, Series
 
-pytest_plugins = ["test_lifecycle_support"]
+pytest_plugins = ["helpers.lifecycle"]
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from intake_support import submit_series
+from helpers.intake import submit_series
 
 from stackbench.errors import NotFoundError
 from stackbench.jobs.benchmarks import definitions as d
@@ -113,7 +113,7 @@ def test_a_fragment_the_tree_cannot_honour_fails_its_kernels_with_the_reason(
 ):
     """Through the whole pipeline on the demo stack: the job's kernels fail at configuration
     (nothing is compiled), the series fails, and the reason names the fragment's options."""
-    from kernelkit import require_kernel_tools, use_kernel_cache
+    from helpers.kernelkit import require_kernel_tools, use_kernel_cache
     from sqlalchemy import select
     from sqlalchemy.orm import Session
     from test_pipeline_e2e import first_patch
@@ -181,7 +181,7 @@ def test_a_job_fragment_builds_boots_and_stays_apart(eng, monkeypatch, capsys):
     """The demo stack with one job on the series' kernels and the same job with
     kconfig=debug-vm: four kernels, the fragment's built with CONFIG_DEBUG_VM, each job run
     on its own, the fragment in the runs' provenance and in LKP's kconfig axis."""
-    from kernelkit import require_kernel_tools, use_kernel_cache
+    from helpers.kernelkit import require_kernel_tools, use_kernel_cache
     from sqlalchemy import select
     from sqlalchemy.orm import Session
     from test_pipeline_e2e import first_patch, runs_of

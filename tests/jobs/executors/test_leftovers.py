@@ -10,11 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
-from test_lifecycle_support import git, wait_for
+from helpers.lifecycle import git, wait_for
 
 from stackbench.resultsdb.rundata import JobSpec, KernelSpec, MachineSpec, RunData
 
-pytest_plugins = ["test_lifecycle_support"]
+pytest_plugins = ["helpers.lifecycle"]
 
 DAY = 86400.0
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from intake_support import submit_series
+from helpers.intake import submit_series
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -105,7 +105,7 @@ def test_runs_are_stored_with_their_boot_and_round(eng):
 def test_the_in_process_executor_boots_each_kernel_once_per_round(eng, monkeypatch):
     """Real kernels (base and one commit), 3 runs: 3 rounds, each booting both kernels in the
     recorded order; every kernel's runs come from 3 boots, one run each."""
-    from kernelkit import require_kernel_tools, use_kernel_cache
+    from helpers.kernelkit import require_kernel_tools, use_kernel_cache
     from test_pipeline_e2e import QUICK_JOBS, first_patch
 
     from stackbench.jobs.driver import pipeline

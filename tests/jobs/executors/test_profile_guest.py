@@ -15,9 +15,9 @@ from __future__ import annotations
 import re
 
 import pytest
-from kernelkit import base_kernel, require_kernel_tools, use_kernel_cache
+from helpers.kernelkit import base_kernel, require_kernel_tools, use_kernel_cache
+from helpers.web import add_tree, app, client, make_series, populate_results  # noqa: F401
 from sqlalchemy import update
-from test_web_support import add_tree, app, client, make_series, populate_results  # noqa: F401
 
 from stackbench.jobs.benchmarks import perfprof
 from stackbench.jobs.driver import lifecycle, pipeline

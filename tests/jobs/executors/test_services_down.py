@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from kernelkit import base_kernel
+from helpers.kernelkit import base_kernel
 
 pytest.importorskip("buildbot")
 pytest.importorskip("buildbot_worker")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from listmail import (
+from helpers.listmail import (
     BASE,
     FS_PATCH,
     LIST,
@@ -20,8 +20,8 @@ from listmail import (
     partial_series,
     traffic,
 )
-from listmail import counts as _counts
-from pubinbox import Inbox
+from helpers.listmail import counts as _counts
+from helpers.pubinbox import Inbox
 from sqlalchemy import func, select
 
 from stackbench.jobs.lists import list_watch
@@ -29,7 +29,7 @@ from stackbench.patches import inbox as pi
 from stackbench.resultsdb import db
 from stackbench.resultsdb.models import ListMessage, ListThread, MailList, Series
 
-pytest_plugins = ["test_web_support", "test_lifecycle_support"]
+pytest_plugins = ["helpers.web", "helpers.lifecycle"]
 
 
 @pytest.fixture
@@ -269,7 +269,7 @@ def test_a_series_cross_posted_to_two_lists_is_one_series(eng, tmp_path):
 def test_a_series_without_base_commit_is_applied_on_the_trees_base(eng, archive, tree):
     """No ``base-commit:`` in the mails: the series is keyed and applied (real git am) on
     the tree's configured base."""
-    from test_lifecycle_support import git
+    from helpers.lifecycle import git
 
     from stackbench.jobs.driver.apply_stage import apply_only
 

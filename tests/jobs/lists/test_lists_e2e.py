@@ -22,11 +22,11 @@ from sqlalchemy import func, select
 pytest.importorskip("buildbot")
 pytest.importorskip("buildbot_worker")
 
-from listmail import LIST, MALFORMED, ROBOT, SEED, UNRELATED, smtp_into  # noqa: E402
-from pubinbox import Inbox  # noqa: E402
+from helpers.lifecycle import finished, git, wait_for  # noqa: E402
+from helpers.listmail import LIST, MALFORMED, ROBOT, SEED, UNRELATED, smtp_into  # noqa: E402
+from helpers.pubinbox import Inbox  # noqa: E402
 from test_lifecycle_buildbot import JOB, RUNS  # noqa: E402
 from test_lifecycle_buildbot import stack as stack  # noqa: E402 - the services' fixture
-from test_lifecycle_support import finished, git, wait_for  # noqa: E402
 
 from stackbench.jobs.driver import dispatcher_service  # noqa: E402
 from stackbench.jobs.lists import list_watch  # noqa: E402
@@ -35,7 +35,7 @@ from stackbench.mail import config, outbox  # noqa: E402
 from stackbench.resultsdb import db, series_runs_store  # noqa: E402
 from stackbench.resultsdb.models import ListMessage, ListThread, MailOutbox, Series  # noqa: E402
 
-pytest_plugins = ["test_lifecycle_support"]
+pytest_plugins = ["helpers.lifecycle"]
 TITLE = "mm/compaction: two steps"
 
 

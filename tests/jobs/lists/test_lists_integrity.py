@@ -10,17 +10,17 @@ import re
 from email import policy
 
 import pytest
-from listmail import LIST, ROBOT, demo_mails, finish, list_def, smtp_into
-from pubinbox import Inbox
+from helpers.lifecycle import git
+from helpers.listmail import LIST, ROBOT, demo_mails, finish, list_def, smtp_into
+from helpers.pubinbox import Inbox
 from sqlalchemy import func, select
-from test_lifecycle_support import git
 
 from stackbench.jobs.lists import list_watch
 from stackbench.patches import parser
 from stackbench.resultsdb import db
 from stackbench.resultsdb.models import ListMessage, ListThread, Series
 
-pytest_plugins = ["test_web_support", "test_lifecycle_support"]
+pytest_plugins = ["helpers.web", "helpers.lifecycle"]
 
 STRANGER = "Mallory <mallory@example.org>"
 COVER_ID = "cover.1795306855.git.demo@stackbench.invalid"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from listmail import (
+from helpers.listmail import (
     LIST,
     ROBOT,
     demo_mails,
@@ -16,14 +16,14 @@ from listmail import (
     smtp_into,
     traffic,
 )
-from pubinbox import Inbox
+from helpers.pubinbox import Inbox
 from sqlalchemy import func, select
 
 from stackbench.jobs.lists import list_watch
 from stackbench.resultsdb import db
 from stackbench.resultsdb.models import ListMessage, MailList, Series
 
-pytest_plugins = ["test_web_support", "test_lifecycle_support"]
+pytest_plugins = ["helpers.web", "helpers.lifecycle"]
 
 
 @pytest.fixture
@@ -180,7 +180,7 @@ def test_the_lists_command_fetches_and_shows(eng, archive, tmp_path, monkeypatch
 
 
 def test_a_list_declared_in_the_admin_is_watched(eng, archive, client):
-    from test_web_support import add_tree, add_user, csrf_of, login
+    from helpers.web import add_tree, add_user, csrf_of, login
 
     add_tree(eng, "linux-6.1")
     add_user(eng, "root", admin=True)
@@ -248,7 +248,7 @@ def test_a_list_series_that_does_not_apply_is_apply_failed_on_its_page(eng, arch
     refuses it, its page shows git's words, and no reply goes out (the list did not ask)."""
     import html
 
-    from test_lifecycle_support import git
+    from helpers.lifecycle import git
 
     from stackbench.jobs.driver import lifecycle
     from stackbench.jobs.driver.apply_stage import apply_only

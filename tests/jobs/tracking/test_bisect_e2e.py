@@ -21,7 +21,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from kernelkit import require_kernel_tools, use_kernel_cache
+from helpers.kernelkit import require_kernel_tools, use_kernel_cache
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 

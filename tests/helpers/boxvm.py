@@ -24,7 +24,7 @@ from stackbench import proc
 from stackbench.jobs.benchmarks.guest import image
 from stackbench.kernels import qemu
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BOOT_REPORT = ROOT / "ansible/roles/baremetal_worker/files/stackbench-boot-report"
 SPOOL = "/var/lib/stackbench/baremetal"
 SEED_SH = r"""#!/bin/bash

@@ -10,14 +10,14 @@ from pathlib import Path
 
 from aiosmtpd.controller import Controller
 from conftest import SHARED
-from pubinbox import Inbox
 from sqlalchemy import func, select
 
+from helpers.pubinbox import Inbox
 from stackbench.kernels.lists import clean_list
 from stackbench.resultsdb import db
 from stackbench.resultsdb.models import ListMessage, ListThread, MailList, Series
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "patches" / "stacks" / "compaction-demo"
 LIST = "test-mm@lists.example.org"
 BASE = "1234567890abcdef1234567890abcdef12345678"
