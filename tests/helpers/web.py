@@ -262,6 +262,37 @@ def populate_results(eng, series_id: int, runs: int = 3, stats: int = 3):
     return build_ids
 
 
+def finish(eng, series_id: int, build_ids: list[int]) -> None:
+    """The series ended, its kernels built with a config as the pipeline builds them."""
+    from sqlalchemy import update
+
+    from stackbench.resultsdb.models import KernelBuild, Series
+
+    with db(eng) as s:
+        s.execute(update(Series).where(Series.id == series_id).values(state="done"))
+        s.execute(
+            update(KernelBuild)
+            .where(KernelBuild.id.in_(build_ids))
+            .values(config_name="tiny-guest")
+        )
+        s.commit()
+
+
+def finished_series(eng, n: int, runs: int = 3) -> tuple[int, list[int]]:
+    """A finished series of N patches with RUNS stored runs per kernel, on the tree ``mm``:
+    (its id, its kernel builds' ids, base first), as the evidence sections are read from."""
+    add_tree(eng)
+    sid = make_series(eng, n=n)
+    build_ids = populate_results(eng, sid, runs=runs)
+    finish(eng, sid, build_ids)
+    return sid, build_ids
+
+
+def changed_function(name: str, path: str = "mm/compaction.c", static: bool = False) -> dict:
+    """A function a patch modifies, as the diff reader gives it to coverage_store."""
+    return {"name": name, "path": path, "change": "modified", "static": static, "inline": False}
+
+
 @pytest.fixture
 def server(app):
     from werkzeug.serving import make_server

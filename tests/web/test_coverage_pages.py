@@ -7,38 +7,28 @@ from __future__ import annotations
 
 import re
 
-from helpers.web import add_tree, app, client, make_series, populate_results  # noqa: F401
-from sqlalchemy import update
+from helpers.web import app, changed_function, client, finished_series  # noqa: F401
 
 from stackbench.jobs.driver import lifecycle
 from stackbench.resultsdb import coverage_store
 from stackbench.resultsdb import db as rdb
-from stackbench.resultsdb.models import KernelBuild, Patch, Series
+from stackbench.resultsdb.models import KernelBuild, Patch
 from stackbench.resultsdb.tables import render
-
-
-def _fn(name: str, static: bool = False) -> dict:
-    return {"name": name, "path": "mm/compaction.c", "change": "modified",
-            "static": static, "inline": False}  # fmt: skip
 
 
 def _stored(eng) -> tuple[int, list[int]]:
     """A finished 3-patch series: 1/3 changes a function the job calls, 2/3 only a comment,
     3/3 a function the job never calls."""
-    add_tree(eng)
-    sid = make_series(eng, n=3)
-    build_ids = populate_results(eng, sid, runs=3)
+    sid, build_ids = finished_series(eng, n=3)
     with rdb.session(eng) as s:
-        s.execute(update(Series).where(Series.id == sid).values(state="done"))
-        s.execute(
-            update(KernelBuild)
-            .where(KernelBuild.id.in_(build_ids))
-            .values(config_name="tiny-guest")
-        )
         patches = {p.idx: p.id for p in s.query(Patch).filter(Patch.series_id == sid)}
-        coverage_store.save_functions(s, patches[1], [_fn("compact_zone", static=True)])
+        coverage_store.save_functions(
+            s, patches[1], [changed_function("compact_zone", static=True)]
+        )
         coverage_store.save_functions(s, patches[2], [])
-        coverage_store.save_functions(s, patches[3], [_fn("sysctl_compaction_handler")])
+        coverage_store.save_functions(
+            s, patches[3], [changed_function("sysctl_compaction_handler")]
+        )
         for b, zone in zip(build_ids, (12001, 12345, 12002, 11999), strict=True):
             counted = {"compact_zone": zone, "sysctl_compaction_handler": 0}
             coverage_store.save_counts(

@@ -8,14 +8,13 @@ from __future__ import annotations
 import re
 
 import pytest
-from helpers.web import add_tree, app, client, make_series, populate_results  # noqa: F401
-from sqlalchemy import update
+from helpers.web import app, changed_function, client, finished_series  # noqa: F401
 
 from stackbench.jobs.driver import lifecycle
 from stackbench.jobs.executors import profile_stage
 from stackbench.resultsdb import coverage_store, profile_store
 from stackbench.resultsdb import db as rdb
-from stackbench.resultsdb.models import KernelBuild, Patch, Series
+from stackbench.resultsdb.models import KernelBuild, Patch
 from stackbench.resultsdb.tables import render
 
 JOB = "vm-scalability"
@@ -29,19 +28,10 @@ def _prof(**self_share: float) -> dict:
 def _stored(eng) -> tuple[int, list[int]]:
     """A finished 2-patch series: 1/2 changes compaction_alloc, whose share grows from 2% to
     14%; 2/2's evidence boot could not run perf."""
-    add_tree(eng)
-    sid = make_series(eng, n=2)
-    build_ids = populate_results(eng, sid, runs=3)
+    sid, build_ids = finished_series(eng, n=2)
     with rdb.session(eng) as s:
-        s.execute(update(Series).where(Series.id == sid).values(state="done"))
-        s.execute(
-            update(KernelBuild)
-            .where(KernelBuild.id.in_(build_ids))
-            .values(config_name="tiny-guest")
-        )
         patches = {p.idx: p.id for p in s.query(Patch).filter(Patch.series_id == sid)}
-        fn = {"name": "compaction_alloc", "path": "mm/compaction.c", "change": "modified",
-              "static": True, "inline": False}  # fmt: skip
+        fn = changed_function("compaction_alloc", static=True)
         coverage_store.save_functions(s, patches[1], [fn])
         coverage_store.save_functions(s, patches[2], [])
         base, one = build_ids[0], build_ids[1]

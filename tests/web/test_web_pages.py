@@ -7,6 +7,7 @@ import re
 from helpers.web import (
     add_tree,
     add_user,
+    finish,
     login,
     make_series,
     populate_results,
@@ -162,28 +163,12 @@ def test_seed_experiments_page_lists_each_seed_with_its_definitions(eng, client)
     assert 'href="/jobs/seeds"' in jobs
 
 
-def _finished(eng, build_ids: list[int], sid: int) -> None:
-    """The series ended, its kernels built with a config as the pipeline builds them."""
-    from sqlalchemy import update
-
-    from stackbench.resultsdb import db as rdb
-    from stackbench.resultsdb.models import KernelBuild, Series
-
-    with rdb.session(eng) as s:
-        s.execute(update(Series).where(Series.id == sid).values(state="done"))
-        s.execute(
-            update(KernelBuild)
-            .where(KernelBuild.id.in_(build_ids))
-            .values(config_name="tiny-guest")
-        )
-
-
 def test_a_finished_series_leads_with_verdicts_and_its_public_comparison(eng, client):
     from stackbench.jobs.driver import lifecycle
 
     add_tree(eng)
     sid = make_series(eng, n=2)
-    _finished(eng, populate_results(eng, sid, runs=4), sid)
+    finish(eng, sid, populate_results(eng, sid, runs=4))
     # what the service does when a series ends (dispatcher and in-process pipeline)
     key = lifecycle.publish_comparison(eng, sid)
     assert key and lifecycle.publish_comparison(eng, sid) == key  # made once
@@ -210,7 +195,7 @@ def test_a_finished_series_leads_with_verdicts_and_its_public_comparison(eng, cl
 def test_a_series_that_ended_before_publishing_gets_its_comparison_on_first_ask(eng, client):
     add_tree(eng)
     sid = make_series(eng)
-    _finished(eng, populate_results(eng, sid), sid)
+    finish(eng, sid, populate_results(eng, sid))
     r = client.get(f"/series/{sid}/compare")
     assert r.status_code == 302 and "/compare/new" not in r.headers["Location"]
     assert client.get(r.headers["Location"]).status_code == 200
@@ -224,7 +209,7 @@ def test_the_demos_last_lines_link_the_public_comparison(eng, client):
     sid = make_series(eng)
     builds = populate_results(eng, sid)
     assert demo.comparison_line(eng, sid, 8080) == ""  # still running: nothing to link yet
-    _finished(eng, builds, sid)
+    finish(eng, sid, builds)
     line = demo.comparison_line(eng, sid, 8080)
     url = re.search(r"http://127\.0\.0\.1:8080(/compare/\w+)$", line)
     assert url and "no account needed" in line

@@ -16,8 +16,7 @@ import re
 
 import pytest
 from helpers.kernelkit import base_kernel, require_kernel_tools, use_kernel_cache
-from helpers.web import add_tree, app, client, make_series, populate_results  # noqa: F401
-from sqlalchemy import update
+from helpers.web import app, changed_function, client, finished_series  # noqa: F401
 
 from stackbench.jobs.benchmarks import perfprof
 from stackbench.jobs.driver import lifecycle, pipeline
@@ -25,7 +24,7 @@ from stackbench.jobs.executors import coverage_stage, jobspecs, profile_stage
 from stackbench.jobs.executors.series_state import KernelTask, SeriesRun
 from stackbench.resultsdb import coverage_store, profile_store, query
 from stackbench.resultsdb import db as rdb
-from stackbench.resultsdb.models import KernelBuild, Patch, Series
+from stackbench.resultsdb.models import KernelBuild, Patch
 from stackbench.resultsdb.tables import render
 
 pytestmark = pytest.mark.slow
@@ -74,19 +73,10 @@ def test_the_evidence_boot_profiles_the_kernel_and_marks_the_patched_function(
         assert got["calls"][PATCHED] > 0
 
     # the two profiles stored as a series' base and its one patched kernel
-    add_tree(eng)
-    sid = make_series(eng, n=1)
-    build_ids = populate_results(eng, sid, runs=3)
+    sid, build_ids = finished_series(eng, n=1)
     with rdb.session(eng) as s:
-        s.execute(update(Series).where(Series.id == sid).values(state="done"))
-        s.execute(
-            update(KernelBuild)
-            .where(KernelBuild.id.in_(build_ids))
-            .values(config_name="tiny-guest")
-        )
         patch = s.query(Patch).filter(Patch.series_id == sid).one()
-        fn = {"name": PATCHED, "path": "mm/huge_memory.c", "change": "modified",
-              "static": False, "inline": False}  # fmt: skip
+        fn = changed_function(PATCHED, path="mm/huge_memory.c")
         coverage_store.save_functions(s, patch.id, [fn])
         for b, counted in zip(build_ids, boots, strict=True):
             for job, got in counted.items():
