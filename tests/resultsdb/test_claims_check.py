@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from sqlalchemy import text
+from helpers.claims import claims_series
 from sqlalchemy.orm import Session
 
 from stackbench.mail import reports
 from stackbench.mail.config import MailConfig
-from stackbench.resultsdb import claims_check, claims_store, series_runs_store, verdict
+from stackbench.resultsdb import claims_check, verdict
 from stackbench.resultsdb import ingest as ig
-from stackbench.resultsdb.models import Patch, Series
+from stackbench.resultsdb.models import Series
 
 pytest_plugins = ["helpers.web"]
 
@@ -91,23 +91,13 @@ PLANTED = [
 
 
 def _series(eng, *, version: int = 1, previous: int | None = None, claims=PLANTED) -> int:
-    with Session(eng) as s, s.begin():
-        meta = {}
-        if previous is not None:
-            meta["previous_version"] = previous
-        series = Series(title="mm: faster faults", base_commit=BASE, base_ref="v6.1",
-                        state="done", message_id=f"<v{version}@example.com>", version=version,
-                        cover_letter=COVER, meta=meta)  # fmt: skip
-        for i, sha in enumerate((C1, C2), 1):
-            series.patches.append(Patch(idx=i, total=2, subject=f"mm: p{i}", commit_sha=sha))
-        s.add(series)
-        s.flush()
-        claims_store.put(series, claims)
-        series_runs_store.begin(s, series.id, source="mbox", executor=series_runs_store.FOREGROUND,
-                                check_claims=True)  # fmt: skip
-        s.execute(text("UPDATE kernel_build SET series_id = :s WHERE series_id IS NULL"),
-                  {"s": series.id})  # fmt: skip
-        return series.id
+    meta = {}
+    if previous is not None:
+        meta["previous_version"] = previous
+    return claims_series(eng, title="mm: faster faults", base=BASE, base_ref="v6.1",
+                         patches=[(C1, "mm: p1"), (C2, "mm: p2")], claims=claims,
+                         message_id=f"<v{version}@example.com>", version=version,
+                         cover_letter=COVER, meta=meta)  # fmt: skip
 
 
 @pytest.fixture

@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from sqlalchemy import text
-from sqlalchemy.orm import Session
+from helpers.claims import claims_series
 
-from stackbench.resultsdb import claims_check, claims_store, series_runs_store
+from stackbench.resultsdb import claims_check
 from stackbench.resultsdb import ingest as ig
-from stackbench.resultsdb.models import Patch, Series
 
 BASE = "e" * 40
 # the demo's commits as its cover letter's columns name them (1/3-8a8bbfda ...)
@@ -86,20 +84,10 @@ def _series(eng, kept: list[dict]) -> int:
         "mm/huge_memory: wake kcompactd for THP faults outside MADV_HUGEPAGE",
         "mm/huge_memory: zero anonymous THPs before charging them",
     ]
-    with Session(eng) as s, s.begin():
-        series = Series(title="mm: compaction and THP fault demo stack", base_commit=BASE,
-                        base_ref="v6.1-debian", state="done", message_id="<demo@x>",
-                        version=1, cover_letter="Test machine: a QEMU TCG guest", meta={})  # fmt: skip
-        for i, (sha, subject) in enumerate(zip(COMMITS, subjects, strict=True), 1):
-            series.patches.append(Patch(idx=i, total=3, subject=subject, commit_sha=sha))
-        s.add(series)
-        s.flush()
-        claims_store.put(series, kept)
-        series_runs_store.begin(s, series.id, source="mbox", executor=series_runs_store.FOREGROUND,
-                                check_claims=True)  # fmt: skip
-        s.execute(text("UPDATE kernel_build SET series_id = :s WHERE series_id IS NULL"),
-                  {"s": series.id})  # fmt: skip
-        return series.id
+    return claims_series(eng, title="mm: compaction and THP fault demo stack", base=BASE,
+                         base_ref="v6.1-debian", patches=list(zip(COMMITS, subjects, strict=True)),
+                         claims=kept, message_id="<demo@x>",
+                         cover_letter="Test machine: a QEMU TCG guest")  # fmt: skip
 
 
 @pytest.fixture
