@@ -127,3 +127,42 @@ def base_kernel(monkeypatch: pytest.MonkeyPatch):
     res = build.build(repo, tree.default_base, module_builder=build_module)
     assert res.status == "built", res.log_tail
     return repo, res
+
+
+# the tiny guest the benchmark tests boot the base kernel as
+GUEST_MEM_MB = 1024
+GUEST_CPUS = 2
+
+
+def boot_plan(res, plan, workdir: Path, *, module=None, timeout_s: int, expect_within_s: int,
+              **boot_args):  # fmt: skip
+    """Kernel build RES booted under QEMU as the tiny guest, with our initramfs holding the
+    sub-jobs PLAN (and the highalloc MODULE): the boot's result. BOOT_ARGS go to qemu.boot."""
+    from stackbench.jobs.benchmarks.guest import initramfs
+    from stackbench.kernels import qemu
+
+    initrd = initramfs.build_initramfs(
+        workdir / "initrd.gz", plan, module, cache_dir=workdir / "guest-bin"
+    )
+    return qemu.boot(
+        res.bzimage,
+        initrd,
+        workdir=workdir / "vm",
+        cpus=GUEST_CPUS,
+        mem_mb=GUEST_MEM_MB,
+        timeout_s=timeout_s,
+        expect=initramfs.READY_BANNER,
+        expect_within_s=expect_within_s,
+        **boot_args,
+    )
+
+
+def guest_specs(res, name: str = ""):
+    """The kernel and machine the runs collected from a boot_plan of RES are stored under."""
+    from stackbench.resultsdb.rundata import KernelSpec, MachineSpec
+
+    kernel = KernelSpec(
+        commit=res.commit, name=name, config_hash=res.config_hash, compiler=res.compiler
+    )
+    machine = MachineSpec(name="qemu-test", kind="qemu", cpus=GUEST_CPUS, memory_mb=GUEST_MEM_MB)
+    return kernel, machine

@@ -5,17 +5,12 @@ virtio port, and collect() parsing them. Uses the kernel tests' shared kernel ca
 from __future__ import annotations
 
 import pytest
-from helpers.kernelkit import base_kernel
+from helpers.kernelkit import GUEST_CPUS, GUEST_MEM_MB, base_kernel, boot_plan, guest_specs
 
 from stackbench.jobs.benchmarks import collect as c
 from stackbench.jobs.benchmarks import definitions as d
-from stackbench.jobs.benchmarks.guest import initramfs
-from stackbench.resultsdb.rundata import KernelSpec, MachineSpec
 
 pytest_plugins = ["helpers.web"]
-
-GUEST_MEM_MB = 1024
-GUEST_CPUS = 2
 
 
 def tiny_plan() -> list[d.SubJob]:
@@ -75,32 +70,19 @@ def highalloc_module(res, monkeypatch):
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_tiny_plan_runs_in_the_guest_and_collects(monkeypatch, tmp_path):
-    from stackbench.kernels import qemu
-
     _, res = base_kernel(monkeypatch)
     ko = highalloc_module(res, monkeypatch)
     plan = tiny_plan()
-    initrd = initramfs.build_initramfs(
-        tmp_path / "initrd.gz", plan, ko, cache_dir=tmp_path / "guest-bin"
-    )
-    boot = qemu.boot(
-        res.bzimage,
-        initrd,
-        workdir=tmp_path / "vm",
-        cpus=GUEST_CPUS,
-        mem_mb=GUEST_MEM_MB,
-        timeout_s=1200,
-        expect=initramfs.READY_BANNER,
-        expect_within_s=120,
+    boot = boot_plan(
+        res, plan, tmp_path, module=ko, timeout_s=1200, expect_within_s=120,
         # the emulated guest is where the clock was lost (issue 26): measure it there
         accel="tcg",
-    )
+    )  # fmt: skip
     assert boot.status == "ok", boot.reason + "\n" + boot.console_tail
     assert boot.results_dir is not None
     assert (boot.results_dir / "complete").is_file(), boot.console_tail
 
-    kernel = KernelSpec(commit=res.commit, config_hash=res.config_hash, compiler=res.compiler)
-    machine = MachineSpec(name="qemu-test", kind="qemu", cpus=GUEST_CPUS, memory_mb=GUEST_MEM_MB)
+    kernel, machine = guest_specs(res)
     runs = c.collect(boot.results_dir, plan, kernel=kernel, machine=machine)
     assert len(runs) == 3 * 2 + 1 + 1
     problems = [(r.job.suite, r.job.test, r.iteration, r.status, r.error) for r in runs]
@@ -151,21 +133,15 @@ def test_a_jiffies_clock_marks_the_latencies_and_decides_nothing(
 
     from test_compare_machines import _page, _sign_in
 
-    from stackbench.kernels import qemu
     from stackbench.resultsdb import ingest as ig
     from stackbench.resultsdb.tables import render
 
     _, res = base_kernel(monkeypatch)
     plan = [sj for sj in tiny_plan() if sj.suite == "thpscale"]
-    initrd = initramfs.build_initramfs(tmp_path / "initrd.gz", plan, None, cache_dir=tmp_path)
-    boot = qemu.boot(
-        res.bzimage, initrd, workdir=tmp_path / "vm", cpus=GUEST_CPUS, mem_mb=GUEST_MEM_MB,
-        timeout_s=600, expect=initramfs.READY_BANNER, expect_within_s=120, accel="tcg",
-        append="clocksource=jiffies",
-    )  # fmt: skip
+    boot = boot_plan(res, plan, tmp_path, timeout_s=600, expect_within_s=120, accel="tcg",
+                     append="clocksource=jiffies")  # fmt: skip
     assert boot.status == "ok", boot.reason + "\n" + boot.console_tail
-    kernel = KernelSpec(commit=res.commit, config_hash=res.config_hash, compiler=res.compiler)
-    machine = MachineSpec(name="qemu-test", kind="qemu", cpus=GUEST_CPUS, memory_mb=GUEST_MEM_MB)
+    kernel, machine = guest_specs(res)
     (run,) = c.collect(boot.results_dir, plan, kernel=kernel, machine=machine)
     assert run.status == "done", run.error
     assert run.sysstate["clock"]["source"] == "jiffies"

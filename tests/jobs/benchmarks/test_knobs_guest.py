@@ -8,16 +8,12 @@ from __future__ import annotations
 
 import pytest
 from helpers.intake import submit_series
-from helpers.kernelkit import base_kernel
+from helpers.kernelkit import GUEST_CPUS, GUEST_MEM_MB, base_kernel, boot_plan, guest_specs
 from test_guest_boot import highalloc_module
 
 from stackbench.jobs.benchmarks import collect as c
 from stackbench.jobs.benchmarks import definitions as d
-from stackbench.jobs.benchmarks.guest import initramfs
-from stackbench.resultsdb.rundata import KernelSpec, MachineSpec
 
-GUEST_MEM_MB = 1024
-GUEST_CPUS = 2
 FILL_FREE = {
     "thp_enabled": "madvise",
     "thp_defrag": "madvise",
@@ -70,27 +66,12 @@ def plan() -> list[d.SubJob]:
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_knobs_and_scenarios_on_a_real_kernel(monkeypatch, tmp_path):
-    from stackbench.kernels import qemu
-
     _, res = base_kernel(monkeypatch)
     ko = highalloc_module(res, monkeypatch)
     subjobs = plan()
-    initrd = initramfs.build_initramfs(
-        tmp_path / "initrd.gz", subjobs, ko, cache_dir=tmp_path / "guest-bin"
-    )
-    boot = qemu.boot(
-        res.bzimage,
-        initrd,
-        workdir=tmp_path / "vm",
-        cpus=GUEST_CPUS,
-        mem_mb=GUEST_MEM_MB,
-        timeout_s=1500,
-        expect=initramfs.READY_BANNER,
-        expect_within_s=120,
-    )
+    boot = boot_plan(res, subjobs, tmp_path, module=ko, timeout_s=1500, expect_within_s=120)
     assert boot.status == "ok", boot.reason + "\n" + boot.console_tail
-    kernel = KernelSpec(commit=res.commit, config_hash=res.config_hash, compiler=res.compiler)
-    machine = MachineSpec(name="qemu-test", kind="qemu", cpus=GUEST_CPUS, memory_mb=GUEST_MEM_MB)
+    kernel, machine = guest_specs(res)
     runs = {
         (r.job.params.get("vm.compaction_proactiveness"), r.job.params.get("scenario")): r
         for r in c.collect(boot.results_dir, subjobs, kernel=kernel, machine=machine)

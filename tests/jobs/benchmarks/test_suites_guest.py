@@ -7,21 +7,16 @@ in separate jobs (never pooled) in the comparison tables. Uses the shared kernel
 from __future__ import annotations
 
 import pytest
-from helpers.kernelkit import base_kernel
+from helpers.kernelkit import GUEST_CPUS, GUEST_MEM_MB, base_kernel, boot_plan, guest_specs
 from test_suites import MMTESTS_COMMIT, UPSTREAM, VMS_COMMIT, need_bundles
 
 from stackbench.errors import StackbenchError
 from stackbench.jobs.benchmarks import collect as c
 from stackbench.jobs.benchmarks import definitions as d
 from stackbench.jobs.benchmarks import suites
-from stackbench.jobs.benchmarks.guest import initramfs
 from stackbench.resultsdb import query
 from stackbench.resultsdb.ingest import ingest
-from stackbench.resultsdb.rundata import KernelSpec, MachineSpec
 from stackbench.resultsdb.tables import render
-
-GUEST_MEM_MB = 1024
-GUEST_CPUS = 2
 
 
 def both_sources_plan() -> list[d.SubJob]:
@@ -56,35 +51,18 @@ def metric_names(run) -> set[str]:
 @pytest.mark.slow
 @pytest.mark.timeout(2400)
 def test_upstream_and_builtin_on_one_kernel(monkeypatch, tmp_path, eng):
-    from stackbench.kernels import qemu
-
     need_bundles()
     monkeypatch.setenv(suites.MIRROR_ENV, str(UPSTREAM))
     suites._reachable.cache_clear()
     _, res = base_kernel(monkeypatch)
     plan = both_sources_plan()
     assert [sj.suite_source for sj in plan] == ["upstream", "builtin"] * 2
-    initrd = initramfs.build_initramfs(
-        tmp_path / "initrd.gz", plan, None, cache_dir=tmp_path / "guest-bin"
-    )
-    boot = qemu.boot(
-        res.bzimage,
-        initrd,
-        workdir=tmp_path / "vm",
-        cpus=GUEST_CPUS,
-        mem_mb=GUEST_MEM_MB,
-        timeout_s=1500,
-        expect=initramfs.READY_BANNER,
-        expect_within_s=180,
-    )
+    boot = boot_plan(res, plan, tmp_path, timeout_s=1500, expect_within_s=180)
     assert boot.status == "ok", boot.reason + "\n" + boot.console_tail
     assert boot.results_dir is not None
     assert (boot.results_dir / "complete").is_file(), boot.console_tail
 
-    kernel = KernelSpec(
-        commit=res.commit, name="base", config_hash=res.config_hash, compiler=res.compiler
-    )
-    machine = MachineSpec(name="qemu-test", kind="qemu", cpus=GUEST_CPUS, memory_mb=GUEST_MEM_MB)
+    kernel, machine = guest_specs(res, name="base")
     runs = c.collect(boot.results_dir, plan, kernel=kernel, machine=machine)
     problems = [(r.job.suite, r.meta["suite_source"], r.status, r.error) for r in runs]
     assert len(runs) == 4 and all(r.status == "done" for r in runs), problems
