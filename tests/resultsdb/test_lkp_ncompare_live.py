@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 from conftest import SHARED
 from helpers import lkp_tree
-from test_lkp_real_trees import A, B, cli, incomplete_runs, runs_a, runs_b
+from helpers.cli import cli
+from test_lkp_real_trees import A, B, incomplete_runs, runs_a, runs_b
 
 BUNDLE = SHARED / "upstream" / "lkp-tests.bundle"
 # mount a root of our own and run the command in it, /lkp being $1

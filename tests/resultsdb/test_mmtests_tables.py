@@ -3,25 +3,16 @@ kernels side by side; every number below is worked out by hand from those files.
 
 from __future__ import annotations
 
-import contextlib
-import io
 from pathlib import Path
 
 import pytest
+from helpers.cli import cli
 
-from stackbench.cli import main
 from stackbench.errors import StackbenchError
 from stackbench.resultsdb.tables import mmtests, mmtests_vmstat, render
 
 DATA = Path(__file__).parents[1] / "data" / "mmtests"
 THREE = ["v6.8-rc1-base", "v6.8-rc1-patched", "mm-next"]
-
-
-def cli(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main(list(argv))
-    return rc, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture

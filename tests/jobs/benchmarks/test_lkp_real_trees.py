@@ -11,17 +11,15 @@ the same matrix.json files as tests/lkp_tree.py, byte for byte.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import shutil
 from pathlib import Path
 
 import pytest
 from helpers import lkp_tree
+from helpers.cli import cli
 from sqlalchemy import text
 
-from stackbench.cli import main
 from stackbench.errors import InputError
 from stackbench.jobs.benchmarks.importers import lkp
 
@@ -125,13 +123,6 @@ NCOMPARE_MORE = "".join(
         "\n",
     ]
 )
-
-
-def cli(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main(list(argv))
-    return rc, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture

@@ -4,27 +4,18 @@ written)."""
 
 from __future__ import annotations
 
-import contextlib
 import gzip
-import io
 import shutil
 from pathlib import Path
 
 import pytest
+from helpers.cli import cli
 from sqlalchemy import text
 
-from stackbench.cli import main
 from stackbench.resultsdb.ingest import count
 
 DATA = Path(__file__).parents[2] / "data" / "mmtests"
 TABLES = ("kernel_build", "job", "run", "run_log", "sample", "metric")
-
-
-def cli(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main(list(argv))
-    return rc, out.getvalue(), err.getvalue()
 
 
 def counts(eng) -> dict[str, int]:

@@ -10,18 +10,15 @@ the plain run. Malformed values are still refused with the file and the line.
 
 from __future__ import annotations
 
-import contextlib
 import gzip
-import io
 import shutil
 from pathlib import Path
 
 import pytest
 from conftest import shared_fixtures
+from helpers.cli import cli
 from sqlalchemy import text
 from test_mmtests_conformance import CASES, GOLDEN, _lines
-
-from stackbench.cli import main
 
 DATA = Path(__file__).parents[2] / "data" / "mmtests"
 BASIC_INFO = """\
@@ -40,13 +37,6 @@ file end :: /proc/lock_stat
 lock_stat version 0.4
 -----------------------------------------------------------------------------
 """
-
-
-def cli(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main(list(argv))
-    return rc, out.getvalue(), err.getvalue()
 
 
 def as_run_mmtests_writes(run: Path) -> None:
