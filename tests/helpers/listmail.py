@@ -8,6 +8,7 @@ import re
 import socket
 from pathlib import Path
 
+import pytest
 from aiosmtpd.controller import Controller
 from conftest import SHARED
 from sqlalchemy import func, select
@@ -228,3 +229,11 @@ def smtp_into(box: Inbox, monkeypatch) -> tuple[IntoInbox, Controller]:
     ctl = Controller(handler, hostname="127.0.0.1", port=port)
     ctl.start()
     return handler, ctl
+
+
+@pytest.fixture
+def archive(tmp_path):
+    """The list's public-inbox archive, served while the test runs."""
+    box = Inbox(tmp_path, LIST)
+    yield box
+    box.stop()

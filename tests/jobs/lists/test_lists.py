@@ -29,14 +29,7 @@ from stackbench.patches import inbox as pi
 from stackbench.resultsdb import db
 from stackbench.resultsdb.models import ListMessage, ListThread, MailList, Series
 
-pytest_plugins = ["helpers.web", "helpers.lifecycle"]
-
-
-@pytest.fixture
-def archive(tmp_path):
-    box = Inbox(tmp_path, LIST)
-    yield box
-    box.stop()
+pytest_plugins = ["helpers.web", "helpers.lifecycle", "helpers.listmail"]
 
 
 def test_only_the_two_mm_series_become_series(eng, archive):

@@ -11,8 +11,14 @@ from email import policy
 
 import pytest
 from helpers.lifecycle import git
-from helpers.listmail import LIST, ROBOT, demo_mails, finish, list_def, smtp_into
-from helpers.pubinbox import Inbox
+from helpers.listmail import (
+    LIST,
+    ROBOT,
+    demo_mails,
+    finish,
+    list_def,
+    smtp_into,
+)
 from sqlalchemy import func, select
 
 from stackbench.jobs.lists import list_watch
@@ -20,17 +26,10 @@ from stackbench.patches import parser
 from stackbench.resultsdb import db
 from stackbench.resultsdb.models import ListMessage, ListThread, Series
 
-pytest_plugins = ["helpers.web", "helpers.lifecycle"]
+pytest_plugins = ["helpers.web", "helpers.lifecycle", "helpers.listmail"]
 
 STRANGER = "Mallory <mallory@example.org>"
 COVER_ID = "cover.1795306855.git.demo@stackbench.invalid"
-
-
-@pytest.fixture
-def archive(tmp_path):
-    box = Inbox(tmp_path, LIST)
-    yield box
-    box.stop()
 
 
 def posted(work, base: str, out) -> list[bytes]:

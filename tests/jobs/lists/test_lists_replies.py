@@ -16,21 +16,13 @@ from helpers.listmail import (
     smtp_into,
     traffic,
 )
-from helpers.pubinbox import Inbox
 from sqlalchemy import func, select
 
 from stackbench.jobs.lists import list_watch
 from stackbench.resultsdb import db
 from stackbench.resultsdb.models import ListMessage, MailList, Series
 
-pytest_plugins = ["helpers.web", "helpers.lifecycle"]
-
-
-@pytest.fixture
-def archive(tmp_path):
-    box = Inbox(tmp_path, LIST)
-    yield box
-    box.stop()
+pytest_plugins = ["helpers.web", "helpers.lifecycle", "helpers.listmail"]
 
 
 def test_the_report_is_a_reply_in_the_lists_thread(eng, archive, monkeypatch):
