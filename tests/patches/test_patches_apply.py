@@ -6,30 +6,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from helpers.patchrepo import ENV, LIB, sh
 
 from stackbench.patches.apply import apply_series, clean_am_error, remove_worktree
 from stackbench.patches.parser import parse_mbox
-
-ENV = {
-    "GIT_AUTHOR_NAME": "Ann Author",
-    "GIT_AUTHOR_EMAIL": "ann@example.org",
-    "GIT_COMMITTER_NAME": "Ann Author",
-    "GIT_COMMITTER_EMAIL": "ann@example.org",
-    "GIT_AUTHOR_DATE": "2024-03-01T12:00:00+00:00",
-    "GIT_COMMITTER_DATE": "2024-03-01T12:00:00+00:00",
-    "PATH": "/usr/bin:/bin",
-    "HOME": "/nonexistent",
-}
-# far enough apart that each patch's hunk has its own context
-FILLER = "".join(f"/* line {i} */\n" for i in range(8))
-LIB = f"int a = 1;\n{FILLER}int b = 2;\n{FILLER}int c = 3;\n"
-
-
-def sh(repo: Path, *args: str) -> str:
-    out = subprocess.run(
-        ["git", "-C", str(repo), *args], env=ENV, capture_output=True, text=True, check=True
-    )
-    return out.stdout.strip()
 
 
 @pytest.fixture

@@ -7,26 +7,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from helpers.patchrepo import ENV, LIB, sh
 
 from stackbench.errors import InputError
 from stackbench.patches.apply import apply_series
 from stackbench.patches.parser import parse_mbox
 
-ENV = {
-    "GIT_AUTHOR_NAME": "Ann Author",
-    "GIT_AUTHOR_EMAIL": "ann@example.org",
-    "GIT_COMMITTER_NAME": "Ann Author",
-    "GIT_COMMITTER_EMAIL": "ann@example.org",
-    "GIT_AUTHOR_DATE": "2024-03-01T12:00:00+00:00",
-    "GIT_COMMITTER_DATE": "2024-03-01T12:00:00+00:00",
-    "PATH": "/usr/bin:/bin",
-    "HOME": "/nonexistent",
-}
-FILLER = "".join(f"/* line {i} */\n" for i in range(8))
-LIB = f"int a = 1;\n{FILLER}int b = 2;\n{FILLER}int c = 3;\n"
 SEP = b"From 1111111111111111111111111111111111111111 Mon Sep 17 00:00:00 2001\n"
 SNEAKY = (
     b"From: Sneaky <sneaky@evil.example>\n"
@@ -40,13 +28,6 @@ SNEAKY = (
     b"+int evil = 1;\n"
 )
 SECOND_DIFF = SNEAKY[SNEAKY.index(b"diff --git") :]
-
-
-def sh(repo: Path, *args: str) -> str:
-    out = subprocess.run(
-        ["git", "-C", str(repo), *args], env=ENV, capture_output=True, text=True, check=True
-    )
-    return out.stdout.strip()
 
 
 @pytest.fixture
