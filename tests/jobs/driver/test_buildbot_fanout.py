@@ -16,10 +16,10 @@ import contextlib
 import os
 import signal
 import threading
-import time
 from pathlib import Path
 
 import pytest
+from helpers.lifecycle import wait_for
 from sqlalchemy import text
 
 pytest.importorskip("buildbot")
@@ -32,16 +32,6 @@ RETRY, SUCCESS = 5, 0  # buildbot.process.results
 COMMITS = ["a" * 40, "b" * 40, "c" * 40, "d" * 40]  # base + 3 patches
 JOBS = ["dry-vm", "dry-thp"]
 RUNS = 2
-
-
-def wait_for(what: str, check, timeout: float = 240.0, every: float = 0.3):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(every)
-    raise AssertionError(f"gave up waiting for {what}")
 
 
 def descendants(pid: int) -> list[int]:

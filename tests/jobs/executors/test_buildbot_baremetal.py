@@ -26,7 +26,8 @@ from sqlalchemy import text
 pytest.importorskip("buildbot")
 pytest.importorskip("buildbot_worker")
 
-from test_buildbot_fanout import kill_machine, start_web, wait_for, worker_token  # noqa: E402
+from helpers.lifecycle import wait_for  # noqa: E402
+from test_buildbot_fanout import kill_machine, start_web, worker_token  # noqa: E402
 
 from stackbench.jobs.executors import services  # noqa: E402
 from stackbench.jobs.executors.buildbot import client  # noqa: E402

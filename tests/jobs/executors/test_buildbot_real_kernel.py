@@ -17,7 +17,8 @@ pytest.importorskip("buildbot")
 pytest.importorskip("buildbot_worker")
 
 from helpers.kernelkit import base_kernel  # noqa: E402
-from test_buildbot_fanout import connected, start_web, start_worker, wait_for  # noqa: E402
+from helpers.lifecycle import wait_for  # noqa: E402
+from test_buildbot_fanout import connected, start_web, start_worker  # noqa: E402
 
 from stackbench.jobs.executors import services  # noqa: E402
 from stackbench.jobs.executors.buildbot import client  # noqa: E402

@@ -15,12 +15,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from helpers.flakyproxy import FlakyProxy
+from helpers.lifecycle import wait_for
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -33,16 +33,6 @@ from stackbench.jobs.executors.buildbot import client  # noqa: E402
 from stackbench.resultsdb.models import Run, Series  # noqa: E402
 
 COMMITS = ["a" * 40, "b" * 40, "c" * 40, "d" * 40]  # base + 3 patches
-
-
-def wait_for(what, check, timeout=240.0, every=0.3):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(every)
-    raise AssertionError(f"gave up waiting for {what}")
 
 
 def dry_master(base: Path, dry_seconds: float) -> dict:
