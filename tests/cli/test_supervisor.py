@@ -28,7 +28,7 @@ pytest.importorskip("buildbot")
 pytest.importorskip("buildbot_worker")
 pytest.importorskip("supervisor")
 
-from helpers.lifecycle import git, wait_for  # noqa: E402
+from helpers.lifecycle import git, tiny_tree, wait_for  # noqa: E402
 
 from stackbench import services, supervision  # noqa: E402
 
@@ -74,7 +74,7 @@ def stack(tmp_path_factory):
         mp.delenv("STACKBENCH_DATABASE_URL", raising=False)
         mp.delenv("STACKBENCH_BUILDBOT_URL", raising=False)
         db.reset()
-        trees = tiny_tree(home / "src")
+        _, _, trees = tiny_tree(home / "src")
         mp.setenv("STACKBENCH_TREES", str(trees))
         # dry boots and builds: the series of this module reach 'done' in seconds
         cpus, mem = bb.machine_size()
@@ -119,29 +119,6 @@ def running_anew(name: str, old: int):
 
 KILLED = ["web", "proxy", "dispatcher", "lists", "buildbot-worker-local", "buildbot-master"]
 JOB = "vm-scalability"
-
-
-def tiny_tree(root):
-    """A kernel tree ``tiny`` (tag v0) and a clone ``work`` with two mm patches on top; the
-    folder of tree definitions naming it."""
-    repo, work = root / "tiny", root / "work"
-    (repo / "mm").mkdir(parents=True)
-    (repo / "mm" / "compaction.c").write_text("int compaction;\n")
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "base")
-    git(repo, "tag", "v0")
-    git(root, "clone", "-q", str(repo), str(work))
-    for i in (1, 2):
-        with open(work / "mm" / "compaction.c", "a") as fh:
-            fh.write(f"int step{i};\n")
-        git(work, "commit", "-q", "-am", f"mm/compaction: step {i}\n\nBecause {i}.")
-    defs = root / "trees"
-    defs.mkdir()
-    (defs / "tiny.yaml").write_text(
-        f"name: tiny\ndescription: test tree\nsource:\n  path: {repo}\ndefault_base: v0\n"
-    )
-    return defs
 
 
 def test_up_runs_every_service_under_the_supervisor(stack, capsys):

@@ -39,29 +39,36 @@ def git(cwd: Path, *args: str) -> str:
     return p.stdout.strip()
 
 
-@pytest.fixture
-def tree(tmp_path, monkeypatch):
-    """A small kernel tree ``tiny`` (a git repository with a tag ``v0``), and a clone with
-    two mm patches on top; (tree repo, clone, base sha)."""
-    repo = tmp_path / "tiny"
-    repo.mkdir()
+def tiny_tree(root: Path) -> tuple[Path, Path, Path]:
+    """A small kernel tree ``tiny`` under ROOT (a git repository with a tag ``v0``), a clone
+    with two mm patches on top, and the folder of tree definitions naming it."""
+    repo = root / "tiny"
+    repo.mkdir(parents=True)
     git(repo, "init", "-q", "-b", "main")
     (repo / "mm").mkdir()
     (repo / "mm" / "compaction.c").write_text("int compaction;\n")
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "base")
     git(repo, "tag", "v0")
-    work = tmp_path / "work"
-    git(tmp_path, "clone", "-q", str(repo), str(work))
+    work = root / "work"
+    git(root, "clone", "-q", str(repo), str(work))
     for i in (1, 2):
         with open(work / "mm" / "compaction.c", "a") as fh:
             fh.write(f"int step{i};\n")
         git(work, "commit", "-q", "-am", f"mm/compaction: step {i}\n\nBecause {i}.")
-    defs = tmp_path / "trees"
+    defs = root / "trees"
     defs.mkdir()
     (defs / "tiny.yaml").write_text(
         f"name: tiny\ndescription: test tree\nsource:\n  path: {repo}\ndefault_base: v0\n"
     )
+    return repo, work, defs
+
+
+@pytest.fixture
+def tree(tmp_path, monkeypatch):
+    """The tiny tree, and a clone with two mm patches on top, as STACKBENCH_TREES; (tree
+    repo, clone, base sha)."""
+    repo, work, defs = tiny_tree(tmp_path)
     monkeypatch.setenv("STACKBENCH_TREES", str(defs))
     return repo, work, git(repo, "rev-parse", "v0")
 
