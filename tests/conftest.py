@@ -21,6 +21,8 @@ sys.path[:0] = sorted(
 )
 # the shared helpers (tests/helpers/) assert as test files do, and say what differed
 pytest.register_assert_rewrite("helpers")
+# the fault makers the suite shares with bench/chaos.py (testkit/faultkit.py says why)
+sys.path.insert(0, str(ROOT / "testkit"))
 # a git worktree elsewhere names the shared folder with STACKBENCH_SHARED
 SHARED = Path(os.environ.get("STACKBENCH_SHARED") or ROOT.parent / "shared")
 # an evidence boot adds a boot per kernel to every series run here; the coverage tests

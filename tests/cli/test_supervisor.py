@@ -15,7 +15,6 @@ import os
 import re
 import signal
 import socket
-import struct
 import threading
 import time
 import urllib.error
@@ -28,7 +27,8 @@ pytest.importorskip("buildbot")
 pytest.importorskip("buildbot_worker")
 pytest.importorskip("supervisor")
 
-from helpers.lifecycle import git, tiny_tree, wait_for  # noqa: E402
+from faultkit import flood, tiny_tree  # noqa: E402
+from helpers.lifecycle import git, wait_for  # noqa: E402
 
 from stackbench import services, supervision  # noqa: E402
 
@@ -74,7 +74,7 @@ def stack(tmp_path_factory):
         mp.delenv("STACKBENCH_DATABASE_URL", raising=False)
         mp.delenv("STACKBENCH_BUILDBOT_URL", raising=False)
         db.reset()
-        _, _, trees = tiny_tree(home / "src")
+        trees = tiny_tree(home / "src", patches=2)
         mp.setenv("STACKBENCH_TREES", str(trees))
         # dry boots and builds: the series of this module reach 'done' in seconds
         cpus, mem = bb.machine_size()
@@ -302,34 +302,6 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
-
-
-def flood(host: str, port: int, path: str, total: int = 2000, at_once: int = 50) -> dict:
-    """``total`` GETs, ``at_once`` in flight, each client hanging up before the answer;
-    every other one with SO_LINGER 0 (a reset instead of a FIN)."""
-    counts = {"sent": 0, "refused": 0}
-    lock = threading.Lock()
-    todo = iter(range(total))
-
-    def client() -> None:
-        for i in todo:
-            try:
-                with socket.create_connection((host, port), timeout=5) as s:
-                    s.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
-                    if i % 2:
-                        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                key = "sent"
-            except OSError:
-                key = "refused"
-            with lock:
-                counts[key] += 1
-
-    threads = [threading.Thread(target=client) for _ in range(at_once)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return counts
 
 
 def test_a_flood_of_clients_hanging_up_early_is_healed_within_60_s(stack):

@@ -1,4 +1,4 @@
-"""Helpers and fixtures for the lifecycle tests (tests/test_lifecycle*.py; no tests here):
+"""Helpers and fixtures for the lifecycle tests (tests/jobs/driver/test_lifecycle*.py; no tests here):
 a small kernel tree with a two-patch series, and waiting for a series to finish."""
 
 from __future__ import annotations

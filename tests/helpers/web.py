@@ -1,4 +1,4 @@
-"""Helpers and fixtures for the web tests (imported by tests/test_web_*.py; no tests here).
+"""Helpers and fixtures for the web tests (imported by tests/web/test_web_*.py; no tests here).
 
 Everything runs against the real PostgreSQL of the ``eng`` fixture; data is written through
 the real models and the real ingest, as workers and importers write it.

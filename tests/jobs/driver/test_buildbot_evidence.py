@@ -98,7 +98,7 @@ def lab(eng, tmp_path, monkeypatch):
 
 @pytest.fixture
 def dry_lab(eng, tmp_path, monkeypatch):
-    """The worker's --dry-kernel builds and boots (tests/test_buildbot_fanout.py)."""
+    """The worker's --dry-kernel builds and boots (tests/jobs/driver/test_buildbot_fanout.py)."""
     if not (kernelkit.cache_dir() / "trees" / "linux-6.1").is_dir():
         pytest.skip("the kernel test cache has no linux-6.1 tree to apply the series to")
     with _lab(eng, tmp_path, monkeypatch, [DRY], dry_kernel=True, dry_seconds=1) as master:

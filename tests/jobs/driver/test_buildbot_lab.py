@@ -3,7 +3,7 @@ worker, and one worker killed mid-round.
 
 Real PostgreSQL, real Buildbot master and three workers of one pool, the real dispatcher and
 web API; the kernel builds and guest runs are the workers' ``--dry-kernel`` ones (see
-tests/test_buildbot_fanout.py): a dry boot sleeps, so three rounds really run at once.
+tests/jobs/driver/test_buildbot_fanout.py): a dry boot sleeps, so three rounds really run at once.
 """
 
 from __future__ import annotations

@@ -3,9 +3,9 @@ master started as ``stackbench up --workers 3`` starts it, one worker killed mid
 
 Nothing is replaced: git am of the shipped compaction-demo stack, real kernel builds (the
 shared test cache makes them cheap after the first), QEMU TCG boots of the tiny guest, the
-real dispatcher and web. The dry-kernel twin of this test (tests/test_buildbot_lab.py) checks
+real dispatcher and web. The dry-kernel twin of this test (tests/jobs/driver/test_buildbot_lab.py) checks
 the fan-out's bookkeeping in detail; this one checks that real boots keep it, and that the
-verdicts are those one worker gives (tests/test_ground_truth.py): 3/3 worse on
+verdicts are those one worker gives (tests/jobs/driver/test_ground_truth.py): 3/3 worse on
 vm-scalability throughput, nothing of 1/3 judged either way.
 
 Size: three rounds to start (runs=3, one boot per kernel per round, each round on a worker
@@ -41,7 +41,7 @@ pytestmark = pytest.mark.slow
 WORKERS = 3
 RUNS = 3  # boots per kernel before the adaptive looks: one round per worker
 # at 6 boots 3/3's -53% was undecided (p 0.008), at 10 worse (p 0.001). Not 15 as in
-# tests/test_ground_truth.py: 1/3 and 2/3 stay undecided under this noise and would earn
+# tests/jobs/driver/test_ground_truth.py: 1/3 and 2/3 stay undecided under this noise and would earn
 # every round to the cap, half as long again
 MAX_BOOTS = 10
 
@@ -124,7 +124,7 @@ def test_demo_stack_on_three_real_workers_survives_a_lost_worker(eng, tmp_path, 
 
     assert re.search(r'title="run \d+: lost"', page)  # the lost attempt is on the series page
 
-    # the verdicts one worker gives (tests/test_ground_truth.py)
+    # the verdicts one worker gives (tests/jobs/driver/test_ground_truth.py)
     out = verdicts(eng, sid)
     assert not [k for k, v in out.items() if k[0].startswith("1/") and v[0] in ("better", "worse")]
     label, change = next(

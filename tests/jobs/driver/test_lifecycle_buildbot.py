@@ -4,7 +4,7 @@ stored, report mail queued) or ``failed`` with the reason, and nothing else is r
 
 Real PostgreSQL, real Buildbot master and worker, real web API, real ``git am`` and
 ``git push``; the kernel builds and guest runs are the worker's ``--dry-kernel`` ones (see
-tests/test_buildbot_fanout.py), and a kernel that does not build is a worker command that
+tests/jobs/driver/test_buildbot_fanout.py), and a kernel that does not build is a worker command that
 fails the way make does.
 """
 

@@ -2,9 +2,9 @@
 healthy, and its rounds go to its healthy peer.
 
 The A/A nights are the nightly's own (dry boots whose numbers are stored real boots, as in
-tests/test_nightly_aa.py) on two machines, w1 and w2; a drift injected into w2's boots one
+tests/jobs/tracking/test_nightly_aa.py) on two machines, w1 and w2; a drift injected into w2's boots one
 night quarantines it. Then real Buildbot with the two as workers (dry kernels, as in
-tests/test_buildbot_lab.py), the real dispatcher and web API run a series in rounds: every
+tests/jobs/driver/test_buildbot_lab.py), the real dispatcher and web API run a series in rounds: every
 round runs on w1.
 """
 

@@ -1,7 +1,7 @@
 """Native runs (jobs/executors/native.py): the guest image run in a chroot on the running kernel, as a
 bare-metal box does after its kexec. These run for real on this machine's own kernel (root,
 util-linux's unshare); the sizes are those of a 1 GiB machine so they stay small. The
-whole box flow, with a kexec, is in tests/test_box_vm.py."""
+whole box flow, with a kexec, is in tests/jobs/executors/test_box_vm.py."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Kernels are not the point here: a fake lab stands in for building and booting and ingests
 synthetic runs (throughput 1000 with 1% noise; commits from ``bad_from`` on lose 30%) through
 the real ingest path, and everything after that (stored-run reuse, verdicts, regression rows,
-bisect records, the outbox) is the real code. The real-kernel path is tests/test_bisect_e2e.py.
+bisect records, the outbox) is the real code. The real-kernel path is tests/jobs/tracking/test_bisect_e2e.py.
 """
 
 from __future__ import annotations
@@ -500,7 +500,8 @@ def test_yaml_sync_and_the_shipped_example(eng, tmp_path, monkeypatch):
     ids = nightly.sync_tracked(eng, [t])
     assert nightly.sync_tracked(eng, [t]) == ids  # idempotent
     row = branch_row(eng)
-    assert row.jobs == [JOB] and row.meta["runs"] == 3
+    assert row.jobs == [JOB] and (row.runs, row.max_runs, row.bisect) == (3, 6, True)
+    assert "runs" not in row.meta
     assert nightly._policy_for(row, None).start_runs == 3
     assert nightly._policy_for(row, None).max_runs == 6
     shipped = nightly.load_tracked([tracked_branches.TRACKED_DIR])

@@ -1,7 +1,7 @@
 """The nightly A/A: a branch's baseline booted again in two interleaved sets through the
 ordinary driver, judged against itself; the figures (false-alarm rate, spread, smallest
 change found with 80% power) land on the machines of the kind and on the machines page. The
-boots are dry with numbers drawn from stored real boots (tests/test_nightly_history.py)."""
+boots are dry with numbers drawn from stored real boots (tests/jobs/tracking/test_nightly_history.py)."""
 
 from __future__ import annotations
 
