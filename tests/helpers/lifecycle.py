@@ -41,7 +41,11 @@ def git(cwd: Path, *args: str) -> str:
 
 def tiny_tree(root: Path) -> tuple[Path, Path, Path]:
     """A small kernel tree ``tiny`` under ROOT (a git repository with a tag ``v0``), a clone
-    with two mm patches on top, and the folder of tree definitions naming it."""
+    with two mm patches on top, and the folder of tree definitions naming it.
+
+    testkit/faultkit.tiny_tree makes the same tree for the supervisor test and the chaos
+    bench, but its commits are the Fault Kit's: the lifecycle and list tests check that the
+    patches' From: is alice.dev's, so this one commits with GIT_ENV above."""
     repo = root / "tiny"
     repo.mkdir(parents=True)
     git(repo, "init", "-q", "-b", "main")
