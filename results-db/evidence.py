@@ -12,7 +12,7 @@ the kind's minimum effect are all in it. Noise is one value per boot (the verdic
 each machine: for an unpaired design the base kernel's boot-to-boot coefficient of
 variation; for a paired one the spread of the per-round differences of the base and each
 later kernel over sqrt 2 (a box's offset cancels in them, as it does in the test), the
-median over the later kernels. ``tests/test_report_evidence.py`` checks the figures by
+median over the later kernels. ``tests/resultsdb/test_report_evidence.py`` checks the figures by
 simulation: at the printed change the live rule finds it in about ``verdict.POWER`` of
 comparisons."""
 

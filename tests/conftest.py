@@ -12,6 +12,15 @@ import psycopg
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# the test files live in folders named for the rooms of the tree (tests/README.md) and some
+# import another file's fixtures by bare module name (``from test_buildbot_fanout import
+# start_web``): pytest puts only a test file's own folder on sys.path, so every room's folder
+# goes there up front, whatever file or folder a run starts from
+sys.path[:0] = sorted(
+    {str(p.parent) for p in Path(__file__).parent.rglob("test_*.py")} - set(sys.path)
+)
+# the shared helpers (tests/helpers/) assert as test files do, and say what differed
+pytest.register_assert_rewrite("helpers")
 # the fault makers the suite shares with bench/chaos.py (testkit/faultkit.py says why)
 sys.path.insert(0, str(ROOT / "testkit"))
 # a git worktree elsewhere names the shared folder with STACKBENCH_SHARED
