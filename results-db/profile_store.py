@@ -8,14 +8,13 @@ changes (``patch.meta.changed_functions``) marked."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy.orm import Session
 
-from stackbench.resultsdb.models import KernelBuild
-from stackbench.resultsdb.query import Kernel, _raw
+from stackbench.resultsdb import coverage_store, kernels_store
+from stackbench.resultsdb.query import Kernel
 
 # LKP's name for a symbol's self share (its children share: perf-profile.children...)
 SELF_PREFIX = "perf-profile.self.cycles-pp."
@@ -26,14 +25,8 @@ TOP = 10
 
 def save(s: Session, build_id: int, job: str, profile: dict[str, Any] | None) -> None:
     """Keep one evidence boot's profile of ``job`` on the kernel (None: not profiled)."""
-    if profile is None:
-        return
-    row = s.get(KernelBuild, build_id)
-    if row is None:
-        return
-    kept = dict((row.meta or {}).get("profile") or {})
-    kept[job] = profile
-    row.meta = {**(row.meta or {}), "profile": kept}
+    if profile is not None:
+        kernels_store.update_job_meta(s, build_id, "profile", job, lambda _kept: profile)
 
 
 def function_of(symbol: str) -> str:
@@ -111,23 +104,14 @@ def load(conn: Any, kernels: list[Kernel]) -> list[KernelProfile]:
     [] when no kernel has one."""
     if len(kernels) < 2:
         return []
-    rows = (
-        _raw(conn)
-        .execute(
-            "SELECT k.id, k.meta -> 'profile', p.meta -> 'changed_functions' "
-            "FROM kernel_build k LEFT JOIN patch p ON p.id = k.patch_id WHERE k.id = ANY(%(ids)s)",
-            {"ids": [k.id for k in kernels]},
-        )
-        .fetchall()
-    )
-    by_id = {r[0]: (_json(r[1]) or {}, _json(r[2]) or []) for r in rows}
-    base_prof = by_id.get(kernels[0].id, ({}, []))[0]
+    by_id = coverage_store.kept_by_kernel(conn, kernels, "profile")
+    base_prof = by_id.get(kernels[0].id, ({}, None))[0]
     out = []
     for k in kernels[1:]:
-        prof, functions = by_id.get(k.id, ({}, []))
+        prof, functions = by_id.get(k.id, ({}, None))
         if not prof:
             continue
-        patched = [f["name"] for f in functions if f.get("change") != "removed"]
+        patched = [f["name"] for f in functions or [] if f.get("change") != "removed"]
         row = KernelProfile(k.id, k.label, patched)
         for job in sorted(prof):
             got, base = prof[job], base_prof.get(job) or {}
@@ -142,7 +126,3 @@ def load(conn: Any, kernels: list[Kernel]) -> list[KernelProfile]:
                 row.samples[job] = (int(got.get("samples") or 0), int(base.get("samples") or 0))
         out.append(row)
     return out
-
-
-def _json(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, str) else value

@@ -6,6 +6,7 @@ the base, in LKP's layout (base share, change in points, new share, then
 from __future__ import annotations
 
 from stackbench.resultsdb.profile_store import KernelProfile, SymbolShare
+from stackbench.resultsdb.tables import section
 
 TITLE = "== profile: kernel symbols whose share of the CPU samples moved most"
 FOOTER = (
@@ -50,10 +51,4 @@ def kernel_lines(row: KernelProfile) -> list[str]:
 
 def render(rows: list[KernelProfile]) -> str:
     """The section's text; "" when no kernel has a profile."""
-    if not rows:
-        return ""
-    lines = ["", TITLE]
-    for row in rows:
-        lines.extend(kernel_lines(row))
-    lines.append(FOOTER)
-    return "\n".join(lines) + "\n"
+    return section.render(TITLE, FOOTER, rows, kernel_lines)
