@@ -185,6 +185,21 @@ def load(conn: Any, kernels: list[Kernel]) -> list[CommitCoverage]:
     return out if any(r.jobs or r.functions is not None for r in out) else []
 
 
+def folded_into(
+    functions: list[dict[str, Any]], calls: dict[str, int | None]
+) -> dict[str, list[str]]:
+    """The nearest kept callers of each changed function the evidence boot found folded
+    into its callers (counted as untraceable: ``calls`` has it as None), each with the
+    functions it holds: where the changed code runs, for the profile to mark."""
+    out: dict[str, list[str]] = {}
+    for fn in functions:
+        if fn.get("change") == "removed" or fn["name"] not in calls:
+            continue
+        for caller, _n, _b in _via(fn, calls, {}):
+            out.setdefault(caller, []).append(fn["name"])
+    return out
+
+
 def _via(
     fn: dict[str, Any], calls: dict[str, int | None], base: dict[str, int | None]
 ) -> list[tuple[str, int | None, int | None]]:

@@ -4,7 +4,8 @@ the share of perf's samples in each kernel symbol (self) and under it on the cal
 "samples", "self", "children"}`` or ``{"error"}``). Like the coverage counts they come from
 one boot outside every verdict. The report's rows (:func:`load`) pair each kernel's shares
 with its base's and keep the symbols that moved most, the functions the kernel's patch
-changes (``patch.meta.changed_functions``) marked."""
+changes (``patch.meta.changed_functions``) marked, and so are the callers the evidence boot
+found holding a changed function the compiler folded in."""
 
 from __future__ import annotations
 
@@ -46,6 +47,8 @@ class SymbolShare:
     children: float | None
     base_children: float | None
     patched: bool
+    # the changed functions the compiler folded into this one (its code holds theirs)
+    holds: list[str] = field(default_factory=list)
 
     @property
     def delta(self) -> float:
@@ -54,7 +57,7 @@ class SymbolShare:
     def as_dict(self) -> dict[str, Any]:
         return {
             "symbol": self.symbol, "lkp": SELF_PREFIX + self.symbol, "patched": self.patched,
-            "lkp_children": CHILDREN_PREFIX + self.symbol,
+            "lkp_children": CHILDREN_PREFIX + self.symbol, "holds": self.holds,
             "self": self.self_share, "base_self": self.base_self, "delta": round(self.delta, 6),
             "children": self.children, "base_children": self.base_children,
         }  # fmt: skip
@@ -83,16 +86,24 @@ class KernelProfile:
 
 
 def moved(
-    new: dict[str, Any], base: dict[str, Any], patched: set[str], top: int = TOP
+    new: dict[str, Any],
+    base: dict[str, Any],
+    patched: set[str],
+    top: int = TOP,
+    holders: dict[str, list[str]] | None = None,
 ) -> list[SymbolShare]:
     """The ``top`` symbols whose self share moved most from ``base`` to ``new``, then every
-    patched function with a sample on either side; largest move first."""
+    patched function with a sample on either side, and every function ``holders`` says
+    holds a patched one the compiler folded in (function -> the patched ones); largest
+    move first."""
+    holders = holders or {}
+    marked = patched | set(holders)
     ns, bs = new.get("self") or {}, base.get("self") or {}
     nc, bc = new.get("children") or {}, base.get("children") or {}
     rows = [
         SymbolShare(sym, ns.get(sym), bs.get(sym), nc.get(sym), bc.get(sym),
-                    function_of(sym) in patched)
-        for sym in {*ns, *bs, *(s for s in {*nc, *bc} if function_of(s) in patched)}
+                    function_of(sym) in marked, holders.get(function_of(sym), []))
+        for sym in {*ns, *bs, *(s for s in {*nc, *bc} if function_of(s) in marked)}
     ]  # fmt: skip
     rows.sort(key=lambda r: (-abs(r.delta), r.symbol))
     chosen = rows[:top] + [r for r in rows[top:] if r.patched]
@@ -105,6 +116,9 @@ def load(conn: Any, kernels: list[Kernel]) -> list[KernelProfile]:
     if len(kernels) < 2:
         return []
     by_id = coverage_store.kept_by_kernel(conn, kernels, "profile")
+    # a changed function the compiler folded into its callers has no symbol: its code runs
+    # in theirs, which the same evidence boot's counts name
+    counted = coverage_store.kept_by_kernel(conn, kernels, "coverage")
     base_prof = by_id.get(kernels[0].id, ({}, None))[0]
     out = []
     for k in kernels[1:]:
@@ -122,7 +136,9 @@ def load(conn: Any, kernels: list[Kernel]) -> list[KernelProfile]:
             elif base.get("error"):
                 row.errors[job] = f"the base kernel's profile failed: {base['error']}"
             else:
-                row.jobs[job] = moved(got, base, set(patched))
+                calls = (counted.get(k.id, ({}, None))[0].get(job) or {}).get("calls") or {}
+                holders = coverage_store.folded_into(functions or [], calls)
+                row.jobs[job] = moved(got, base, set(patched), holders=holders)
                 row.samples[job] = (int(got.get("samples") or 0), int(base.get("samples") or 0))
         out.append(row)
     return out

@@ -13,7 +13,8 @@ FOOTER = (
     "% of perf's samples (cpu-clock on every CPU, 499 Hz, under TCG: no PMU, so the "
     "cycles-pp names count time, not cycles) on one evidence boot per kernel, its runs in "
     "no verdict; self is the symbol's own code, children adds what it called (kernel call "
-    "chains from the guess unwinder); * the commit's patch changes this function; one boot "
+    "chains from the guess unwinder); * the commit's patch changes this function (or one "
+    "the compiler folded into it: holds ..., inlined); one boot "
     "a side: two boots of one kernel moved a symbol up to 5.5 points here (docs/profile.md)"
 )
 
@@ -28,9 +29,10 @@ def row_line(r: SymbolShare) -> str:
     children = ""
     if r.children is not None or r.base_children is not None:
         children = f"  (children {_pct(r.base_children).strip()} -> {_pct(r.children).strip()})"
+    holds = f"  (holds {', '.join(r.holds)}, inlined)" if r.holds else ""
     return (
         f"   {_pct(r.base_self)} {100 * r.delta:+10.2f} {_pct(r.self_share)}  "
-        f"{mark}perf-profile.self.cycles-pp.{r.symbol}{children}"
+        f"{mark}perf-profile.self.cycles-pp.{r.symbol}{children}{holds}"
     )
 
 
