@@ -39,6 +39,10 @@ from typing import Any
 
 import chaoskit
 
+# the fault makers bench/ shares with the suite (testkit/faultkit.py says why)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "testkit"))
+import faultkit  # noqa: E402
+
 KILLED = ["web", "proxy", "dispatcher", "lists", "buildbot-master", "buildbot-worker-local"]
 IN_FLIGHT = ("dispatcher", "buildbot-master", "buildbot-worker-local")  # killed mid-series
 FLOOD_FLOOR_S, KILL_FLOOR_S = 60.0, 30.0
@@ -79,7 +83,7 @@ class Stack:
 
         self.home = home
         self.port = bb.free_port()
-        trees = chaoskit.tiny_tree(home / "src")
+        trees = faultkit.tiny_tree(home / "src")
         self.work = trees.parent / "work"
         self.lists = home / "lists"
         self.lists.mkdir()
@@ -121,7 +125,7 @@ class Stack:
         destroy(Cluster())  # the embedded cluster lives outside the home
 
     def submit(self) -> int:
-        git = chaoskit.git
+        git = faultkit.git
         # a series of its own each time (the same mails again are the same series)
         n = len(self.series) + 1
         git(self.work, "checkout", "-q", "-B", f"chaos-{n}", "v0")
@@ -199,7 +203,7 @@ def flood(stack: Stack) -> dict[str, Any]:
     sid = stack.submit()
     stack.at_master(sid)
     u = urlsplit(stack.master)
-    counts = chaoskit.flood(u.hostname, u.port, "/api/v2/application.spec", total=2000, at_once=50)
+    counts = faultkit.flood(u.hostname, u.port, "/api/v2/application.spec", total=2000, at_once=50)
     took = wait(lambda: all(answers(stack.master + "/api/v2/masters") for _ in range(3)),
                 FLOOD_FLOOR_S * 3, 0.5)  # fmt: skip
     return {"healed": took, "floor": FLOOD_FLOOR_S, "note": f"{counts}", "sid": sid}
@@ -256,7 +260,7 @@ def _stored(ids: list[str]) -> tuple[int, int]:
 
 def full_disk(stack: Stack, disk: Path) -> dict[str, Any]:
     """A series applied while the disk of its tree's worktrees is full; emptied after 20 s."""
-    filler = chaoskit.fill(disk)
+    filler = faultkit.fill(disk)
     sid = stack.submit()
     time.sleep(20)
     waited = stack.state(sid) in ("new", "applying")

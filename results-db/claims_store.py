@@ -79,9 +79,31 @@ def _plan(row: Series) -> SeriesAttempt | None:
 
 
 def previous_version(row: Series) -> int | None:
-    """The series of the version before this one (a list thread's v1 for its v2), if known."""
+    """The series of the version before this one, if known: the one a list thread links (a
+    list thread's v1 for its v2), else the newest earlier version that kept claims with the
+    same title, submitter and tree (a v2 sent by the CLI, the form, the API or a push,
+    whose subject prefix gave its version and which links nothing)."""
+    from sqlalchemy import select
+
     prev = (row.meta or {}).get("previous_version")
-    return prev if isinstance(prev, int) and prev != row.id else None
+    if isinstance(prev, int) and prev != row.id:
+        return prev
+    s = object_session(row)
+    if s is None or row.id is None or (row.version or 1) < 2 or not row.title:
+        return None
+    return s.scalars(
+        select(Series.id)
+        .where(
+            Series.id != row.id,
+            Series.title == row.title,
+            Series.submitter_email == (row.submitter_email or ""),
+            Series.tree_id.is_not_distinct_from(row.tree_id),
+            Series.version < row.version,
+            Series.meta.has_key("claims"),
+        )
+        .order_by(Series.version.desc(), Series.id.desc())
+        .limit(1)
+    ).first()
 
 
 def series_of_comparison(s: Session, key: str) -> Series | None:

@@ -24,9 +24,17 @@ from stackbench.resultsdb.rundata import JobSpec, KernelSpec, MachineSpec, RunDa
 
 @dataclass
 class IngestResult:
-    inserted: list[int] = field(default_factory=list)
-    skipped: int = 0
+    # each run's new id in the order given, None where its idempotency key was stored before
+    ids: list[int | None] = field(default_factory=list)
     samples: int = 0
+
+    @property
+    def inserted(self) -> list[int]:
+        return [rid for rid in self.ids if rid is not None]
+
+    @property
+    def skipped(self) -> int:
+        return self.ids.count(None)
 
 
 def _upsert_id(conn, model, values: dict[str, Any], keys: Sequence[str]) -> int:
@@ -288,16 +296,6 @@ def _resolve_all(conn, runs: Sequence[RunData]) -> tuple[list[Resolved], dict[st
     return resolved, metric_ids(conn, {n for d in runs for n in d.samples})
 
 
-def ingest_run(eng: Engine, data: RunData) -> int | None:
-    """Store one run and its samples in one transaction; None when its key already exists."""
-    with eng.connect() as conn:
-        with conn.begin():
-            (resolved,), metric = _resolve_all(conn, [data])
-            run_id = _store_run(conn, data, resolved, metric)
-        _remember_metrics(eng, metric)
-    return run_id
-
-
 _SEQS: dict[int, array] = {}
 
 
@@ -453,14 +451,8 @@ def ingest(eng: Engine, runs: Iterable[RunData], workers: int | None = None) -> 
         failed = [e for e in (f.exception() for f in futures) if e is not None]
         if failed:
             raise failed[0]
-    res = IngestResult()
-    for data, rid in zip(runs, outcome, strict=True):
-        if rid is None:
-            res.skipped += 1
-        else:
-            res.inserted.append(rid)
-            res.samples += _n_samples(data)
-    return res
+    samples = sum(_n_samples(d) for d, rid in zip(runs, outcome, strict=True) if rid is not None)
+    return IngestResult(ids=outcome, samples=samples)
 
 
 def delete_runs(conn, run_ids: Sequence[int]) -> None:

@@ -1,8 +1,4 @@
-"""The results schema (DESIGN.md "Data model"). Migrations in ``migrations/`` create it.
-
-Components that need to keep extra facts use the ``meta`` JSONB columns instead of new
-columns, so the schema stays stable while features grow.
-"""
+"""The results schema (DESIGN.md "Data model"), made by the migrations in ``migrations/``."""
 
 from __future__ import annotations
 
@@ -83,6 +79,9 @@ class Series(Base):
     source: Mapped[str] = mapped_column(String(32), default="mbox")
     owner_id: Mapped[int | None] = mapped_column(ForeignKey("app_user.id"))
     idempotency_key: Mapped[str | None] = mapped_column(String(128), unique=True)
+    # came by git push: the intake repository and head its commits are fetched from
+    push_repo: Mapped[str | None] = mapped_column(Text)
+    push_head: Mapped[str | None] = mapped_column(String(64))
     meta: Mapped[dict[str, Any]] = _meta()
     # the submitted mails as sent (up to the parser's size limit): read only to apply them
     mbox: Mapped[bytes | None] = mapped_column(LargeBinary, deferred=True)
@@ -219,9 +218,8 @@ class Run(Base):
     idempotency_key: Mapped[str] = mapped_column(String(128), unique=True)
     meta: Mapped[dict[str, Any]] = _meta()
     created_at: Mapped[datetime] = _now()
-    # the boot this run came from: runs of one boot share its noise, so statistics treat
-    # boots, not runs, as the units; the round of the plan (every kernel booted once per
-    # round, shuffled). NULL for imported runs, whose boots are unknown.
+    # the boot this run came from (its runs share its noise: the statistics' unit is the
+    # boot) and the plan's round (every kernel once, shuffled); NULL for imports
     boot_id: Mapped[str | None] = mapped_column(String(128))
     boot_round: Mapped[int | None] = mapped_column(Integer)
     # the series whose plan booted it (NULL: an import, a run of no series)
@@ -342,6 +340,9 @@ class TrackedBranch(Base):
     jobs: Mapped[list[Any]] = mapped_column(JSONB, default=list)
     baseline_build_id: Mapped[int | None] = mapped_column(ForeignKey("kernel_build.id"))
     enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+    runs: Mapped[int | None] = mapped_column(Integer)
+    max_runs: Mapped[int | None] = mapped_column(Integer)
+    bisect: Mapped[bool] = mapped_column(Boolean, default=True, server_default="true")
     meta: Mapped[dict[str, Any]] = _meta()
     __table_args__ = (UniqueConstraint("tree_id", "branch"),)
 

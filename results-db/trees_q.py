@@ -62,12 +62,17 @@ def save_branch(
     *,
     jobs: list[str],
     enabled: bool = True,
+    runs: int | None = None,
+    max_runs: int | None = None,
+    bisect: bool = True,
     meta: dict[str, Any] | None = None,
     exists_ok: bool = True,
 ) -> TrackedBranch:
-    """Track BRANCH of the tree with these jobs: a new row, or (``exists_ok``) the existing
-    one updated, its baseline and history kept and ``meta`` merged into its own. Without
-    ``exists_ok`` a branch already tracked fails when the session flushes or commits."""
+    """Track BRANCH of the tree with these jobs and this plan (boots per kernel to start
+    with, the cap, whether to bisect; None: the verdict policy's): a new row, or
+    (``exists_ok``) the existing one updated, its baseline and history kept and ``meta``
+    merged into its own. Without ``exists_ok`` a branch already tracked fails when the
+    session flushes or commits."""
     row = None
     if exists_ok:
         row = s.scalars(
@@ -80,6 +85,7 @@ def save_branch(
         s.add(row)
     row.jobs = list(jobs)
     row.enabled = enabled
+    row.runs, row.max_runs, row.bisect = runs, max_runs, bisect
     if meta:
         row.meta = {**(row.meta or {}), **meta}
     return row

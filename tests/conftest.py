@@ -4,6 +4,7 @@ temporary home) and a fresh database per test, cloned from a migrated template."
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from pathlib import Path
 
@@ -11,6 +12,8 @@ import psycopg
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# the fault makers the suite shares with bench/chaos.py (testkit/faultkit.py says why)
+sys.path.insert(0, str(ROOT / "testkit"))
 # a git worktree elsewhere names the shared folder with STACKBENCH_SHARED
 SHARED = Path(os.environ.get("STACKBENCH_SHARED") or ROOT.parent / "shared")
 # an evidence boot adds a boot per kernel to every series run here; the coverage tests

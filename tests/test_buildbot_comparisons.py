@@ -11,6 +11,8 @@ driven by its caller.
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 from sqlalchemy import text
 
@@ -54,15 +56,17 @@ class DryLab(comparison.BuildbotLab):
         return f"mm: change {self.history.index(commit)}"
 
 
-@pytest.fixture
-def dry_lab(eng, tmp_path, monkeypatch):
+@contextlib.contextmanager
+def three_workers(tmp_path, monkeypatch, tree: str, **extra):
+    """A master of the three pooled dry workers (kernels of ``tree``, ``extra`` in its
+    configuration) and the web API they post to, running; yields the master."""
     server, web_url = start_web(tmp_path)
     base = tmp_path / "bb"
     workers = [
         {"name": n, "kind": "qemu", "cpus": 2, "memory_mb": 1024, "pool": "lab"} for n in WORKERS
     ]
     extra = {"dry_kernel": True, "dry_seconds": 2, "jobs": [JOB],
-             "kernel_configs": [{"tree": TREE, "config": "tiny-guest"}]}  # fmt: skip
+             "kernel_configs": [{"tree": tree, "config": "tiny-guest"}], **extra}  # fmt: skip
     cfg = services.create_master(base / "master", workers, extra=extra)
     master = client.embedded_master_at(base / "master")
     monkeypatch.setenv("STACKBENCH_PUBLIC_URL", web_url)
@@ -73,12 +77,18 @@ def dry_lab(eng, tmp_path, monkeypatch):
             started.append(start_worker(base, cfg, name, web_url))
         for name in WORKERS:
             client.wait_for_worker(master, name)
-        yield DryLab(master)
+        yield master
     finally:
         for wb in started:
             services.stop_worker(wb)
         services.stop_master(base / "master")
         server.shutdown()
+
+
+@pytest.fixture
+def dry_lab(eng, tmp_path, monkeypatch):
+    with three_workers(tmp_path, monkeypatch, TREE) as master:
+        yield DryLab(master)
 
 
 def rounds_by_worker(eng, sid: int) -> dict[str, int]:
@@ -139,3 +149,101 @@ def test_a_bisect_step_spreads_its_rounds_over_every_worker(eng, dry_lab):
     assert set(spread) == set(WORKERS), spread
     assert m.build_id(good) is not None and m.build_id(step) is not None
     assert m.boots == 2 * BOOTS
+
+
+# ---- the same comparisons scheduled inside Buildbot -----------------------------------------
+# The nightly and the bisect builders run ``stackbench nightly`` / ``stackbench bisect`` on a
+# worker, as the master's schedulers do; the command measures through this master (its URL
+# and an admin's password given as a secret), so its rounds spread as the lab's above.
+
+SCHEDULED_TREE = "tiny"
+
+
+def _tree_with_commits(tmp_path, monkeypatch, n: int) -> list[str]:
+    """A tree ``tiny`` of ``n + 1`` commits on ``main`` (STACKBENCH_TREES); its shas."""
+    from test_lifecycle_support import git
+
+    repo = tmp_path / "tiny.git"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    for i in range(n + 1):
+        (repo / "mm.c").write_text(f"int step{i};\n")
+        git(repo, "add", "-A")
+        git(repo, "commit", "-q", "-m", f"mm: step {i}")
+    defs = tmp_path / "trees"
+    defs.mkdir()
+    (defs / f"{SCHEDULED_TREE}.yaml").write_text(
+        f"name: {SCHEDULED_TREE}\ndescription: test tree\nsource:\n  path: {repo}\n"
+        "default_base: main\n"
+    )
+    monkeypatch.setenv("STACKBENCH_TREES", str(defs))
+    return git(repo, "rev-list", "--reverse", "main").split()
+
+
+@pytest.fixture
+def scheduled_lab(eng, tmp_path, monkeypatch):
+    """A master of three pooled dry workers whose nightly tracks ``tiny:main``; the
+    workers' commands see the tree and the tracked branch (their environment is this
+    process's); yields (master, the tree's commits)."""
+    commits = _tree_with_commits(tmp_path, monkeypatch, 2)
+    tracked = tmp_path / "tracked"
+    tracked.mkdir()
+    (tracked / "tiny.yaml").write_text(
+        f"tree: {SCHEDULED_TREE}\nbranch: main\njobs: ['{JOB}']\nruns: {BOOTS}\nmax_runs: {BOOTS}\n"
+    )
+    monkeypatch.setenv("STACKBENCH_TRACKED", str(tracked))
+    with three_workers(tmp_path, monkeypatch, SCHEDULED_TREE, nightly_aa=0) as master:
+        yield master, commits
+
+
+def force_and_wait(master, scheduler: str, builder: str, timeout_s: float = 600, **props):
+    """Force ``builder`` through ``scheduler`` with these properties and wait for its build
+    to end; (its result, the worker it ran on)."""
+    import time
+
+    _bsid, requests = master.control(
+        f"forceschedulers/{scheduler}", "force",
+        {"builderid": master.builder_id(builder), "reason": "test", **props},
+    )  # fmt: skip
+    (brid,) = requests.values()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        builds = master.get(f"builds?buildrequestid={brid}&property=workername")["builds"]
+        if builds and builds[-1]["complete"]:
+            b = builds[-1]
+            return b["results"], b["properties"]["workername"][0]
+        time.sleep(1.0)
+    raise AssertionError(f"the {builder} build did not end in {timeout_s:.0f} s")
+
+
+def test_the_scheduled_nightly_spreads_its_rounds_over_every_worker(eng, scheduled_lab):
+    master, commits = scheduled_lab
+    result, ran_on = force_and_wait(master, "force", "nightly", branches="tiny:main")
+    assert result == 0 and ran_on in WORKERS
+    # the head measured on its first night (the baseline) in BOOTS rounds over the three,
+    # the nightly's own worker among them
+    ((sid, state),) = comparisons(eng, "nightly")
+    assert state == "done"
+    spread = rounds_by_worker(eng, sid)
+    assert set(spread) == set(WORKERS), spread
+    assert sum(spread.values()) == BOOTS
+    with eng.connect() as conn:
+        baseline = conn.execute(
+            text(
+                "SELECT k.commit FROM tracked_branch t "
+                "JOIN kernel_build k ON k.id = t.baseline_build_id"
+            )
+        ).scalar_one()
+    assert baseline == commits[-1]
+
+
+def test_a_scheduled_bisect_step_spreads_its_rounds_over_every_worker(eng, scheduled_lab):
+    master, commits = scheduled_lab
+    # dry boots regress nothing: the bisect ends unfound (its build fails) after its steps
+    force_and_wait(master, "bisect", "bisect", good=commits[0], bad=commits[-1], job=JOB,
+                   metric="vm-scalability.throughput", tree=SCHEDULED_TREE)  # fmt: skip
+    measured = comparisons(eng, "bisect")
+    assert measured and all(state == "done" for _sid, state in measured), measured
+    for sid, _state in measured:
+        spread = rounds_by_worker(eng, sid)
+        assert set(spread) == set(WORKERS), (sid, spread)

@@ -153,26 +153,39 @@ def _cfg(tmp_path):
     return config.load(tmp_path / "none.yaml", env=env)
 
 
-def test_nightly_builder_runs_stackbench_nightly_on_a_qemu_host(tmp_path):
+def test_nightly_builder_drives_its_comparisons_through_this_master(tmp_path):
+    from buildbot.process.properties import Secret
+
     from stackbench.cli import build_parser
     from stackbench.jobs.executors.buildbot import builders
 
     cfg = _cfg(tmp_path)
+    cfg.users, cfg.admins = {"ops": "s3cret", "admin": "pw"}, ["admin"]
     nightly = next(b for b in builders.make(cfg) if b.name == "nightly")
-    assert nightly.workernames == ["q1"] and nightly.locks  # heavy: one per machine
+    # a coordinator: its rounds run on every worker of the kind, its own one included
+    assert nightly.workernames == ["q1"] and not nightly.locks
     # every night ends with the machines' A/A (5 boots per set unless configured)
-    assert _render(cfg, "nightly", 0) == ["stackbench", "nightly", "--now", "--aa", "5"]
+    assert _render(cfg, "nightly", 0) == ["stackbench", "nightly", "--buildbot", "--now",
+                                          "--aa", "5"]  # fmt: skip
     argv = _render(cfg, "nightly", 0, branches="linux-6.1:master mm:mm-unstable")
     assert argv == [
         "stackbench",
-        *("nightly", "--now", "--branch", "linux-6.1:master", "--branch", "mm:mm-unstable"),
+        *("nightly", "--buildbot", "--now"),
+        *("--branch", "linux-6.1:master", "--branch", "mm:mm-unstable"),
         *("--aa", "5"),
     ]
     # the real CLI accepts exactly that
     args = build_parser().parse_args(argv[1:])
-    assert (args.now, args.branch, args.aa) == (True, ["linux-6.1:master", "mm:mm-unstable"], 5)
+    assert (args.now, args.branch, args.aa, args.buildbot) == (
+        True, ["linux-6.1:master", "mm:mm-unstable"], 5, True)  # fmt: skip
     cfg.nightly_aa = 0
-    assert _render(cfg, "nightly", 0) == ["stackbench", "nightly", "--now"]
+    assert _render(cfg, "nightly", 0) == ["stackbench", "nightly", "--buildbot", "--now"]
+    # told where the master is and who submits: the admin, its password a secret
+    env = nightly.factory.steps[0].kwargs["env"]
+    assert env["STACKBENCH_BUILDBOT_URL"] == cfg.buildbot_url
+    assert env["STACKBENCH_BUILDBOT_USER"] == "admin"
+    password = env["STACKBENCH_BUILDBOT_PASSWORD"]
+    assert isinstance(password, Secret) and "pw" not in repr(password)
 
 
 @pytest.mark.parametrize(
@@ -195,7 +208,7 @@ def test_bisect_builder_flags_match_the_bisect_command(tmp_path):
     )
     assert argv == [
         "stackbench",
-        *("bisect", "--good", "a" * 12, "--bad", "b" * 12),
+        *("bisect", "--buildbot", "--good", "a" * 12, "--bad", "b" * 12),
         *("--job", "thpscale", "--metric", "thp.fault"),
     ]
     args = build_parser().parse_args(argv[1:])
@@ -329,6 +342,10 @@ def test_an_evidence_round_runs_bench_evidence_and_its_last_line_is_the_property
     assert got[0]["jobs"] == {j: {"error": "a dry kernel counts no calls"} for j in ("j1", "j2")}
     assert not (tmp_path / "results").exists()  # nothing to upload: no run was made
     assert steps.reported_counts(1, "not json\n", "") == {}
+    # the master's log cuts a line every 4,096 characters: a long line still reads whole
+    long = json.dumps({"coverage": [{"commit": "a" * 40, "pad": "x" * 20_000}]})
+    cut = "\n".join(long[i : i + 4096] for i in range(0, len(long), 4096))
+    assert steps.reported_counts(0, f"booting\n{cut}\n", "")["coverage"][0]["pad"] == "x" * 20_000
 
 
 # -- embedded master and worker ---------------------------------------------------------------

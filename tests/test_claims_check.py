@@ -90,12 +90,13 @@ PLANTED = [
 ]
 
 
-def _series(eng, *, version: int = 1, previous: int | None = None, claims=PLANTED) -> int:
+def _series(eng, *, version: int = 1, previous: int | None = None, claims=PLANTED,
+            title: str = "mm: faster faults") -> int:  # fmt: skip
     with Session(eng) as s, s.begin():
         meta = {}
         if previous is not None:
             meta["previous_version"] = previous
-        series = Series(title="mm: faster faults", base_commit=BASE, base_ref="v6.1",
+        series = Series(title=title, base_commit=BASE, base_ref="v6.1",
                         state="done", message_id=f"<v{version}@example.com>", version=version,
                         cover_letter=COVER, meta=meta)  # fmt: skip
         for i, sha in enumerate((C1, C2), 1):
@@ -235,6 +236,25 @@ def test_a_v2_report_puts_v1s_measured_claims_beside_its_own(eng, planted):
     assert f"The same claims of v1 (series #{planted}), measured then:" in body
     after = body[body.index("measured then:") :]
     assert "[contradicted] vm-scalability.throughput" in after
+
+
+def test_a_v2_from_another_door_finds_its_v1_by_title_and_shows_it_everywhere(eng, planted, client):
+    """A v2 sent by the CLI, the form, the API or a push links no v1: the earlier version of
+    the same title, submitter and tree is its v1, on the page and in the API too."""
+    v2 = _series(eng, version=2, claims=PLANTED[1:2])
+    other = _series(eng, version=2, claims=PLANTED[1:2], title="mm: another series")
+    report = claims_check.check_series(eng, v2)
+    assert report.previous is not None and report.previous.series_id == planted
+    assert _statuses(report.previous) == EXPECTED
+    assert claims_check.check_series(eng, other).previous is None
+    page = client.get(f"/series/{v2}").get_data(as_text=True)
+    assert 'id="claims-previous"' in page
+    after = page[page.index('id="claims-previous"') :]
+    assert [(m, st) for m, st, _k in _rows(after)] == [(m, st) for m, _k, st in EXPECTED]
+    api = client.get(f"/api/series/{v2}").get_json()["claims"]
+    assert api["previous"]["series"] == planted and api["previous"]["version"] == 1
+    assert [c["status"] for c in api["previous"]["claims"]] == [st for _m, _k, st in EXPECTED]
+    assert [c["status"] for c in api["claims"]] == ["confirmed"]
 
 
 def test_a_claim_inside_an_undecided_interval_is_consistent():

@@ -1,12 +1,20 @@
 """A series page shows the claims of its cover letter as soon as the series is stored:
-what each claims and the job and kernels of ours that would measure it, or why none."""
+what each claims and the job and kernels of ours that would measure it, or why none; for
+a list series, as soon as the watcher has read the thread from a real public-inbox archive,
+before any kernel is built."""
 
 from __future__ import annotations
 
-from sqlalchemy import update
+import re
+
+from listmail import LIST, ROBOT, demo_mails, list_def
+from pubinbox import Inbox
+from sqlalchemy import func, select, update
 from test_web_support import add_tree, db, make_series
 
-from stackbench.resultsdb.models import Series
+from stackbench.jobs.lists import list_watch
+from stackbench.patches import claims
+from stackbench.resultsdb.models import KernelBuild, Series
 
 pytest_plugins = ["test_web_support"]
 
@@ -56,3 +64,29 @@ def test_series_page_lists_the_cover_letters_claims(eng, client):
     assert "not mapped: 32 threads is beyond thpscale&#39;s 4 x CPUs" in block
     # the highlight is the LKP table's figure for mm-patch-1: it maps with it
     assert block.count("vm-scalability[test=mmap-pread-seq-mt]") == 3
+
+
+def test_a_list_series_shows_its_claims_as_soon_as_the_mail_is_read(eng, client, tmp_path):
+    box = Inbox(tmp_path, LIST)
+    try:
+        for raw in demo_mails():
+            box.deliver(raw)
+        rep = list_watch.fetch(eng, list_def(str(box.dir)), own_sender=ROBOT)
+    finally:
+        box.stop()
+    assert not rep.error and len(rep.series) == 1, rep.line()
+    with db(eng) as s:
+        row = s.scalars(select(Series)).one()
+        sid, state, cover = row.id, row.state, row.cover_letter
+        assert s.scalar(select(func.count()).select_from(KernelBuild)) == 0
+    assert state == "new"  # nothing applied or built yet
+    want = claims.parse(cover)
+    assert len(want) > 10  # the demo cover's LKP and mmtests tables
+    html = client.get(f"/series/{sid}").get_data(as_text=True)
+    start = html.index('id="cover-claims"')
+    block = html[start : html.index("</section>", start)]
+    assert f"{len(want)} claims read" in block
+    assert len(re.findall(r"<tr>\s*<td>", block)) == len(want)
+    for c in want:
+        assert c.metric in block
+    assert "vm-scalability[test=anon-w-rand]" in block

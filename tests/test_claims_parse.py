@@ -321,6 +321,9 @@ def test_cli_json_table_empty_and_unreadable(tmp_path):
     empty.write_text("Hi,\n\nthis series makes things 12 times nicer.\n\nThanks\n")
     r = _cli(str(empty), "--json")
     assert (r.returncode, r.stdout.strip(), r.stderr) == (0, "[]", "")
+    # mapped to kernels, still nothing
+    r = _cli(str(empty), "--json", "--kernel", "v6.1", "--kernel", "mm-patch")
+    assert (r.returncode, r.stdout.strip(), r.stderr) == (0, "[]", "")
     r = _cli(str(tmp_path / "missing.txt"))
     assert r.returncode == 1 and r.stdout == ""
     assert r.stderr.count("\n") == 1 and "missing.txt" in r.stderr and "Traceback" not in r.stderr

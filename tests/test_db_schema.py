@@ -170,3 +170,54 @@ def test_the_plan_and_the_dispatchers_flags_move_from_meta_to_the_attempt(eng):
         keyed = [r.series_id for r in s.query(Run).order_by(Run.id)]
         assert series_store.unreported(s) == []  # its report mail is noted
     assert keyed == [sids[0], sids[1], None, None]
+
+
+def test_a_pushed_series_and_a_tracked_branchs_plan_move_from_meta_to_columns(eng):
+    """Revision 0012: where a pushed series' commits are and a tracked branch's plan become
+    columns, a CLI series' base64 mails its ``mbox``; what is only shown stays in meta."""
+    import base64
+    import json
+
+    from alembic import command
+
+    from stackbench.resultsdb.models import Series, TrackedBranch, Tree
+
+    with db.session(eng) as s:
+        pushed, old_cli, plain = Series(title="p"), Series(title="c"), Series(title="x")
+        tree = Tree(name="mm")
+        s.add_all([pushed, old_cli, plain, tree])
+        s.flush()
+        yaml_row = TrackedBranch(tree_id=tree.id, branch="main", jobs=["thpscale"])
+        admin_row = TrackedBranch(tree_id=tree.id, branch="next", jobs=["thpscale"])
+        s.add_all([yaml_row, admin_row])
+        s.flush()
+        sids, bids = (pushed.id, old_cli.id, plain.id), (yaml_row.id, admin_row.id)
+    command.downgrade(db.alembic_config(eng), "0011")
+    push = {"repo": "/srv/intake.git", "ref": "refs/for/mm/main", "head": "e" * 40}
+    metas = {
+        sids[0]: {"push": push, "rfc": True},
+        sids[1]: {"mbox_b64": base64.b64encode(b"From: a\n\nmail\n").decode()},
+        sids[2]: {"rfc": True},
+    }
+    branch_metas = {
+        bids[0]: {"source": "a.yaml", "runs": 4, "max_runs": 9, "bisect": False,
+                  "last_run": {"head": "f" * 40}},
+        bids[1]: {"source": "api"},
+    }  # fmt: skip
+    with eng.begin() as c:
+        for sid, meta in metas.items():
+            c.execute(text("UPDATE series SET meta = CAST(:m AS jsonb) WHERE id = :s"),
+                      {"m": json.dumps(meta), "s": sid})  # fmt: skip
+        for bid, meta in branch_metas.items():
+            c.execute(text("UPDATE tracked_branch SET meta = CAST(:m AS jsonb) WHERE id = :b"),
+                      {"m": json.dumps(meta), "b": bid})  # fmt: skip
+    command.upgrade(db.alembic_config(eng), "head")
+    with db.session(eng) as s:
+        p, c, x = (s.get(Series, sid) for sid in sids)
+        assert (p.push_repo, p.push_head, p.meta) == ("/srv/intake.git", "e" * 40, {"rfc": True})
+        assert (c.mbox, c.meta, c.push_head) == (b"From: a\n\nmail\n", {}, None)
+        assert (x.mbox, x.meta, x.push_head) == (None, {"rfc": True}, None)
+        y, a = (s.get(TrackedBranch, bid) for bid in bids)
+        assert (y.runs, y.max_runs, y.bisect) == (4, 9, False)
+        assert y.meta == {"source": "a.yaml", "last_run": {"head": "f" * 40}}
+        assert (a.runs, a.max_runs, a.bisect, a.meta) == (None, None, True, {"source": "api"})

@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from faultkit import fill
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 from test_lifecycle_support import git, wait_for
@@ -35,21 +36,6 @@ def small_disk():
     finally:
         subprocess.run(["umount", "-l", str(where)], check=True)
         where.rmdir()
-
-
-def fill(disk: Path, leave: int = 0) -> Path:
-    """Fill ``disk`` with one file until it is full, then give ``leave`` bytes back."""
-    filler = disk / "filler"
-    chunk = b"\xa5" * 65536
-    with open(filler, "wb") as fh:
-        try:
-            while True:
-                fh.write(chunk)
-                fh.flush()
-        except OSError as exc:
-            assert exc.errno == errno.ENOSPC, exc
-        fh.truncate(max(0, fh.tell() - leave))
-    return filler
 
 
 @pytest.fixture

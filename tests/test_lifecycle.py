@@ -225,7 +225,6 @@ def _state(eng, sid: int) -> str:
 
 def test_pushed_commits_that_are_gone_fail_the_series_with_the_reason(eng, tree, tmp_path):
     from stackbench.jobs.driver import intake
-    from stackbench.resultsdb import series_store
 
     _repo, work, base = tree
     head = git(work, "rev-parse", "HEAD")
@@ -237,7 +236,7 @@ def test_pushed_commits_that_are_gone_fail_the_series_with_the_reason(eng, tree,
         )
         x = intake.take(s, sub).series
         # the intake repository is removed after the push
-        series_store.merge_meta(x, push={"repo": str(gone), "ref": "refs/for/tiny/x", "head": head})
+        x.push_repo = str(gone)
         sid = x.id
     _dispatch_until(eng, lambda: _state(eng, sid) == "failed", master=lambda: None)
     with Session(eng) as s:

@@ -64,12 +64,16 @@ def _missing_tools() -> str:
 
 @pytest.fixture(scope="module")
 def upstream(tmp_path_factory) -> dict[str, Path]:
-    """Checkouts of the pinned commits, and a PERL5LIB with the one module mmtests imports
-    that Debian 12 lacks (List::BinarySearch, unused on these paths) as an empty stand-in."""
+    return checkouts(tmp_path_factory.mktemp("mmtests"))
+
+
+def checkouts(root: Path) -> dict[str, Path]:
+    """Checkouts of the pinned commits under ``root``, and a PERL5LIB with the one module
+    mmtests imports that Debian 12 lacks (List::BinarySearch, unused on these paths) as an
+    empty stand-in; skips, with the reason, without the tools or the bundle."""
     why = _missing_tools()
     if why:
         pytest.skip(why)
-    root = tmp_path_factory.mktemp("mmtests")
     subprocess.run(["git", "clone", "-q", "--no-checkout", str(BUNDLE), root / "repo"], check=True)
     out: dict[str, Path] = {}
     for suite in ("thpchallenge", "thpcompact"):

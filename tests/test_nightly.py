@@ -500,7 +500,8 @@ def test_yaml_sync_and_the_shipped_example(eng, tmp_path, monkeypatch):
     ids = nightly.sync_tracked(eng, [t])
     assert nightly.sync_tracked(eng, [t]) == ids  # idempotent
     row = branch_row(eng)
-    assert row.jobs == [JOB] and row.meta["runs"] == 3
+    assert row.jobs == [JOB] and (row.runs, row.max_runs, row.bisect) == (3, 6, True)
+    assert "runs" not in row.meta
     assert nightly._policy_for(row, None).start_runs == 3
     assert nightly._policy_for(row, None).max_runs == 6
     shipped = nightly.load_tracked([tracked_branches.TRACKED_DIR])

@@ -108,7 +108,8 @@ def test_push_to_refs_for_creates_a_series(eng, setup):
         assert series.tree.name == "linux-6.1"
         assert series.base_ref == "main" and series.base_commit == main
         assert series.title == "mm: compaction 2"
-        assert series.meta["push"]["head"] == topic[-1]
+        assert series.push_head == topic[-1] and series.push_repo == str(bare.resolve())
+        assert "push" not in series.meta
         assert [(p.idx, p.total, p.subject) for p in series.patches] == [
             (1, 2, "mm: compaction 2"),
             (2, 2, "mm: compaction 3"),
@@ -203,7 +204,7 @@ def test_build_tree_fetches_the_pushed_commits(eng, setup, tmp_path):
     assert push.returncode == 0, push.stderr
     with Session(eng) as s:
         series = s.scalars(select(Series)).one()
-        head, sid = series.meta["push"]["head"], series.id
+        head, sid = series.push_head, series.id
     # the kernel tree is another repository: it copies the series' commits from the intake
     tree = tmp_path / "tree.git"
     git(tmp_path, "clone", "-q", "--bare", "--no-local", str(bare), str(tree))

@@ -192,9 +192,9 @@ def test_large_imports_use_several_connections(eng, monkeypatch):
 
 
 def test_a_boot_that_stores_runs_sets_its_machines_last_seen(eng):
-    """Every path that stores a boot's runs (the in-process pipeline and a worker's upload
-    into the database: ingest; the API: ingest_run) says when the machine was last seen;
-    imported results do not (they come from another time)."""
+    """Every path that stores a boot's runs (the in-process pipeline, a worker's upload into
+    the database and the API: ingest) says when the machine was last seen; imported results
+    do not (they come from another time)."""
     from dataclasses import replace
     from datetime import UTC, datetime, timedelta
 
@@ -216,9 +216,19 @@ def test_a_boot_that_stores_runs_sets_its_machines_last_seen(eng):
             text("UPDATE machine SET last_seen = now() - interval '1 hour' WHERE name = :n"),
             {"n": qemu.name},
         )
-    ig.ingest_run(eng, replace(_run(2), machine=qemu))
+    ig.ingest(eng, [replace(_run(2), machine=qemu)])
     assert seen(qemu.name) > first
     app = create_app({"ENGINE": eng, "SECRET_KEY": "test", "TESTING": True})
     page = app.test_client().get("/machines").get_data(as_text=True)
     row = next(r for r in page.split("<tr>") if qemu.name in r)
     assert "s ago" in row, row
+
+
+def test_ingest_gives_each_runs_id_in_order_and_none_for_a_stored_key(eng):
+    """The API answers each uploaded run with its id and whether it is new: ingest's ids
+    follow the runs as given, None where the key was stored before."""
+    first = ig.ingest(eng, [_run(0), _run(1)])
+    assert first.ids == first.inserted and len(set(first.ids)) == 2
+    again = ig.ingest(eng, [_run(2), _run(1), _run(3)])
+    assert again.ids[1] is None and again.skipped == 1
+    assert [again.ids[0], again.ids[2]] == again.inserted

@@ -15,7 +15,6 @@ import os
 import re
 import signal
 import socket
-import struct
 import threading
 import time
 import urllib.error
@@ -28,6 +27,7 @@ pytest.importorskip("buildbot")
 pytest.importorskip("buildbot_worker")
 pytest.importorskip("supervisor")
 
+from faultkit import flood, tiny_tree  # noqa: E402
 from test_lifecycle_support import git, wait_for  # noqa: E402
 
 from stackbench import services, supervision  # noqa: E402
@@ -74,7 +74,7 @@ def stack(tmp_path_factory):
         mp.delenv("STACKBENCH_DATABASE_URL", raising=False)
         mp.delenv("STACKBENCH_BUILDBOT_URL", raising=False)
         db.reset()
-        trees = tiny_tree(home / "src")
+        trees = tiny_tree(home / "src", patches=2)
         mp.setenv("STACKBENCH_TREES", str(trees))
         # dry boots and builds: the series of this module reach 'done' in seconds
         cpus, mem = bb.machine_size()
@@ -119,29 +119,6 @@ def running_anew(name: str, old: int):
 
 KILLED = ["web", "proxy", "dispatcher", "lists", "buildbot-worker-local", "buildbot-master"]
 JOB = "vm-scalability"
-
-
-def tiny_tree(root):
-    """A kernel tree ``tiny`` (tag v0) and a clone ``work`` with two mm patches on top; the
-    folder of tree definitions naming it."""
-    repo, work = root / "tiny", root / "work"
-    (repo / "mm").mkdir(parents=True)
-    (repo / "mm" / "compaction.c").write_text("int compaction;\n")
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "base")
-    git(repo, "tag", "v0")
-    git(root, "clone", "-q", str(repo), str(work))
-    for i in (1, 2):
-        with open(work / "mm" / "compaction.c", "a") as fh:
-            fh.write(f"int step{i};\n")
-        git(work, "commit", "-q", "-am", f"mm/compaction: step {i}\n\nBecause {i}.")
-    defs = root / "trees"
-    defs.mkdir()
-    (defs / "tiny.yaml").write_text(
-        f"name: tiny\ndescription: test tree\nsource:\n  path: {repo}\ndefault_base: v0\n"
-    )
-    return defs
 
 
 def test_up_runs_every_service_under_the_supervisor(stack, capsys):
@@ -325,34 +302,6 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
-
-
-def flood(host: str, port: int, path: str, total: int = 2000, at_once: int = 50) -> dict:
-    """``total`` GETs, ``at_once`` in flight, each client hanging up before the answer;
-    every other one with SO_LINGER 0 (a reset instead of a FIN)."""
-    counts = {"sent": 0, "refused": 0}
-    lock = threading.Lock()
-    todo = iter(range(total))
-
-    def client() -> None:
-        for i in todo:
-            try:
-                with socket.create_connection((host, port), timeout=5) as s:
-                    s.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
-                    if i % 2:
-                        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                key = "sent"
-            except OSError:
-                key = "refused"
-            with lock:
-                counts[key] += 1
-
-    threads = [threading.Thread(target=client) for _ in range(at_once)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return counts
 
 
 def test_a_flood_of_clients_hanging_up_early_is_healed_within_60_s(stack):

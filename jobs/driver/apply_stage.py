@@ -3,7 +3,6 @@ fetched as they are), giving the kernels to build: the base and every commit."""
 
 from __future__ import annotations
 
-import base64
 import secrets
 import shutil
 import time
@@ -69,11 +68,7 @@ def _series_mails(s: Session, series: series_store.Series) -> list[ParsedPatch]:
     from stackbench.patches.parser import parse_mbox
 
     rows = sorted(series.patches, key=lambda p: p.idx)
-    # series.mbox for every door since the hostile-input migration; meta's copy for older
-    # CLI series
-    raw = series.mbox or (
-        base64.b64decode(series.meta["mbox_b64"]) if "mbox_b64" in series.meta else None
-    )
+    raw = series.mbox
     if raw:
         try:
             parsed = parse_mbox(raw, source=f"series {series.id}").patches
@@ -126,8 +121,8 @@ def fetch_pushed(eng: Engine, series_id: int, repo: Path) -> None:
     from stackbench import gitcmd
 
     with db.session(eng) as s:
-        push = (series_store.get(s, series_id).meta or {}).get("push") or {}
-    head, source = push.get("head"), push.get("repo")
+        series = series_store.get(s, series_id)
+        head, source = series.push_head, series.push_repo
     if not head or not source or trees.has_commit(repo, head):
         return
     if not Path(source).exists():

@@ -332,8 +332,6 @@ def _store(
     key: str,
 ) -> series_store.Series:
     meta = dict(sub.meta or {})
-    if sub.pushed is not None:
-        meta["push"] = {"repo": str(sub.pushed.repo), "ref": sub.pushed.ref, "head": sub.pushed.new}
     jobs = list(options.jobs) if options.jobs is not None else None
     claims: list[dict[str, Any]] | None = None
     added: list[str] = []
@@ -359,6 +357,9 @@ def _store(
     who = accounts_q.user(s, sub.owner_id).name if sub.owner_id else "an anonymous submitter"
     if claims is not None:
         claims_store.put(series, claims, added=added)
+    if sub.pushed is not None:
+        # where the apply stage fetches the pushed commits from
+        series.push_repo, series.push_head = str(sub.pushed.repo), sub.pushed.new
     # the first attempt holds the plan; the dispatcher takes it at once, else it waits for
     # the client that runs the series or hands it over itself
     waits = "" if sub.runner == DISPATCHER else series_runs_store.WAITING

@@ -406,8 +406,11 @@ def _bench_one(args: argparse.Namespace) -> int:
         # in this process rather than a step of its own: a second interpreter per benchmark
         # cost about a second each, a tenth of the Buildbot path's overhead on the demo; the
         # payloads as made (the receiver checks them), not read back and checked here
+        t0 = time.monotonic()
         res = results.upload(payloads, url=args.url)
-        print(f"uploaded {res.stored} run(s), {res.present} already present, to {res.target}")
+        # the upload's time is what a lab's boot waits for before the next (bench/scale_bench)
+        print(f"uploaded {res.stored} run(s), {res.present} already present, to {res.target} "
+              f"in {time.monotonic() - t0:.2f} s")  # fmt: skip
     if workdir is not None:  # the runs are stored (uploaded, or the step's files): it goes
         from stackbench.jobs.executors import boot_stage
 

@@ -133,13 +133,12 @@ class JobOutcome:
 def _policy_for(row: trees_q.TrackedBranch, policy: Policy | None) -> Policy:
     if policy is not None:
         return policy
-    meta = row.meta or {}
     p = DEFAULT
-    if meta.get("max_runs"):
-        p = replace(p, max_runs=int(meta["max_runs"]))
+    if row.max_runs:
+        p = replace(p, max_runs=row.max_runs)
     # the looks are re-planned from the start to the cap either way: a cap beyond the last
     # default look is a look of its own, and the error budget must be split over it too
-    return p.starting_at(int(meta.get("runs") or p.start_runs))
+    return p.starting_at(row.runs or p.start_runs)
 
 
 def _subjobs(jobs: list[str]) -> list[str]:
@@ -269,6 +268,7 @@ def run_branch(
         baseline = kernels_q.get(s, baseline_id).commit if baseline_id else ""
         meta = dict(row.meta or {})
         pol = _policy_for(row, policy)
+        bisect = row.bisect
     rep = BranchReport(tree=tree_name, branch=row.branch, baseline=baseline)
 
     def say(msg: str) -> None:
@@ -366,7 +366,7 @@ def run_branch(
         if closed:
             msg += f"; {len(closed)} regression(s) fixed"
         return done("unchanged", msg)
-    if meta.get("bisect", True):
+    if bisect:
         for rid in _bisect_order(eng, new):
             say(f"bisecting regression {rid}")
             try:

@@ -121,12 +121,10 @@ def sync_tracked(eng: Engine, tracked: Iterable[Tracked]) -> list[int]:
                 t.branch,
                 jobs=t.jobs,
                 enabled=t.enabled,
-                meta={
-                    "source": str(t.path) if t.path else "api",
-                    "runs": t.runs,
-                    "max_runs": t.max_runs,
-                    "bisect": t.bisect,
-                },
+                runs=t.runs,
+                max_runs=t.max_runs,
+                bisect=t.bisect,
+                meta={"source": str(t.path) if t.path else "api"},
             )
             s.flush()  # the new rows' ids
             ids.append(row.id)

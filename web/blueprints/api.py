@@ -350,7 +350,7 @@ def run_samples(run_id: int):
 @bp.route("/runs", methods=["POST"])
 def runs_upload():
     """Workers' tokens alone (stackbench.web.auth.WORKER_WRITES). One run (a RunData object) or {"runs": [...]}; each stored in its own transaction,
-    all validated first. A known idempotency key answers 200 with the existing run id."""
+    all validated first (ingest.ingest). A known idempotency key answers 200 with the existing run id."""
     body = request.get_json(silent=True)
     if body is None:
         abort(400, "body must be JSON (Content-Type: application/json)")
@@ -362,10 +362,12 @@ def runs_upload():
         datas = [wire.parse_run(it, f"runs[{i}]" if many else "run") for i, it in enumerate(items)]
     except InputError as exc:
         return {"error": str(exc), "status": 400}, 400
-    eng = dbsession.engine()
+    # the runs' kernel, machine and job rows resolved once, the runs sent in one round trip
+    # (ingest's pipeline): a boot's upload is what a lab's worker waits for before its next
+    # boot, and ten workers uploading together queued for a run-at-a-time ingest
+    stored = ingest.ingest(dbsession.engine(), datas)
     results = []
-    for d in datas:
-        rid = ingest.ingest_run(eng, d)
+    for d, rid in zip(datas, stored.ids, strict=True):
         created = rid is not None
         if rid is None:
             rid = runs_q.id_for_key(dbsession.get(), d.key())

@@ -8,9 +8,12 @@ build with the same inputs is a lookup. It lives under the kernel cache
 (``<cache>/images/<key>/``, kernels/paths.py) beside the kernels it boots with, with
 ``build.json`` recording the packages, the build time and the sizes.
 
-mmdebstrap runs as root, or unprivileged in its ``unshare`` mode; the ext4 file is written
-by ``mke2fs -d`` inside mmdebstrap's own hook, where the files already have root as owner in
-either mode. Nothing here needs network beyond the Debian mirror.
+mmdebstrap always runs in its ``unshare`` mode, inside a mount namespace of its own that
+``unshare --mount --propagation private`` made first: as root its default (``root`` mode)
+would mount /proc, /sys and /dev of the chroot, and the hook's bind mount, in the host's
+namespace, where a crash leaves them behind. The ext4 file is written by ``mke2fs -d`` inside
+mmdebstrap's own hook, where the files already have root as owner. Nothing here needs network
+beyond the Debian mirror.
 """
 
 from __future__ import annotations
@@ -189,8 +192,19 @@ def _build(name: str, log_path: Path | None) -> Image:
         "SB_FREE_MB": str(FREE_MB),
         "SB_IMAGE_INIT": str(INIT),
     }
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        raise StackbenchError("building the Debian image needs unshare (apt install util-linux)")
+    # every mount of the build (the chroot's /proc, /sys, /dev, the hook's bind) stays in a
+    # private namespace that ends with the build; nothing can be left mounted on the host
     argv = [
+        unshare,
+        "--mount",
+        "--propagation",
+        "private",
+        "--",
         mmdebstrap,
+        "--mode=unshare",
         "--variant=minbase",
         f"--include={','.join(pkgs)}",
         "--format=null",

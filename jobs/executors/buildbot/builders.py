@@ -1,10 +1,11 @@
 """Builders: the series fan-out, kernel builds per (tree, config), benchmarks per machine
 kind, bisect and nightly.
 
-The series coordinator only triggers other builds, so it takes no machine lock; kernel
-builds, benchmarks, bisects and the nightly run (``stackbench nightly --now``, which builds,
-measures, compares and bisects on one QEMU host) hold the per-worker machine lock, which makes independent work spread
-over as many workers as exist while no machine runs two heavy things at once.
+The series coordinator, the rounds, the nightly run and a bisect only hand work to other
+builds (the nightly's and a bisect's comparisons go through the master's REST API like a
+series'), so they take no machine lock; kernel builds and benchmarks hold the per-worker
+machine lock, which makes independent work spread over as many workers as exist while no
+machine runs two heavy things at once.
 """
 
 from __future__ import annotations
@@ -54,8 +55,9 @@ def _series_factory(cfg: BuildbotConfig) -> util.BuildFactory:
 
 
 def _nightly_factory(cfg: BuildbotConfig) -> util.BuildFactory:
-    # the nightly engine builds each tracked head, runs the tracked jobs, compares with the
-    # baseline and bisects; it is one long command on one QEMU host
+    # the nightly compares each tracked head with its baseline and bisects, every comparison
+    # driven like a series: its kernels built by the build builders, its rounds shared out
+    # over every idle worker of the machine kind (``stackbench nightly --buildbot``)
     f = util.BuildFactory()
     f.addStep(sb.command(cfg, "nightly", "nightly run of tracked branches"))
     return f
@@ -136,17 +138,14 @@ def make(cfg: BuildbotConfig) -> list[Any]:
     lock = wk.machine_lock(cfg)
     heavy = [lock.access("exclusive")]
     calm = coordinators(cfg)
-    qemu_hosts = [w.name for w in cfg.workers_of("qemu")] or everyone
     out = [
         util.BuilderConfig(name=SERIES, workernames=calm, factory=_series_factory(cfg)),
         # takes no machine lock: it only waits for the rounds it hands to the workers
         util.BuilderConfig(name=ROUNDS, workernames=calm, factory=_rounds_factory()),
-        util.BuilderConfig(
-            name=NIGHTLY, workernames=qemu_hosts, factory=_nightly_factory(cfg), locks=heavy
-        ),
-        util.BuilderConfig(
-            name=BISECT, workernames=everyone, factory=_bisect_factory(cfg), locks=heavy
-        ),
+        # the nightly and a bisect only drive comparisons whose builds and rounds the other
+        # builders run: no machine lock, which would keep their own rounds off their worker
+        util.BuilderConfig(name=NIGHTLY, workernames=calm, factory=_nightly_factory(cfg)),
+        util.BuilderConfig(name=BISECT, workernames=calm, factory=_bisect_factory(cfg)),
     ]
     for kc in cfg.kernel_configs:
         out.append(

@@ -17,7 +17,7 @@ from buildbot.process.results import FAILURE, RETRY, SUCCESS, WARNINGS
 from buildbot.steps.worker import CompositeStepMixin
 from twisted.internet import defer
 
-from stackbench.jobs.executors.buildbot import kept_kernels
+from stackbench.jobs.executors.buildbot import kept_kernels, master_secrets
 from stackbench.jobs.executors.buildbot.config import BuildbotConfig
 
 # the job-spec module's splitter: the dispatcher joins a boot's jobs with it in mind. Imported
@@ -26,6 +26,8 @@ from stackbench.jobs.executors.buildbot.config import BuildbotConfig
 from stackbench.jobs.executors.jobspecs import split_job_specs
 
 ARTIFACT = "kernel.tar"
+# stackbench's own commands that drive comparisons through this master
+COMPARISONS = ("bisect", "nightly")
 
 
 def split_list(value: Any) -> list[str]:
@@ -300,7 +302,9 @@ class RunBoots(CompositeStepMixin, buildstep.BuildStep):
             self.build.addStepsAfterCurrentStep(added)
             self.descriptionDone = [f"{len(boots)} evidence boot(s)"]
             return SUCCESS
-        retry = bool(lost or self.getProperty("skip_stored"))
+        # an attempt a master's restart ended may have stored boots too: they are skipped
+        retry = bool(lost or self.getProperty("spared_attempts")
+                     or self.getProperty("skip_stored"))  # fmt: skip
         if lost:
             added.append(steps.ShellCommand(
                 name="mark lost attempts",
@@ -329,10 +333,15 @@ EVIDENCE_ROUND = "evidence"
 
 
 def reported_counts(rc: int, stdout: str, stderr: str) -> dict[str, Any]:
-    """The ``coverage`` property of an evidence round: the worker's last line."""
+    """The ``coverage`` property of an evidence round: the worker's last line.
+
+    Buildbot's log splits every line longer than 4,096 characters (its LineBoundaryFinder),
+    and a line with profiles is far longer, so the line is joined again from where it
+    starts."""
     lines = [line for line in stdout.splitlines() if line.strip()]
+    starts = [i for i, line in enumerate(lines) if line.startswith('{"coverage"')]
     try:
-        last = json.loads(lines[-1]) if lines else None
+        last = json.loads("".join(lines[starts[-1] :])) if starts else None
     except ValueError:
         return {}
     return {"coverage": last["coverage"]} if isinstance(last, dict) and "coverage" in last else {}
@@ -360,20 +369,46 @@ def artifact_path(buildername: str, buildnumber: int) -> str:
     return f"artifacts/{buildername}/{buildnumber}/{ARTIFACT}"
 
 
+# how Buildbot's Build ends a build whose worker went away once it ran (buildbot/process/
+# build.py): "retry lost connection", or "retry <summary>" of a step that saw the machine go
+# (a bare-metal box's wait); a master stopped cleanly ends its builds RETRY too, saying why
+LOST_PREFIX = "retry"
+MASTER_SHUTDOWN = "(Master Shutdown)"
+
+
+def worker_went_away(build: dict[str, Any]) -> bool:
+    """Whether an earlier attempt (a build of the master's REST/data API) ended because its
+    worker went away while it ran, the one loss a round's kernel may have caused. Not
+    counted: a master that was killed never finishes its builds (the next one's
+    housekeeping ends them RETRY, their last state string, "building", "created", ... left
+    as it was); one stopped cleanly says "(Master Shutdown)"; a worker gone before the
+    build began ("worker not pinged/available/building") ran nothing of the round. None of
+    these counts towards ``round_attempts``, the cap for a kernel that takes its machine
+    down."""
+    if build.get("results") != RETRY:
+        return False
+    state = str(build.get("state_string") or "")
+    return state.startswith(LOST_PREFIX) and MASTER_SHUTDOWN not in state
+
+
 @defer.inlineCallbacks
 def find_lost_attempts(step: Any) -> Any:
     """Earlier attempts of ``step``'s build request that lost their worker, as
     ["buildid:worker", ...], set as the build's ``lost_attempts`` property: Buildbot retries
-    a build whose worker vanished, and the retry marks their runs."""
-    lost = []
+    a build whose worker vanished, and the retry marks their runs. Attempts ended RETRY for
+    what the round did not cause (``worker_went_away``) are set apart as
+    ``spared_attempts``: not lost, but what they stored is still skipped."""
+    lost, spared = [], []
     for req in step.build.requests:
         builds = yield step.master.data.get(("buildrequests", req.id, "builds"))
         for b in builds:
             if b["buildid"] == step.build.buildid or b["results"] != RETRY:
                 continue
             wk = yield step.master.data.get(("workers", b["workerid"]))
-            lost.append(f"{b['buildid']}:{wk['name'] if wk else b['workerid']}")
+            named = f"{b['buildid']}:{wk['name'] if wk else b['workerid']}"
+            (lost if worker_went_away(b) else spared).append(named)
     step.setProperty("lost_attempts", lost, type(step).__name__)
+    step.setProperty("spared_attempts", spared, type(step).__name__)
     return lost
 
 
@@ -420,9 +455,10 @@ def worker_command(
                 return boots[0][name]
             return props.getProperty(name)
 
-        # bisect and nightly are stackbench's own commands; the rest are worker-side steps
-        if what in ("bisect", "nightly"):
-            argv = [*cfg.stackbench, what]
+        # bisect and nightly are stackbench's own commands, measuring on this master's
+        # workers (master_secrets.master_env); the rest are worker-side steps
+        if what in COMPARISONS:
+            argv = [*cfg.stackbench, what, "--buildbot"]
         else:
             argv = [*cfg.stackbench, "worker", what]
         if what == "build":
@@ -493,6 +529,8 @@ def worker_command(
 
 def command(cfg: BuildbotConfig, what: str, name: str, **kwargs: Any) -> Any:
     kwargs.setdefault("haltOnFailure", True)
+    if what in COMPARISONS:
+        kwargs["env"] = master_secrets.master_env(cfg)
     return steps.ShellCommand(
         name=name,
         command=worker_command(cfg, what),
