@@ -14,6 +14,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from stackbench.resultsdb.models import Comparison
+from stackbench.resultsdb.tables.textcache import EVIDENCE_DIGEST
 
 # the table options of a comparison nobody chose: every row hidden but the headline ones, every
 # suite (the web's Options() says the same; its keys must stay what they were)
@@ -58,22 +59,14 @@ def get_or_create(s: Session, key: str, build_ids: list[int], params: dict[str, 
     return s.scalars(select(Comparison).where(Comparison.key == key)).one()
 
 
-# the kernels' coverage counts and profiles (stackbench.resultsdb.coverage_store,
-# profile_store) as a short digest
-_COVERAGE_DIGEST = (
-    "SELECT left(md5(coalesce(string_agg(coalesce((k.meta->'coverage')::text, '') || "
-    "coalesce((k.meta->'profile')::text, ''), ',' ORDER BY k.id), '')), 8) "
-    "FROM kernel_build k WHERE k.id = ANY({ids})"
-)
-
-
 def fingerprint(s: Session | Connection, build_ids: list[int]) -> str:
     """What changes whenever a run of the kernels is added or removed (count and newest
-    id) or an evidence boot stores their coverage or profile (a digest of them)."""
+    id) or an evidence boot stores their coverage or profile (the digest the CLI's kept
+    tables use too)."""
     n, mx, cov = s.execute(
         text(
             "SELECT count(*), coalesce(max(id), 0), "
-            f"({_COVERAGE_DIGEST.format(ids=':ids')}) FROM run WHERE build_id = ANY(:ids)"
+            f"({EVIDENCE_DIGEST.format(ids=':ids')}) FROM run WHERE build_id = ANY(:ids)"
         ),
         {"ids": build_ids},
     ).one()
@@ -85,7 +78,7 @@ _IDS = "ARRAY(SELECT jsonb_array_elements_text(c.build_ids)::int)"
 _LOOKUP = text(
     "SELECT c.id, c.build_ids, c.params, c.result->>'fingerprint', "
     "(SELECT count(*) || ':' || coalesce(max(r.id), 0) || ':' || "
-    f"({_COVERAGE_DIGEST.format(ids=_IDS)}) FROM run r WHERE r.build_id = ANY({_IDS})) "
+    f"({EVIDENCE_DIGEST.format(ids=_IDS)}) FROM run r WHERE r.build_id = ANY({_IDS})) "
     "FROM comparison c WHERE c.key = :key"
 )
 

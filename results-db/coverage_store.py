@@ -12,7 +12,8 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from stackbench.resultsdb.models import KernelBuild, Patch
+from stackbench.resultsdb import kernels_store
+from stackbench.resultsdb.models import Patch
 from stackbench.resultsdb.query import Kernel, _raw
 
 # what a commit's row says when none of its changed functions ran in any job
@@ -29,25 +30,24 @@ def save_functions(s: Session, patch_id: int, functions: list[dict[str, Any]]) -
 def save_counts(s: Session, build_id: int, job: str, counted: dict[str, Any]) -> None:
     """Merge one evidence boot's counts for ``job`` into the kernel's: ``counted`` has
     ``calls`` (function -> calls), ``untraceable`` (names) or ``error``."""
-    row = s.get(KernelBuild, build_id)
-    if row is None:
-        return
-    cov = dict((row.meta or {}).get("coverage") or {})
-    had = dict(cov.get(job) or {})
+    kernels_store.update_job_meta(s, build_id, "coverage", job, lambda had: _merged(had, counted))
+
+
+def _merged(kept: dict[str, Any] | None, counted: dict[str, Any]) -> dict[str, Any]:
+    had = dict(kept or {})
     if counted.get("error"):
         had["error"] = counted["error"]
-    else:
-        had.pop("error", None)
-        calls = dict(had.get("calls") or {})
-        calls.update({fn: int(n) for fn, n in (counted.get("calls") or {}).items()})
-        calls.update({fn: None for fn in counted.get("untraceable") or []})
-        had["calls"] = calls
-        # events the trace buffer dropped in this boot: its counts are lower bounds
-        had.pop("lost_events", None)
-        if counted.get("lost_events"):
-            had["lost_events"] = int(counted["lost_events"])
-    cov[job] = had
-    row.meta = {**(row.meta or {}), "coverage": cov}
+        return had
+    had.pop("error", None)
+    calls = dict(had.get("calls") or {})
+    calls.update({fn: int(n) for fn, n in (counted.get("calls") or {}).items()})
+    calls.update({fn: None for fn in counted.get("untraceable") or []})
+    had["calls"] = calls
+    # events the trace buffer dropped in this boot: its counts are lower bounds
+    had.pop("lost_events", None)
+    if counted.get("lost_events"):
+        had["lost_events"] = int(counted["lost_events"])
+    return had
 
 
 @dataclass
@@ -123,6 +123,24 @@ class CommitCoverage:
         }
 
 
+def kept_by_kernel(
+    conn: Any, kernels: list[Kernel], key: str
+) -> dict[int, tuple[dict[str, Any], list[dict[str, Any]] | None]]:
+    """Per kernel id what its evidence boot kept under ``meta[key]`` (by job; {} when
+    nothing) and the functions its patch changes (None: not known, or no patch): what the
+    coverage and the profile rows are made of."""
+    rows = (
+        _raw(conn)
+        .execute(
+            "SELECT k.id, k.meta -> %(key)s, p.meta -> 'changed_functions' "
+            "FROM kernel_build k LEFT JOIN patch p ON p.id = k.patch_id WHERE k.id = ANY(%(ids)s)",
+            {"key": key, "ids": [k.id for k in kernels]},
+        )
+        .fetchall()
+    )
+    return {r[0]: (_json(r[1]) or {}, _json(r[2])) for r in rows}
+
+
 def _kind(fn: dict[str, Any]) -> str:
     return " ".join(w for w in ("static", "inline") if fn.get(w))
 
@@ -132,16 +150,7 @@ def load(conn: Any, kernels: list[Kernel]) -> list[CommitCoverage]:
     patch; [] when no kernel has evidence counts or changed functions stored."""
     if len(kernels) < 2:
         return []
-    rows = (
-        _raw(conn)
-        .execute(
-            "SELECT k.id, k.meta -> 'coverage', p.meta -> 'changed_functions' "
-            "FROM kernel_build k LEFT JOIN patch p ON p.id = k.patch_id WHERE k.id = ANY(%(ids)s)",
-            {"ids": [k.id for k in kernels]},
-        )
-        .fetchall()
-    )
-    by_id = {r[0]: (_json(r[1]) or {}, _json(r[2])) for r in rows}
+    by_id = kept_by_kernel(conn, kernels, "coverage")
     base_cov = by_id.get(kernels[0].id, ({}, None))[0]
     out = []
     for k in kernels[1:]:
@@ -174,6 +183,21 @@ def load(conn: Any, kernels: list[Kernel]) -> list[CommitCoverage]:
             ]
         out.append(row)
     return out if any(r.jobs or r.functions is not None for r in out) else []
+
+
+def folded_into(
+    functions: list[dict[str, Any]], calls: dict[str, int | None]
+) -> dict[str, list[str]]:
+    """The nearest kept callers of each changed function the evidence boot found folded
+    into its callers (counted as untraceable: ``calls`` has it as None), each with the
+    functions it holds: where the changed code runs, for the profile to mark."""
+    out: dict[str, list[str]] = {}
+    for fn in functions:
+        if fn.get("change") == "removed" or fn["name"] not in calls:
+            continue
+        for caller, _n, _b in _via(fn, calls, {}):
+            out.setdefault(caller, []).append(fn["name"])
+    return out
 
 
 def _via(

@@ -10,6 +10,7 @@ series" starts from it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -179,6 +180,20 @@ def update_build(row: KernelBuild, *, meta: dict[str, Any] | None = None, **fiel
         setattr(row, k, v)
     if meta is not None:
         row.meta = {**row.meta, **meta}
+
+
+def update_job_meta(
+    s: Session, build_id: int, key: str, job: str, update: Callable[[Any], Any]
+) -> None:
+    """Set what the kernel keeps for ``job`` under ``meta[key]`` (a dict by job: an evidence
+    boot's coverage counts, its profile) to ``update`` of what it kept (None at first); a
+    kernel that is gone keeps nothing."""
+    row = s.get(KernelBuild, build_id)
+    if row is None:
+        return
+    kept = dict((row.meta or {}).get(key) or {})
+    kept[job] = update(kept.get(job))
+    row.meta = {**(row.meta or {}), key: kept}
 
 
 def attach_to_series(s: Session, series_id: int) -> None:

@@ -4,18 +4,18 @@ the share of perf's samples in each kernel symbol (self) and under it on the cal
 "samples", "self", "children"}`` or ``{"error"}``). Like the coverage counts they come from
 one boot outside every verdict. The report's rows (:func:`load`) pair each kernel's shares
 with its base's and keep the symbols that moved most, the functions the kernel's patch
-changes (``patch.meta.changed_functions``) marked."""
+changes (``patch.meta.changed_functions``) marked, and so are the callers the evidence boot
+found holding a changed function the compiler folded in."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy.orm import Session
 
-from stackbench.resultsdb.models import KernelBuild
-from stackbench.resultsdb.query import Kernel, _raw
+from stackbench.resultsdb import coverage_store, kernels_store
+from stackbench.resultsdb.query import Kernel
 
 # LKP's name for a symbol's self share (its children share: perf-profile.children...)
 SELF_PREFIX = "perf-profile.self.cycles-pp."
@@ -26,14 +26,8 @@ TOP = 10
 
 def save(s: Session, build_id: int, job: str, profile: dict[str, Any] | None) -> None:
     """Keep one evidence boot's profile of ``job`` on the kernel (None: not profiled)."""
-    if profile is None:
-        return
-    row = s.get(KernelBuild, build_id)
-    if row is None:
-        return
-    kept = dict((row.meta or {}).get("profile") or {})
-    kept[job] = profile
-    row.meta = {**(row.meta or {}), "profile": kept}
+    if profile is not None:
+        kernels_store.update_job_meta(s, build_id, "profile", job, lambda _kept: profile)
 
 
 def function_of(symbol: str) -> str:
@@ -53,6 +47,8 @@ class SymbolShare:
     children: float | None
     base_children: float | None
     patched: bool
+    # the changed functions the compiler folded into this one (its code holds theirs)
+    holds: list[str] = field(default_factory=list)
 
     @property
     def delta(self) -> float:
@@ -61,7 +57,7 @@ class SymbolShare:
     def as_dict(self) -> dict[str, Any]:
         return {
             "symbol": self.symbol, "lkp": SELF_PREFIX + self.symbol, "patched": self.patched,
-            "lkp_children": CHILDREN_PREFIX + self.symbol,
+            "lkp_children": CHILDREN_PREFIX + self.symbol, "holds": self.holds,
             "self": self.self_share, "base_self": self.base_self, "delta": round(self.delta, 6),
             "children": self.children, "base_children": self.base_children,
         }  # fmt: skip
@@ -90,16 +86,24 @@ class KernelProfile:
 
 
 def moved(
-    new: dict[str, Any], base: dict[str, Any], patched: set[str], top: int = TOP
+    new: dict[str, Any],
+    base: dict[str, Any],
+    patched: set[str],
+    top: int = TOP,
+    holders: dict[str, list[str]] | None = None,
 ) -> list[SymbolShare]:
     """The ``top`` symbols whose self share moved most from ``base`` to ``new``, then every
-    patched function with a sample on either side; largest move first."""
+    patched function with a sample on either side, and every function ``holders`` says
+    holds a patched one the compiler folded in (function -> the patched ones); largest
+    move first."""
+    holders = holders or {}
+    marked = patched | set(holders)
     ns, bs = new.get("self") or {}, base.get("self") or {}
     nc, bc = new.get("children") or {}, base.get("children") or {}
     rows = [
         SymbolShare(sym, ns.get(sym), bs.get(sym), nc.get(sym), bc.get(sym),
-                    function_of(sym) in patched)
-        for sym in {*ns, *bs, *(s for s in {*nc, *bc} if function_of(s) in patched)}
+                    function_of(sym) in marked, holders.get(function_of(sym), []))
+        for sym in {*ns, *bs, *(s for s in {*nc, *bc} if function_of(s) in marked)}
     ]  # fmt: skip
     rows.sort(key=lambda r: (-abs(r.delta), r.symbol))
     chosen = rows[:top] + [r for r in rows[top:] if r.patched]
@@ -111,23 +115,17 @@ def load(conn: Any, kernels: list[Kernel]) -> list[KernelProfile]:
     [] when no kernel has one."""
     if len(kernels) < 2:
         return []
-    rows = (
-        _raw(conn)
-        .execute(
-            "SELECT k.id, k.meta -> 'profile', p.meta -> 'changed_functions' "
-            "FROM kernel_build k LEFT JOIN patch p ON p.id = k.patch_id WHERE k.id = ANY(%(ids)s)",
-            {"ids": [k.id for k in kernels]},
-        )
-        .fetchall()
-    )
-    by_id = {r[0]: (_json(r[1]) or {}, _json(r[2]) or []) for r in rows}
-    base_prof = by_id.get(kernels[0].id, ({}, []))[0]
+    by_id = coverage_store.kept_by_kernel(conn, kernels, "profile")
+    # a changed function the compiler folded into its callers has no symbol: its code runs
+    # in theirs, which the same evidence boot's counts name
+    counted = coverage_store.kept_by_kernel(conn, kernels, "coverage")
+    base_prof = by_id.get(kernels[0].id, ({}, None))[0]
     out = []
     for k in kernels[1:]:
-        prof, functions = by_id.get(k.id, ({}, []))
+        prof, functions = by_id.get(k.id, ({}, None))
         if not prof:
             continue
-        patched = [f["name"] for f in functions if f.get("change") != "removed"]
+        patched = [f["name"] for f in functions or [] if f.get("change") != "removed"]
         row = KernelProfile(k.id, k.label, patched)
         for job in sorted(prof):
             got, base = prof[job], base_prof.get(job) or {}
@@ -138,11 +136,9 @@ def load(conn: Any, kernels: list[Kernel]) -> list[KernelProfile]:
             elif base.get("error"):
                 row.errors[job] = f"the base kernel's profile failed: {base['error']}"
             else:
-                row.jobs[job] = moved(got, base, set(patched))
+                calls = (counted.get(k.id, ({}, None))[0].get(job) or {}).get("calls") or {}
+                holders = coverage_store.folded_into(functions or [], calls)
+                row.jobs[job] = moved(got, base, set(patched), holders=holders)
                 row.samples[job] = (int(got.get("samples") or 0), int(base.get("samples") or 0))
         out.append(row)
     return out
-
-
-def _json(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, str) else value

@@ -5,6 +5,7 @@ beside the base's count."""
 from __future__ import annotations
 
 from stackbench.resultsdb.coverage_store import CommitCoverage, FunctionCalls
+from stackbench.resultsdb.tables import section
 
 TITLE = "== patched code: calls of the changed functions during each job"
 FOOTER = (
@@ -75,10 +76,4 @@ def commit_lines(row: CommitCoverage) -> list[str]:
 
 def render(rows: list[CommitCoverage]) -> str:
     """The section's text; "" when no kernel has coverage."""
-    if not rows:
-        return ""
-    lines = ["", TITLE]
-    for row in rows:
-        lines.extend(commit_lines(row))
-    lines.append(FOOTER)
-    return "\n".join(lines) + "\n"
+    return section.render(TITLE, FOOTER, rows, commit_lines)

@@ -6,13 +6,15 @@ the base, in LKP's layout (base share, change in points, new share, then
 from __future__ import annotations
 
 from stackbench.resultsdb.profile_store import KernelProfile, SymbolShare
+from stackbench.resultsdb.tables import section
 
 TITLE = "== profile: kernel symbols whose share of the CPU samples moved most"
 FOOTER = (
     "% of perf's samples (cpu-clock on every CPU, 499 Hz, under TCG: no PMU, so the "
     "cycles-pp names count time, not cycles) on one evidence boot per kernel, its runs in "
     "no verdict; self is the symbol's own code, children adds what it called (kernel call "
-    "chains from the guess unwinder); * the commit's patch changes this function; one boot "
+    "chains from the guess unwinder); * the commit's patch changes this function (or one "
+    "the compiler folded into it: holds ..., inlined); one boot "
     "a side: two boots of one kernel moved a symbol up to 5.5 points here (docs/profile.md)"
 )
 
@@ -27,9 +29,10 @@ def row_line(r: SymbolShare) -> str:
     children = ""
     if r.children is not None or r.base_children is not None:
         children = f"  (children {_pct(r.base_children).strip()} -> {_pct(r.children).strip()})"
+    holds = f"  (holds {', '.join(r.holds)}, inlined)" if r.holds else ""
     return (
         f"   {_pct(r.base_self)} {100 * r.delta:+10.2f} {_pct(r.self_share)}  "
-        f"{mark}perf-profile.self.cycles-pp.{r.symbol}{children}"
+        f"{mark}perf-profile.self.cycles-pp.{r.symbol}{children}{holds}"
     )
 
 
@@ -50,10 +53,4 @@ def kernel_lines(row: KernelProfile) -> list[str]:
 
 def render(rows: list[KernelProfile]) -> str:
     """The section's text; "" when no kernel has a profile."""
-    if not rows:
-        return ""
-    lines = ["", TITLE]
-    for row in rows:
-        lines.extend(kernel_lines(row))
-    lines.append(FOOTER)
-    return "\n".join(lines) + "\n"
+    return section.render(TITLE, FOOTER, rows, kernel_lines)

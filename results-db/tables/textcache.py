@@ -3,8 +3,9 @@
 A ``stackbench compare`` whose kernels and runs have not changed since the same command last
 ran prints the stored text: one psycopg connection and one query, no SQLAlchemy and no numpy.
 Entries live in ``kept_table`` (migration 0009) under a hash of the command's arguments,
-with the runs' fingerprint they were made from: the kernels table's size, and the count,
-largest and sum of the ids of the finished runs of the kernels. A stored entry whose
+with the runs' fingerprint they were made from: the kernels table's size, the count,
+largest and sum of the ids of the finished runs of the kernels, and a digest of their
+evidence boots' coverage and profile (:data:`EVIDENCE_DIGEST`). A stored entry whose
 fingerprint no longer matches is recomputed. The text is kept as bytes and read in psycopg's
 binary format: the command writes it to stdout as it comes, with no decoding. A database
 that is not at this stackbench's revision raises :class:`Schema`, so that the caller
@@ -23,10 +24,20 @@ import psycopg
 
 from stackbench.resultsdb import db
 
+# what an evidence boot keeps about the kernels {ids} (coverage counts and profile on the
+# kernel, the functions its patch changes on the patch: stackbench.resultsdb.coverage_store,
+# profile_store), as a digest: it is stored on rows that exist, after their runs, so no count
+# or id of rows moves. The comparisons' fingerprint has it too (comparisons_q).
+EVIDENCE_DIGEST = (
+    "SELECT md5(coalesce(string_agg(coalesce((kb.meta->'coverage')::text, '') || '|' || "
+    "coalesce((kb.meta->'profile')::text, '') || '|' || "
+    "coalesce((pt.meta->'changed_functions')::text, ''), ',' ORDER BY kb.id), '')) "
+    "FROM kernel_build kb LEFT JOIN patch pt ON pt.id = kb.patch_id WHERE kb.id = ANY({ids})"
+)
 _FINGERPRINT = (
     "(SELECT count(*) || ':' || coalesce(max(id), 0) FROM kernel_build) || '/' || "
     "(SELECT count(*) || ':' || coalesce(max(id), 0) || ':' || coalesce(sum(id), 0) FROM run "
-    "WHERE status = 'done' AND build_id = ANY({ids}))"
+    "WHERE status = 'done' AND build_id = ANY({ids})) || '/' || (" + EVIDENCE_DIGEST + ")"
 )
 _LOOKUP = (
     "SELECT (SELECT version_num FROM alembic_version), k.fingerprint, "
@@ -118,8 +129,8 @@ def lookup(view: View, conn: psycopg.Connection) -> Hit | None:
 
 def fingerprint(raw: psycopg.Connection, build_ids: list[int]) -> str:
     """The fingerprint of ``build_ids``' runs now."""
-    sql = "SELECT " + _FINGERPRINT.format(ids="%s::int[]")
-    return raw.execute(sql, (build_ids,)).fetchone()[0]
+    sql = "SELECT " + _FINGERPRINT.format(ids="%(ids)s::int[]")
+    return raw.execute(sql, {"ids": build_ids}).fetchone()[0]
 
 
 def store(

@@ -83,6 +83,37 @@ def test_new_runs_make_the_stored_text_stale(eng, capsys):
     assert _row(after.out)[0] == "1002"
 
 
+def test_evidence_stored_after_the_runs_makes_the_stored_text_stale(eng, capsys):
+    """An evidence boot keeps its profile and counts on kernels whose runs are done (no
+    run or kernel row is added): the stackbench table kept before them is computed again."""
+    from stackbench.resultsdb import coverage_store, profile_store
+
+    ig.ingest(eng, _runs())
+
+    def stackbench_table() -> str:
+        assert cli.main(["compare", "--style", "stackbench", BASE[:8], PATCH[:8]]) == 0
+        return capsys.readouterr().out
+
+    before = stackbench_table()
+    assert "== profile" not in before and "== patched code" not in before
+    assert stackbench_table() == before  # kept
+    with eng.connect() as c:
+        ids = dict(c.execute(text("SELECT commit, id FROM kernel_build")).all())
+    job = "vm-scalability"
+    with db.session(eng) as s:
+        for commit, share in ((BASE, 0.30), (PATCH, 0.45)):
+            prof = {"event": "cpu-clock", "samples": 1000, "self": {"compact_zone": share},
+                    "children": {"compact_zone": share}}  # fmt: skip
+            profile_store.save(s, ids[commit], job, prof)
+    profiled = stackbench_table()
+    assert "== profile" in profiled and "perf-profile.self.cycles-pp.compact_zone" in profiled
+    with db.session(eng) as s:
+        for commit, n in ((BASE, 12001), (PATCH, 12345)):
+            coverage_store.save_counts(s, ids[commit], job, {"calls": {"compact_zone": n}})
+    counted = stackbench_table()
+    assert "== patched code" in counted and counted != profiled
+
+
 def test_machines_are_refused_until_picked_then_kept_per_choice(eng, capsys):
     ig.ingest(eng, _runs() + _runs(machine="box-1", level=100000.0))
     # mixing two machines is refused, and the refusal is no kept table

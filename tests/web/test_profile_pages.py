@@ -122,3 +122,45 @@ def test_the_report_rows_become_kernel_shares() -> None:
     # a user address on a kernel call chain is no kernel symbol's children share
     assert set(children) == {"clear_page_erms", "do_huge_pmd_anonymous_page"}
     assert children["do_huge_pmd_anonymous_page"] == pytest.approx(0.4187)
+
+
+def test_a_caller_holding_a_folded_in_patched_function_is_marked(eng, client) -> None:  # noqa: F811
+    """The demo's 3/3 changes __do_huge_pmd_anonymous_page, which gcc folds into its one
+    caller at -Os: it has no symbol, the evidence boot counted it untraceable, and its code
+    runs in do_huge_pmd_anonymous_page, whose samples are the patched ones."""
+    add_tree(eng)
+    sid = make_series(eng, n=1)
+    build_ids = populate_results(eng, sid, runs=3)
+    inner, outer = "__do_huge_pmd_anonymous_page", "do_huge_pmd_anonymous_page"
+    with rdb.session(eng) as s:
+        s.execute(update(Series).where(Series.id == sid).values(state="done"))
+        s.execute(
+            update(KernelBuild)
+            .where(KernelBuild.id.in_(build_ids))
+            .values(config_name="tiny-guest")
+        )
+        (patch,) = s.query(Patch).filter(Patch.series_id == sid)
+        fn = {"name": inner, "path": "mm/huge_memory.c", "change": "modified", "static": True,
+              "inline": False, "callers": {inner: [outer]}}  # fmt: skip
+        coverage_store.save_functions(s, patch.id, [fn])
+        for b, share in zip(build_ids, (0.01, 0.03), strict=True):
+            got = {"calls": {outer: 40}, "untraceable": [inner],
+                   "profile": _prof(clear_page_erms=0.4 + share, **{outer: share})}  # fmt: skip
+            coverage_store.save_counts(s, b, JOB, got)
+            profile_stage.save(s, b, JOB, got)
+        commits = [s.get(KernelBuild, b).commit for b in build_ids]
+    text = render.render(eng, commits, style="stackbench")
+    section = text[text.index("== profile") :]
+    print(section)
+    (row,) = [ln for ln in section.splitlines() if f"cycles-pp.{outer}" in ln]
+    assert f"*perf-profile.self.cycles-pp.{outer}" in row and f"(holds {inner}, inlined)" in row
+    assert "*perf-profile.self.cycles-pp.clear_page_erms" not in section
+    assert "no patched function has a sample" not in section
+    key = lifecycle.publish_comparison(eng, sid)
+    page = client.get(f"/compare/{key}").get_data(as_text=True)
+    part = page[page.index('id="profile"') :]
+    assert f'{outer} <strong class="patched-mark">patched</strong>' in part
+    assert f"(holds {inner}, inlined)" in part
+    (jrow,) = client.get(f"/api/comparisons/{key}").get_json()["profile"]
+    (syms,) = jrow["jobs"].values()
+    assert [(m["symbol"], m["holds"]) for m in syms if m["patched"]] == [(outer, [inner])]

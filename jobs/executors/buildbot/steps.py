@@ -361,9 +361,9 @@ EVIDENCE_ROUND = "evidence"
 def reported_counts(rc: int, stdout: str, stderr: str) -> dict[str, Any]:
     """The ``coverage`` property of an evidence round: the worker's last line.
 
-    Buildbot's log splits every line longer than 4,096 characters (its LineBoundaryFinder),
-    and a line with profiles is far longer, so the line is joined again from where it
-    starts."""
+    A line with profiles is far longer than the 4,096 characters a Buildbot log line holds,
+    and the worker's cut loses text (worker.LINE_PIECE): the worker prints it in shorter
+    pieces, joined again here from where the line starts."""
     lines = [line for line in stdout.splitlines() if line.strip()]
     starts = [i for i, line in enumerate(lines) if line.startswith('{"coverage"')]
     try:

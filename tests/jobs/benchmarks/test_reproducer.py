@@ -36,14 +36,23 @@ CASES = {
                                               "pace_ms": 0},
                          "stress-highalloc.pass1", r"^stress-highalloc\.pass1: \d+$"),
 }  # fmt: skip
-# seed jobs as the driver stores them (their first matrix cell on this guest): 001 has a
-# scenario stage before stress-highalloc, 004 runs thpscale at 1, 3 and 4 threads
+# seed jobs as the driver stores them (their first matrix cell on this guest): 000 runs
+# vm-scalability under THP always; 001 has a scenario stage before stress-highalloc; 002 a
+# compile-like background load; 003 a spread-25 stage under that load or beside a 400 MB
+# hogger (a ~1 GiB guest, as its job says); 004 runs thpscale at 1, 3 and 4 threads.
+# case -> (metric, headline line, guest MB)
 SEEDS = {
-    "seed-001-proactive-compaction": ("stress-highalloc.pass1", r"^stress-highalloc\.pass1: \d+$"),
-    "seed-004-thpscale-compaction": ("thpscale.fault-both-4", r"^thpscale\.fault-both-4: \d+\.\d\d$"),
+    "seed-000-thp-folio-compaction": ("vm-scalability.throughput",
+                                      r"^vm-scalability\.throughput: [1-9]\d*$", 256),
+    "seed-001-proactive-compaction": ("stress-highalloc.pass1", r"^stress-highalloc\.pass1: \d+$", 256),
+    "seed-002-steady-state": ("stress-highalloc.pass1", r"^stress-highalloc\.pass1: \d+$", 256),
+    "seed-003-compaction-build": ("stress-highalloc.pass1", r"^stress-highalloc\.pass1: \d+$", 256),
+    "seed-003-compaction-hogger": ("stress-highalloc.pass1", r"^stress-highalloc\.pass1: \d+$", 1024),
+    "seed-004-thpscale-compaction": ("thpscale.fault-both-4", r"^thpscale\.fault-both-4: \d+\.\d\d$", 256),
 }  # fmt: skip
-for _name, (_metric, _line) in SEEDS.items():
-    _sj = definitions.expand(definitions.load(_name), guest_mem_mb=256, guest_cpus=1)[0]
+GUEST_MB = {name: mb for name, (_m, _l, mb) in SEEDS.items()}
+for _name, (_metric, _line, _mb) in SEEDS.items():
+    _sj = definitions.expand(definitions.load(_name), guest_mem_mb=_mb, guest_cpus=1)[0]
     CASES[_name] = (_sj.test, _sj.params, _metric, _line)
 
 
@@ -61,7 +70,7 @@ def _series(eng, base: str, top: str, case: str = "vm-scalability") -> int:
                 ig.RunData(
                     job=ig.JobSpec(suite, test, params),
                     kernel=ig.KernelSpec(commit, name=name, config_name="tiny-guest"),
-                    machine=ig.MachineSpec("qemu-tcg", cpus=1, memory_mb=256),
+                    machine=ig.MachineSpec("qemu-tcg", cpus=1, memory_mb=GUEST_MB.get(case, 256)),
                     iteration=i,
                     samples={metric: [100.0 + i]},
                 )

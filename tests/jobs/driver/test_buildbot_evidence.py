@@ -6,14 +6,19 @@ once more on the worker, counting the calls of the functions the cleanup changes
 worker stores no run of it; its counts come back through the master to the dispatcher.
 
 Checked: the cleanup's changed functions counted as often as on the base; no evidence run
-stored or judged; the comment-only series gets no evidence round and says "no function
-changed"; ``compare --style stackbench``, the comparison page, and the comparison's and the
-series' JSON show the counts."""
+stored or judged; a planted patch to a function no benchmark calls (sysctl_compaction_handler)
+flagged on its verdict row, on the series page and in the series' and the comparison's
+JSON; the comment-only series gets no evidence round and says "no function changed";
+``compare --style stackbench``, the comparison page, and the comparison's and the series'
+JSON show the counts."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 from sqlalchemy import text
@@ -55,6 +60,37 @@ def cleanup_alone() -> bytes:
     mail = path.read_bytes().replace(b"[PATCH 1/3]", b"[PATCH]")
     return b"".join(ln for ln in mail.splitlines(keepends=True)
                     if not ln.startswith((b"In-Reply-To:", b"References:")))  # fmt: skip
+
+
+def planted_alone(tmp: Path) -> bytes:
+    """A one-patch series onto the tree's base that changes sysctl_compaction_handler, which
+    runs only when someone writes /proc/sys/vm/compact_memory: no benchmark does."""
+    from stackbench.kernels import trees
+
+    tree = trees.load_tree("linux-6.1")
+    linux = trees.ensure_repo(tree)
+    repo = tmp / "plant"
+    (repo / "mm").mkdir(parents=True)
+    git = ["git", "-c", "user.name=stackbench test", "-c", "user.email=test@stackbench.invalid"]
+    # a fixed date: git am keeps it as the committer's, so every run applies the same commit
+    # and its kernel is built once and then reused from the test cache
+    env = {**os.environ, "GIT_AUTHOR_DATE": PLANT_DATE, "GIT_COMMITTER_DATE": PLANT_DATE}
+    source = subprocess.run([*git, "-C", str(linux), "show", f"{tree.default_base}:{PLANT_FILE}"],
+                            check=True, capture_output=True, text=True).stdout  # fmt: skip
+    assert PLANT[0] in source, PLANT[0]
+    subprocess.run([*git, "init", "-q", str(repo)], check=True)
+    for text_, msg in ((source, "base"), (source.replace(*PLANT, 1), PLANT_SUBJECT)):
+        (repo / PLANT_FILE).write_text(text_)
+        subprocess.run([*git, "-C", str(repo), "add", "-A"], check=True)
+        subprocess.run([*git, "-C", str(repo), "commit", "-qm", msg], check=True, env=env)
+    return subprocess.run([*git, "-C", str(repo), "format-patch", "--stdout", "HEAD~1"],
+                          check=True, capture_output=True).stdout  # fmt: skip
+
+
+PLANT_FILE = "mm/compaction.c"
+PLANT = ("\tif (write)\n\t\tcompact_nodes();\n", "\tif (write && *length)\n\t\tcompact_nodes();\n")
+PLANT_SUBJECT = "mm/compaction: compact on a non-empty write only\n\nPlanted by the evidence test."
+PLANT_DATE = "2026-12-01T12:00:00+00:00"
 
 
 @contextmanager
@@ -166,6 +202,44 @@ def test_buildbot_counts_the_calls_of_the_changed_functions(eng, lab, client):  
         said = conn.execute(text("SELECT message FROM event WHERE state = 'coverage'")).scalars()
         said = list(said)
     assert any("2 evidence boots at Buildbot" in m for m in said), said
+
+
+# two kernels to build (one when the cleanup's test ran first) and four TCG boots
+@pytest.mark.long
+def test_buildbot_flags_a_patch_no_benchmark_runs(eng, lab, client, tmp_path):  # noqa: F811
+    """A patch to a function no benchmark calls, measured and counted through Buildbot:
+    its verdict row carries the flag, on the series page and in the JSON."""
+    options = {"jobs": [JOB], "runs": 1, "adaptive": False}
+    sid = submit_series(eng, planted_alone(tmp_path), runner=intake.DISPATCHER, **options)
+    x = wait_for(f"series {sid} to finish", lambda: finished(eng, sid), timeout=1500, every=2)
+    assert x.state == "done", (x.state, x.error)
+    (ev,) = _evidence_builds(lab)
+    assert ev["results"] in (0, 1), ev
+
+    kernels = _kernels(eng, sid)
+    with eng.connect() as conn:
+        (row,) = coverage_store.load(conn, query.kernels_by_id(conn, [i for i, _c in kernels]))
+    print(row.label, row.flag, _calls(row), row.errors)
+    assert [f["name"] for f in row.functions] == ["sysctl_compaction_handler"]
+    assert _calls(row) == {"sysctl_compaction_handler": (0, 0)}
+    assert row.flag == coverage_store.NOT_RUN
+    table = render.render(eng, [c for _i, c in kernels], style="stackbench")
+    print(table)
+    assert re.search(rf"{JOB}\S*: sysctl_compaction_handler 0 calls: this benchmark did not "
+                     "run the changed code", table), table  # fmt: skip
+    # the verdict rows: the flag on the patched kernel's only
+    flagged = [ln for ln in table.splitlines() if ln.startswith("   new:") and "[" in ln]
+    assert len(flagged) == 1 and coverage_store.NOT_RUN in flagged[0], flagged
+
+    with rdb.session(eng) as s:
+        key = series_store.get(s, sid).meta["comparison"]["key"]
+    series_page = client.get(f"/series/{sid}").get_data(as_text=True)
+    assert series_page.count('class="coverage-flag"') == 1
+    assert f"<strong>{coverage_store.NOT_RUN}</strong>" in series_page
+    series_doc = client.get(f"/api/series/{sid}").get_json()
+    assert [r["flag"] for r in series_doc["coverage"]] == [coverage_store.NOT_RUN]
+    doc = client.get(f"/api/comparisons/{key}").get_json()
+    assert [r["flag"] for r in doc["coverage"]] == [coverage_store.NOT_RUN]
 
 
 def _kernels(eng, sid: int) -> list[tuple[int, str]]:
