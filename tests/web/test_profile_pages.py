@@ -8,13 +8,22 @@ from __future__ import annotations
 import re
 
 import pytest
-from helpers.web import app, changed_function, client, finished_series  # noqa: F401
+from helpers.web import (  # noqa: F401
+    add_tree,
+    app,
+    changed_function,
+    client,
+    finished_series,
+    make_series,
+    populate_results,
+)
+from sqlalchemy import update
 
 from stackbench.jobs.driver import lifecycle
 from stackbench.jobs.executors import profile_stage
 from stackbench.resultsdb import coverage_store, profile_store
 from stackbench.resultsdb import db as rdb
-from stackbench.resultsdb.models import KernelBuild, Patch
+from stackbench.resultsdb.models import KernelBuild, Patch, Series
 from stackbench.resultsdb.tables import render
 
 JOB = "vm-scalability"
