@@ -84,6 +84,7 @@ from stackbench.resultsdb import (
 )
 from stackbench.resultsdb.buildruns import coarse_clock, done_boots
 from stackbench.resultsdb.verdict import (
+    COARSE_CLOCK,
     DEFAULT,
     Policy,
     Verdict,
@@ -167,7 +168,13 @@ def judge_job(
     coarse = any(coarse_clock(eng, b, jid) for b in (base_id, head_id))
     for m in metrics:
         if coarse and m.kind == "latency":
-            out.verdicts[m.name] = coarse_verdict(m.name, out.runs_base, out.runs_head)
+            # the pair's own coarse verdict (its figures included) where the comparison made
+            # one; else one of no figures, counting the boots either side has
+            v = judged.get(m.name)
+            if v is None or v.test != COARSE_CLOCK:
+                v = replace(coarse_verdict(m.name, [], []), n_base=out.runs_base,
+                            n_new=out.runs_head)  # fmt: skip
+            out.verdicts[m.name] = v
         elif m.name in judged:
             out.verdicts[m.name] = judged[m.name]
     out.metrics = {m.name: (m.id, m.higher_is_better) for m in metrics if m.kind not in FOLLOWERS}
