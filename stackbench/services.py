@@ -134,8 +134,11 @@ def down(services: Sequence[Service]) -> Iterator[str]:
 
 # -- the health check -----------------------------------------------------------------------
 
-# consecutive failed probes (one each 5 s) before a program is restarted
+# failed probes (one each 5 s) among the last PROBE_WINDOW before a program is restarted: a
+# master drowning in hung-up clients answers now and then, and one lucky answer between
+# timeouts must not keep it from being restarted
 PROBE_FAILURES = 3
+PROBE_WINDOW = 5
 PROBE_TIMEOUT_S = 3.0
 # a program just started is not probed yet: a master loads its configuration first
 PROBE_GRACE_S = 15.0
@@ -166,6 +169,11 @@ def _save_health(state: dict[str, dict[str, Any]]) -> None:
     os.replace(tmp, path)
 
 
+def window(recent: list[bool], failed: bool) -> list[bool]:
+    """The last PROBE_WINDOW probes of a program with this one added, True for a failure."""
+    return [*recent, failed][-PROBE_WINDOW:]
+
+
 def probe(url: str, timeout: float = PROBE_TIMEOUT_S) -> str | None:
     """None when ``url`` answers (any HTTP status), else what went wrong in a few words."""
     import http.client
@@ -184,8 +192,8 @@ def probe(url: str, timeout: float = PROBE_TIMEOUT_S) -> str | None:
 class HealthCheck:
     """What ``stackbench health-check`` does with each event supervisord sends it: counts
     restarts and notes since when a program is down (PROCESS_STATE_*), and on each TICK_5
-    probes the programs that have a URL, restarting one after PROBE_FAILURES failures in a
-    row (and one supervisord gave up on, after FATAL_RETRY_S)."""
+    probes the programs that have a URL, restarting one after PROBE_FAILURES failures among
+    its last PROBE_WINDOW probes (and one supervisord gave up on, after FATAL_RETRY_S)."""
 
     def __init__(self, probes: dict[str, str], sup: Any) -> None:
         self.probes = probes
@@ -207,7 +215,7 @@ class HealthCheck:
             e["down_since"] = e["down_since"] or now
         elif new == "RUNNING":
             e["down_since"] = None
-            e["failures"] = 0
+            e["failures"], e["recent"], e["failing"] = 0, [], False
         elif new == "STOPPED" and not e.get("restarting"):
             e["down_since"] = None  # stopped on purpose ('down')
 
@@ -232,16 +240,20 @@ class HealthCheck:
                 continue
             e = self.entry(name)
             failed = probe(url)
+            if e.get("answered") != info["start"]:  # this run of it has not answered yet
+                if failed is None:
+                    e["answered"], e["recent"] = info["start"], []
+                elif now - info["start"] < STARTUP_LIMIT_S:
+                    continue  # still starting
+            e["recent"] = window(e.get("recent", []), failed is not None)
+            e["failures"], e["failing"] = sum(e["recent"]), failed is not None
             if failed is None:
-                e["failures"], e["down_since"] = 0, None
-                e["answered"] = info["start"]  # this run of it has answered
+                e["down_since"] = None
                 continue
-            if e.get("answered") != info["start"] and now - info["start"] < STARTUP_LIMIT_S:
-                continue  # still starting
-            e["failures"] += 1
             e["down_since"] = e["down_since"] or now
             e["last_failure"] = f"{url}: {failed}"
-            log.warning("%s: %s (%d in a row)", name, e["last_failure"], e["failures"])
+            log.warning("%s: %s (%d of the last %d probes)", name, e["last_failure"],
+                        e["failures"], len(e["recent"]))  # fmt: skip
             if e["failures"] >= PROBE_FAILURES:
                 self.restart(name, f"not answering ({failed})", now)
 
@@ -249,7 +261,8 @@ class HealthCheck:
         """Stop (SIGTERM to the process group, SIGKILL if it is wedged) and start again."""
         e = self.entry(name)
         log.warning("%s: restarting: %s", name, reason)
-        e.update(restarting=True, reason=reason, last_restart=now, failures=0)
+        e.update(restarting=True, reason=reason, last_restart=now, failures=0, recent=[],
+                 failing=False)  # fmt: skip
         e["restarts"] += 1
         with contextlib.suppress(xmlrpc.client.Fault):  # FATAL: nothing to stop
             self.sup.stopProcess(name, False)
@@ -300,11 +313,11 @@ def health_listener(probes: dict[str, str]) -> None:
 def systemd_health_loop(probes: dict[str, str], every: float = 5.0, rounds: int = 0) -> None:
     """The health check of a host whose services are systemd units (Ansible): GET each
     unit's URL every ``every`` s and ``systemctl restart`` the unit after PROBE_FAILURES
-    failures in a row; a unit just restarted is left PROBE_GRACE_S to come up. ``rounds``:
+    failures among its last PROBE_WINDOW probes; a unit just restarted is left PROBE_GRACE_S to come up. ``rounds``:
     stop after that many (tests), 0 for ever."""
     from stackbench import proc
 
-    failures = dict.fromkeys(probes, 0)
+    recent: dict[str, list[bool]] = {unit: [] for unit in probes}
     restarted: dict[str, float] = {}
     done = 0
     while not rounds or done < rounds:
@@ -312,16 +325,17 @@ def systemd_health_loop(probes: dict[str, str], every: float = 5.0, rounds: int 
             if time.monotonic() - restarted.get(unit, -PROBE_GRACE_S) < PROBE_GRACE_S:
                 continue
             failed = probe(url)
-            failures[unit] = 0 if failed is None else failures[unit] + 1
+            recent[unit] = window(recent[unit], failed is not None)
             if failed is None:
                 continue
-            log.warning("%s: %s: %s (%d in a row)", unit, url, failed, failures[unit])
-            if failures[unit] >= PROBE_FAILURES:
+            log.warning("%s: %s: %s (%d of the last %d probes)", unit, url, failed,
+                        sum(recent[unit]), len(recent[unit]))  # fmt: skip
+            if sum(recent[unit]) >= PROBE_FAILURES:
                 log.warning("%s: restarting: not answering (%s)", unit, failed)
                 res = proc.run(["systemctl", "restart", unit], check=False, timeout=300)
                 if res.returncode:
                     log.warning("%s: systemctl restart failed: %s", unit, res.stdout.strip())
-                failures[unit], restarted[unit] = 0, time.monotonic()
+                recent[unit], restarted[unit] = [], time.monotonic()
         done += 1
         time.sleep(every)
 
@@ -393,7 +407,7 @@ def status() -> list[dict[str, Any]] | None:
     for info in infos:
         e = health.get(info["name"], {})
         state = str(info["statename"])
-        failing = bool(e.get("failures")) and state == "RUNNING"
+        failing = bool(e.get("failing", e.get("failures"))) and state == "RUNNING"
         up_ = state == "RUNNING" and not failing
         if up_:
             since = info["start"]
