@@ -62,9 +62,9 @@ def smallest(
     """The smallest change the live rule calls changed in the ``worse`` direction (-1: down)
     in at least ``verdict.POWER`` of the comparisons of ``base`` and ``new`` (each (T, n)
     boots without a change; column i of both one round when ``paired``): relative, or points
-    for the policy's absolute kinds; inf when not even a 100% change (4 points) is seen. The
-    same drawn boots serve every candidate, so power rises with the change and a bisection
-    finds it."""
+    for the policy's absolute kinds; inf when not even a 100% change (a 99% drop, 4 points)
+    is seen. The same drawn boots serve every candidate, so power rises with the change and
+    a bisection finds it."""
     absolute = kind in policy.absolute_kinds
 
     def power(change: float) -> float:
@@ -72,7 +72,8 @@ def smallest(
         res = verdict.decide_batch(base, moved, kind=kind, policy=policy, paired=paired)
         return float(((res.outcome == verdict.CHANGED) & (res.sign == worse)).mean())
 
-    lo, hi = policy.effect_floor(kind), 4.0 if absolute else 1.0
+    # a relative drop stops short of 100%: boots of 0 have no log for the rank test
+    lo, hi = policy.effect_floor(kind), 4.0 if absolute else (1.0 if worse > 0 else 0.99)
     if power(lo) >= verdict.POWER:
         return lo
     if power(hi) < verdict.POWER:

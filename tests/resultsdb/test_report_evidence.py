@@ -229,3 +229,13 @@ def test_counters_are_judged_by_boots_like_the_headline_metrics(eng):
     assert "changed" in row and re.search(r"\[\+2\d\.\d+, \+3\d\.\d+\]", row), row
     assert FAULTS not in text and NOISY not in text
     assert "THP/compaction counters another (listed when changed)" in text
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+def test_a_latency_too_noisy_for_any_drop_says_so_without_dividing_by_zero():
+    """Boots too few and too noisy for the rank test to call even a 99% drop: no change is
+    detectable (inf), and no boot of 0 reaches the rank test's logarithm on the way."""
+    rng = np.random.default_rng(3)
+    base = np.exp(rng.normal(size=(200, 3)))
+    new = np.exp(rng.normal(size=(200, 3)))
+    assert evidence.smallest(base, new, "latency") == float("inf")
