@@ -142,7 +142,14 @@ results_port() {
 }
 
 send_results() {
-	port=$(results_port) || { say "no virtio port org.stackbench.results; results lost"; return 1; }
+	# the port's name comes from QEMU in a control message after the port itself, later on
+	# a loaded host: wait for it up to 30 s
+	tries=0
+	until port=$(results_port); do
+		tries=$((tries + 1))
+		[ $tries -ge 60 ] && { say "no virtio port org.stackbench.results; results lost"; return 1; }
+		sleep 0.5
+	done
 	dev=/dev/$port
 	if [ ! -c "$dev" ]; then
 		majmin=$(cat /sys/class/virtio-ports/$port/dev)
