@@ -20,7 +20,6 @@ from test_mmtests_ci_conformance import CASES, KERNELS, _ours, _real, checkouts
 
 from stackbench.jobs.benchmarks import collect as c
 from stackbench.jobs.benchmarks import definitions as d
-from stackbench.jobs.benchmarks.guest import initramfs
 from stackbench.jobs.benchmarks.importers import mmtests as mmtests_import
 from stackbench.resultsdb.ingest import ingest
 from stackbench.resultsdb.rundata import KernelSpec
@@ -144,6 +143,28 @@ def _mmtests_dirs(root: Path, suite: str, mm, plain) -> None:
             (it / f"{suite}{alias}").symlink_to(suite)
 
 
+def _base_faults(root: Path, suite: str) -> int:
+    logs = root.glob(f"*/iter-0/{suite}/logs/threads-*.log.gz")
+    lines = [ln for f in logs for ln in gzip.decompress(f.read_bytes()).splitlines()]
+    return sum(ln.startswith(b"fault") and ln.split()[2:3] == [b"base"] for ln in lines)
+
+
+def _fall_back_three_faults(upstream: dict[str, Path], root: Path, suite: str) -> None:
+    """A guest whose every fault got a huge page (a small guest under TCG compacts easily)
+    leaves thpcompact's fault-base-N rows a single 0, and the pinned compare-mmtests.pl dies
+    on such a run (Compare.pm line 134 takes the interval of that row, which it has none of).
+    That failure is checked; then the first three faults of each log are copied as base-page
+    faults, in both kernels, so that the two tools compare a table with every row."""
+    with pytest.raises(AssertionError, match="Compare.pm line 134"):
+        _real(upstream, suite, root, ["-b", suite])
+    for log in root.glob(f"*/iter-0/{suite}/logs/threads-*.log.gz"):
+        lines = gzip.decompress(log.read_bytes()).splitlines(keepends=True)
+        faults = [ln for ln in lines if ln.startswith(b"fault")][:3]
+        extra = [ln.replace(b" huge ", b" base ", 1) for ln in faults]
+        log.write_bytes(gzip.compress(b"".join([*lines, *extra])))
+    assert _base_faults(root, suite)
+
+
 @pytest.mark.slow
 @pytest.mark.long
 @pytest.mark.timeout(3600)
@@ -175,6 +196,7 @@ def test_run_mmtests_in_the_image(monkeypatch, tmp_path, eng, upstream, suite):
                                      boot_id="thp-image-test")  # fmt: skip
     assert boot is not None and boot.status == "ok", boot and boot.console_tail
     problems = [(r.job.params, r.status, r.error) for r in runs if r.status != "done"]
+    print(*problems, sep="\n")
     assert len(runs) == 2 and all(r.status == "done" for r in runs), problems
     plain, mm = sorted(runs, key=lambda r: "image" in r.job.params)
     names = {k for k in mm.samples if k.startswith(f"{suite}.")}
@@ -192,6 +214,8 @@ def test_run_mmtests_in_the_image(monkeypatch, tmp_path, eng, upstream, suite):
     assert {k: v for k, v in imported[suite].samples.items() if k.startswith(f"{suite}.")} == {
         k: v for k, v in mm.samples.items() if k.startswith(f"{suite}.")
     }
+    if suite == "thpcompact" and not _base_faults(root, suite):
+        _fall_back_three_faults(upstream, root, suite)
     for case_suite, ours, theirs in CASES:
         if case_suite != suite:
             continue
