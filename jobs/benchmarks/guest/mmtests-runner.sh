@@ -68,11 +68,12 @@ mmtests_run() {
 	rc=$?
 }
 
-# mmtests_collect SUITE [FILE...]: the threads-N.log files, mmtests' own records of the run
-# (and each FILE of the iteration's directory) under $SB_OUT; exits with the run's status
+# mmtests_collect SUITE: the threads-N.log files under $SB_OUT, and the iteration's directory
+# as run-mmtests.sh left it (logs still gzipped, tests-timestamp, tests-sysstate, the
+# /usr/bin/time files) as $SB_OUT/mmtests/iter-0, so compare-kernels can be run on the very
+# files this run made; exits with the run's status
 mmtests_collect() {
 	suite=$1
-	shift
 	iter=$mm/work/log/stackbench/iter-0
 	n=0
 	for f in "$iter"/$suite/logs/threads-*.log.gz; do
@@ -82,10 +83,7 @@ mmtests_collect() {
 		n=$((n + 1))
 	done
 	mkdir -p "$SB_OUT/mmtests"
-	for f in tests-timestamp tests-activity "$@"; do
-		[ -e "$iter/$f" ] && cp "$iter/$f" "$SB_OUT/mmtests/"
-	done
-	cp "$iter"/$suite/logs/*.time "$SB_OUT/mmtests/" 2> /dev/null
+	[ -d "$iter" ] && cp -a "$iter" "$SB_OUT/mmtests/"
 	if [ $n = 0 ]; then
 		echo "mmtests: run-mmtests.sh left no threads-N.log (rc $rc)" >&2
 		[ $rc = 0 ] && rc=1

@@ -22,4 +22,4 @@ export THPSCALE_MADV_HUGEPAGE=$madv
 EOF2
 
 mmtests_run thpscale "mapsize $((mapsize / 1048576)) MB"
-mmtests_collect thpscale thpscale/logs/mmtests.log.gz
+mmtests_collect thpscale

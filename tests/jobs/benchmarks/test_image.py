@@ -234,9 +234,12 @@ def test_run_mmtests_thpscale_in_the_image(monkeypatch, tmp_path):
     assert names and names == {k for k in plain.samples if k.startswith("thpscale.")}
     assert 0 <= mm.samples["thpscale.Percentage huge-1"][0] <= 100
     assert mm.meta["upstream"]["commit"] == MMTESTS_COMMIT
-    # what run-mmtests.sh itself left: its timestamps and per-thread /usr/bin/time files
-    assert "mmtests/tests-timestamp" in mm.logs
-    assert "mmtests/threads-1.time" in mm.logs
+    # what run-mmtests.sh itself left, as it left it: its timestamps, the gzipped logs and
+    # the per-thread /usr/bin/time files
+    assert "mmtests/iter-0/tests-timestamp" in mm.logs
+    assert "mmtests/iter-0/thpscale/logs/threads-1.log.gz" in mm.logs
+    assert any(k.startswith("mmtests/iter-0/thpscale/logs/threads-1") and k.endswith(".time")
+               for k in mm.logs), sorted(mm.logs)  # fmt: skip
 
 
 def test_image_job_on_a_kernel_without_disk_support_fails_with_the_reason(monkeypatch, tmp_path):
