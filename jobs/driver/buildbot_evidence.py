@@ -22,8 +22,6 @@ from stackbench.jobs.executors.buildbot.steps import EVIDENCE_ROUND
 from stackbench.jobs.executors.series_state import event
 from stackbench.resultsdb import db
 
-RETRY = 5  # buildbot.process.results
-
 
 def _props(build: dict[str, Any]) -> dict[str, Any]:
     return {k: v[0] for k, v in (build.get("properties") or {}).items()}
@@ -70,12 +68,11 @@ def evidence_round(
 
 
 def store_counts(eng: Engine, sid: int, builds: list[dict[str, Any]], done: set[int]) -> None:
-    """Keep the counts of the series' evidence rounds that ended and are not in ``done``
-    (build ids, added to): on the kernels, or an event saying why there are none."""
+    """Keep the counts of the series' evidence rounds that ended for good (the caller leaves
+    out those Buildbot runs again) and are not in ``done`` (build ids, added to): on the
+    kernels, or an event saying why there are none."""
     for b in builds:
         if not b.get("complete") or b["buildid"] in done or not is_evidence(b):
-            continue
-        if b.get("results") == RETRY:  # its worker was lost: Buildbot runs it again
             continue
         done.add(b["buildid"])
         reported = _props(b).get("coverage")

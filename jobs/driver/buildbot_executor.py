@@ -127,7 +127,10 @@ class BuildbotExecutor:
         names = {b["buildid"]: self.builder(b["builderid"]) for b in every}
         kernel_builds = [b for b in every if names[b["buildid"]].startswith("build-")]
         build_stage.record_built(eng, sid, kernel_builds)  # on the page at once
-        buildbot_evidence.store_counts(eng, sid, every, self._evidence_stored)
+        # an evidence round Buildbot runs again (a lost worker, a master's clean stop) has
+        # not ended: its counts come with the next attempt
+        ended = [b for b in every if not runs_again(b)]
+        buildbot_evidence.store_counts(eng, sid, ended, self._evidence_stored)
         record_rounds(eng, self, sid, every, names)
         builds = latest_attempts(every, names)
         benches = [b for b in builds if names[b["buildid"]].startswith("bench-")
@@ -136,12 +139,14 @@ class BuildbotExecutor:
         measured = sum(boots_of(b) for b in benches if b["complete"] and not runs_again(b))
         finished = bool(builds) and not pending and all(b["complete"] for b in builds)
         # a batch's rounds build ends a moment after its last round (Buildbot's trigger
-        # wait): once every planned boot is measured, its end says nothing new
+        # wait): once every planned boot is measured, its end says nothing new, unless it
+        # runs a round again that measures nothing (an evidence round a master's clean stop
+        # cut)
         others = [b for b in builds if names[b["buildid"]] != "rounds"]
         finished = finished or (
             0 < d.benchmarks <= measured
             and all(name == "rounds" for name in pending)
-            and all(b["complete"] for b in others)
+            and all(b["complete"] and not runs_again(b) for b in others)
         )
         lost = None
         if not finished:

@@ -308,3 +308,42 @@ def test_the_evidence_round_follows_the_first_rounds_and_judges_nothing(eng, dry
     assert said == ["coverage: no patch of the series changes a function"]
     table = render.render(eng, [c for _i, c in kernels], style="stackbench")
     assert re.search(r"1/1-\S+: no function changed", table), table
+
+
+def test_an_evidence_round_a_clean_master_stop_cut_is_counted_when_run_again(
+    eng, tmp_path, monkeypatch
+):
+    """The health check's restart of a master (a clean stop) in the middle of the evidence
+    round: Buildbot cancels the round and runs it again. The cut attempt is not the round's
+    end ("reported no counts"): the counts are those of the attempt that ran."""
+    if not (kernelkit.cache_dir() / "trees" / "linux-6.1").is_dir():
+        pytest.skip("the kernel test cache has no linux-6.1 tree to apply the series to")
+    # dry boots of 8 s: time to see the evidence round under way and stop the master then
+    with _lab(eng, tmp_path, monkeypatch, [DRY], dry_kernel=True, dry_seconds=8) as master:
+        options = {"jobs": [DRY], "runs": 1, "adaptive": False}
+        sid = submit_series(eng, cleanup_alone(), runner=intake.DISPATCHER, **options)
+
+        def under_way() -> bool:
+            return any(not b["complete"] and b.get("started_at") for b in _evidence_builds(master))
+
+        wait_for("the evidence round under way", under_way, timeout=400, every=0.3)
+        base = tmp_path / "bb" / "master"
+        assert services.stop_master(base)  # SIGTERM: Buildbot's clean shutdown
+        services.start_master(base)
+        x = wait_for(f"series {sid} to finish", lambda: finished(eng, sid), timeout=400, every=1)
+        assert x.state == "done", (x.state, x.error)
+        evidence = _evidence_builds(master)
+        print([(b["buildid"], b["results"], b["state_string"]) for b in evidence])
+        assert len(evidence) >= 2 and evidence[-1]["results"] in (0, 1), evidence
+        with eng.connect() as conn:
+            said = conn.execute(
+                text("SELECT message FROM event WHERE series_id = :s AND state = 'coverage'"),
+                {"s": sid},
+            ).scalars()
+            said = list(said)
+        print(said)
+        assert not [m for m in said if "reported no counts" in m], said
+        kernels = _kernels(eng, sid)
+        with eng.connect() as conn:
+            (row,) = coverage_store.load(conn, query.kernels_by_id(conn, [i for i, _c in kernels]))
+        assert row.errors == {DRY: "a dry kernel counts no calls"}, row.errors
