@@ -1,21 +1,53 @@
 """The ``stackbench`` command. Each subcommand is one module in this package that defines
-``NAME``, ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``; they are found here
-by name, so adding a command never touches this file."""
+``NAME``, ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``, listed in
+:data:`COMMANDS` in the order ``--help`` shows them."""
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import os
-import pkgutil
 import sys
 import traceback
 from types import ModuleType
 from typing import NoReturn
 
 from stackbench import __version__, config
+from stackbench.cli import (
+    bisect,
+    buildbot,
+    claims,
+    compare,
+    config_,
+    demo,
+    dispatcher,
+    down,
+    health_check,
+    image,
+    import_,
+    intake_push,
+    lists,
+    mail,
+    migrate,
+    nightly,
+    parse,
+    proxy,
+    status,
+    submit,
+    token,
+    up,
+    user,
+    web,
+    worker,
+)
 from stackbench.errors import StackbenchError
+
+# the user's first steps, then their data, then the lab's, then what services run
+COMMANDS: tuple[ModuleType, ...] = (
+    demo, up, down, migrate, status, proxy, web, submit, user, token,
+    import_, compare, parse, claims, nightly, bisect,
+    buildbot, image, mail, worker, dispatcher, lists, config_, health_check, intake_push,
+)  # fmt: skip
 
 DESCRIPTION = """\
 stackbench builds a kernel for the base and every commit of a memory-management patch stack,
@@ -35,29 +67,11 @@ environment:
 Run 'stackbench COMMAND --help' for a command's options."""
 
 
-def _module_names() -> list[str]:
-    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
-
-
-def _load(name: str) -> ModuleType | None:
-    mod = importlib.import_module(f"{__name__}.{name}")
-    return mod if hasattr(mod, "NAME") and hasattr(mod, "run") else None
-
-
 def _commands(only: str | None = None) -> list[ModuleType]:
-    """Every command module, or just the one named ``only`` when it can be found by its
-    module name (``import`` lives in ``import_``, ``intake-push`` in ``intake_push``): a
-    command that does no work then imports nothing else."""
-    names = _module_names()
-    if only is not None:
-        stem = only.replace("-", "_")
-        for candidate in (stem, stem + "_"):
-            if candidate in names:
-                mod = _load(candidate)
-                if mod is not None and only == mod.NAME:
-                    return [mod]
-    mods = [m for m in map(_load, names) if m is not None]
-    return sorted(mods, key=lambda m: getattr(m, "ORDER", 50))
+    """Every command, or just the one named ``only`` when there is one: its parser alone
+    is built then."""
+    named = [mod for mod in COMMANDS if only == mod.NAME]
+    return named or list(COMMANDS)
 
 
 def _command_word(argv: list[str]) -> str | None:

@@ -6,7 +6,6 @@ import argparse
 import sys
 
 NAME = "bisect"
-ORDER = 41
 HELP = "bisect a performance regression between two commits with repeated runs"
 DESCRIPTION = """\
 Bisect METRIC of JOB between a good and a bad commit of TREE. Each step builds the commit

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 NAME = "buildbot"
-ORDER = 60
 HELP = "hand a stored series to Buildbot again, or show the master's URL"
 DESCRIPTION = """\
 'submit' hands a stored series to the dispatcher as every front door does (a new attempt,

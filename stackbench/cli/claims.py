@@ -7,7 +7,6 @@ import json
 import sys
 
 NAME = "claims"
-ORDER = 33
 HELP = "list the claims (table rows, percentages) a cover letter or robot report makes"
 DESCRIPTION = """\
 Read a cover letter, changelog or robot report (a file, an mbox, or - for stdin) and list

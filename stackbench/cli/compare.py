@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     from stackbench.resultsdb.tables import textcache
 
 NAME = "compare"
-ORDER = 31
 HELP = "print LKP, mmtests or stackbench comparison tables for stored kernels"
 DESCRIPTION = """\
 Compare kernels, the first one being the base. A KERNEL is a commit (a unique prefix is

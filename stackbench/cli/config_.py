@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 NAME = "config"
-ORDER = 92
 HELP = "print every setting in effect (environment or default), secrets masked"
 
 

@@ -17,7 +17,6 @@ from stackbench.errors import StackbenchError
 from stackbench.jobs.executors.settings import DEFAULT_RUNS
 
 NAME = "demo"
-ORDER = 5
 HELP = "run the shipped compaction stack end to end and show its tables (start here)"
 DESCRIPTION = """\
 Everything on this machine, no configuration: starts the embedded database, stores a shipped

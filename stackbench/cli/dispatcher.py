@@ -8,7 +8,6 @@ import logging
 import signal
 
 NAME = "dispatcher"
-ORDER = 90
 HELP = "(started by 'stackbench up') take every submitted series to done or failed"
 DESCRIPTION = """\
 Applies every series a front door stored (web form, POST /api/series, git push,

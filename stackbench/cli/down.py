@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 NAME = "down"
-ORDER = 11
 HELP = "stop the embedded services started by 'stackbench up' or 'stackbench demo'"
 
 

@@ -8,7 +8,6 @@ import argparse
 import logging
 
 NAME = "health-check"
-ORDER = 93
 HELP = "(run by 'stackbench up's supervisor) restart services that stop answering"
 DESCRIPTION = """\
 An event listener of supervisord: it counts each program's restarts and notes since when

@@ -7,7 +7,6 @@ import argparse
 import json
 
 NAME = "image"
-ORDER = 60
 HELP = "build or show the Debian guest image (mmdebstrap, cached by content)"
 
 

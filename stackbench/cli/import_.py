@@ -6,7 +6,6 @@ import argparse
 import sys
 
 NAME = "import"
-ORDER = 30
 HELP = "import LKP result trees or an mmtests work/log run"
 DESCRIPTION = """\
 Import results produced elsewhere. Each file is checked before anything is written; a bad

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 NAME = "intake-push"
-ORDER = 95
 HELP = "(used by the git intake hook) register pushed commits as a series"
 DESCRIPTION = """\
 Run by the hooks that stackbench.patches.intake.install_hook writes into the intake

@@ -7,7 +7,6 @@ import logging
 import signal
 
 NAME = "lists"
-ORDER = 91
 HELP = "read declared mailing lists' archives and make series of what is posted"
 DESCRIPTION = """\
 A list is a YAML file in kernels/lists/ (or a folder named by $STACKBENCH_LISTS): its

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 NAME = "mail"
-ORDER = 60
 HELP = "queue report mails and deliver the mail outbox over SMTP"
 DESCRIPTION = """\
 Mails go through a database outbox: a queued mail is delivered once, retried with backoff

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 NAME = "migrate"
-ORDER = 12
 HELP = "apply the schema migrations (automatic only for an empty database)"
 
 

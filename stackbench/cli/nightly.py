@@ -7,7 +7,6 @@ import json
 import sys
 
 NAME = "nightly"
-ORDER = 40
 HELP = "run the tracked branches: build heads, compare with baselines, bisect regressions"
 DESCRIPTION = """\
 For every enabled tracked branch (jobs/tracking/tracked/*.yaml, $STACKBENCH_TRACKED, and branches

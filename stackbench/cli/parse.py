@@ -6,7 +6,6 @@ import argparse
 import sys
 
 NAME = "parse"
-ORDER = 32
 HELP = "parse raw benchmark output and print the stats (LKP's key: value form)"
 
 

@@ -6,7 +6,6 @@ import argparse
 import os
 
 NAME = "proxy"
-ORDER = 20
 HELP = "serve the web through nginx, which buffers slow clients, in the foreground"
 DESCRIPTION = """\
 Run nginx in front of 'stackbench web' (gunicorn): nginx reads every request whole before

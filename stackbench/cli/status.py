@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 NAME = "status"
-ORDER = 12
 HELP = "show each service of 'stackbench up': state, since when, restarts"
 
 

@@ -17,7 +17,6 @@ from stackbench.cli._follow import (
 from stackbench.errors import InputError
 
 NAME = "submit"
-ORDER = 21
 HELP = "submit an mbox patch series: apply, build every commit, boot, benchmark, store"
 DESCRIPTION = """\
 Store the series in FILE (an mbox, e.g. from `git format-patch --stdout` or `b4 am`; '-' reads

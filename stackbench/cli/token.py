@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 NAME = "token"
-ORDER = 22
 HELP = "create an API token for an account (printed once)"
 DESCRIPTION = """\
   stackbench token create NAME [--label LABEL]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 NAME = "up"
-ORDER = 10
 HELP = "start the embedded PostgreSQL (and, when installed, Buildbot and the web UI)"
 
 

@@ -7,7 +7,6 @@ import getpass
 import sys
 
 NAME = "user"
-ORDER = 21
 HELP = "add or list web/API accounts (submitters, admins, workers)"
 DESCRIPTION = """\
   stackbench user add NAME [--admin] [--worker] [--email ADDR] [--password-stdin]

@@ -6,7 +6,6 @@ import argparse
 import os
 
 NAME = "web"
-ORDER = 20
 HELP = "serve the web UI and JSON API in the foreground (gunicorn)"
 DESCRIPTION = """\
 Serve the web UI and the JSON API (/api/, OpenAPI at /api/openapi.json) with gunicorn, or

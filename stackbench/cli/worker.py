@@ -10,7 +10,6 @@ from stackbench import config
 from stackbench.jobs.executors.settings import DEFAULT_RUNS
 
 NAME = "worker"
-ORDER = 70
 HELP = "worker-side steps run by Buildbot (build, bench, baremetal, upload, mark-lost)"
 DESCRIPTION = """\
 Each step does one part of the pipeline on this machine and leaves files for the next:

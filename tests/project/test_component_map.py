@@ -125,6 +125,34 @@ def test_the_tree_follows_the_component_map():
     assert violations(ROOT) == []
 
 
+def hidden_imports(root: Path) -> list[str]:
+    """Every call of importlib.import_module or __import__ under the component folders: an
+    import the map cannot see."""
+    found = []
+    for folder in FOLDERS:
+        for path in sorted((root / folder).rglob("*.py")):
+            if "__pycache__" in path.parts:
+                continue
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Call):
+                    name = ast.unparse(node.func)
+                    if name.endswith("import_module") or name == "__import__":
+                        found.append(f"{path.relative_to(root)}:{node.lineno}: {name}")
+    return found
+
+
+def test_no_component_is_loaded_by_name():
+    assert hidden_imports(ROOT) == []
+
+
+def test_a_load_by_name_is_found(tmp_path):
+    (tmp_path / "stackbench" / "cli").mkdir(parents=True)
+    (tmp_path / "stackbench" / "cli" / "__init__.py").write_text(
+        "import importlib\nmod = importlib.import_module('stackbench.cli.demo')\n"
+    )
+    assert hidden_imports(tmp_path) == ["stackbench/cli/__init__.py:2: importlib.import_module"]
+
+
 def test_every_component_folder_is_mapped():
     """A component added to setup.py must be placed on the map too."""
     tree = ast.parse((ROOT / "setup.py").read_text())
