@@ -32,21 +32,6 @@ from typing import Any
 from stackbench import config
 from stackbench.errors import InputError, StackbenchError
 
-
-def run_step(args: argparse.Namespace) -> int:
-    """Run the worker step ``args.worker_command`` with its parsed arguments."""
-    from stackbench.jobs.executors.worker_box import cmd_await_box, cmd_baremetal, cmd_mark_lost
-
-    return {
-        "build": cmd_build,
-        "bench": cmd_bench,
-        "baremetal": cmd_baremetal,
-        "mark-lost": cmd_mark_lost,
-        "await-box": cmd_await_box,
-        "upload": cmd_upload,
-    }[args.worker_command](args)
-
-
 # -- build ---------------------------------------------------------------------------------
 
 KERNEL_KEYS = ("commit", "name", "tree", "config_name", "config_hash", "compiler")

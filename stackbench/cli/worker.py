@@ -152,6 +152,13 @@ def _dry(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from stackbench.jobs.executors.worker import run_step
+    from stackbench.jobs.executors import worker, worker_box
 
-    return run_step(args)
+    return {
+        "build": worker.cmd_build,
+        "bench": worker.cmd_bench,
+        "baremetal": worker_box.cmd_baremetal,
+        "mark-lost": worker_box.cmd_mark_lost,
+        "await-box": worker_box.cmd_await_box,
+        "upload": worker.cmd_upload,
+    }[args.worker_command](args)

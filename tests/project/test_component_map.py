@@ -253,11 +253,7 @@ def test_a_wrong_room_import_fails_the_map(tmp_path):
 
 # the imports that still close a circle inside a room, as (file, module imported): each
 # entry goes when its circle is cut (a test below fails while an entry closes no circle)
-KNOWN_CIRCLES = {
-    # worker runs a box's steps through worker_box, which reads a kernel and the run specs
-    # the way worker does
-    ("jobs/executors/worker.py", "stackbench.jobs.executors.worker_box"),
-}
+KNOWN_CIRCLES: set[tuple[str, str]] = set()
 
 
 def _module(jobs: Path, path: Path) -> str:
