@@ -127,10 +127,9 @@ class BuildbotExecutor:
         names = {b["buildid"]: self.builder(b["builderid"]) for b in every}
         kernel_builds = [b for b in every if names[b["buildid"]].startswith("build-")]
         build_stage.record_built(eng, sid, kernel_builds)  # on the page at once
-        # an evidence round Buildbot runs again (a lost worker, a master's clean stop) has
-        # not ended: its counts come with the next attempt
-        ended = [b for b in every if not runs_again(b)]
-        buildbot_evidence.store_counts(eng, sid, ended, self._evidence_stored)
+        # an evidence round Buildbot runs again has not ended: its counts come with the next
+        buildbot_evidence.store_counts(eng, sid, [b for b in every if not runs_again(b)],
+                                       self._evidence_stored)  # fmt: skip
         record_rounds(eng, self, sid, every, names)
         builds = latest_attempts(every, names)
         benches = [b for b in builds if names[b["buildid"]].startswith("bench-")
@@ -140,14 +139,10 @@ class BuildbotExecutor:
         finished = bool(builds) and not pending and all(b["complete"] for b in builds)
         # a batch's rounds build ends a moment after its last round (Buildbot's trigger
         # wait): once every planned boot is measured, its end says nothing new, unless it
-        # runs a round again that measures nothing (an evidence round a master's clean stop
-        # cut)
+        # runs again a round that measures nothing (an evidence round a clean stop cut)
         others = [b for b in builds if names[b["buildid"]] != "rounds"]
-        finished = finished or (
-            0 < d.benchmarks <= measured
-            and all(name == "rounds" for name in pending)
-            and all(b["complete"] and not runs_again(b) for b in others)
-        )
+        finished = finished or (0 < d.benchmarks <= measured and set(pending) <= {"rounds"}
+                                and all(b["complete"] and not runs_again(b) for b in others))  # fmt: skip
         lost = None
         if not finished:
             with suppress(StackbenchError):  # said on the next look
