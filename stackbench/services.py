@@ -313,8 +313,8 @@ def health_listener(probes: dict[str, str]) -> None:
 def systemd_health_loop(probes: dict[str, str], every: float = 5.0, rounds: int = 0) -> None:
     """The health check of a host whose services are systemd units (Ansible): GET each
     unit's URL every ``every`` s and ``systemctl restart`` the unit after PROBE_FAILURES
-    failures among its last PROBE_WINDOW probes; a unit just restarted is left PROBE_GRACE_S to come up. ``rounds``:
-    stop after that many (tests), 0 for ever."""
+    failures among its last PROBE_WINDOW probes; a unit just restarted is left
+    PROBE_GRACE_S to come up. ``rounds``: stop after that many (tests), 0 for ever."""
     from stackbench import proc
 
     recent: dict[str, list[bool]] = {unit: [] for unit in probes}
