@@ -107,13 +107,6 @@ def stack(tmp_path_factory):
             assert [p for p in pids if p and _alive(p)] == []
 
 
-def _tail(path: Path, lines: int = 15) -> list[str]:
-    try:
-        return ["\n  " + line for line in path.read_text().splitlines()[-lines:]]
-    except OSError as exc:
-        return [str(exc)]
-
-
 def pid_of(name: str) -> int:
     pid = supervision.program_pid(name)
     assert pid, f"{name} is not running"
@@ -321,7 +314,7 @@ def _alive(pid: int) -> bool:
 def test_a_flood_of_clients_hanging_up_early_is_healed_within_60_s(stack):
     from urllib.parse import urlsplit
 
-    from stackbench import config
+    from stackbench import config, proc
     from stackbench.jobs.executors import services as bb
 
     u = urlsplit(stack["master"])
@@ -343,7 +336,7 @@ def test_a_flood_of_clients_hanging_up_early_is_healed_within_60_s(stack):
         print(f"flood {counts} in {ended - began:.1f} s; answering again {healed_in:.1f} s "
               f"later; broken right after: {broke}; health-check restarts: {after - before}")  # fmt: skip
         # what the health check saw and did, and how the master fared, for a reader of a failure
-        print("health check:", *_tail(config.home() / "health.log"))
+        print("health check:", proc.tail_text(config.home() / "health.log", 15))
         twistd = bb.buildbot_dir() / "master" / "twistd.log"
         print("twistd.log Unhandled Errors:", twistd.read_text().count("Unhandled Error"))
     assert counts["sent"] + counts["refused"] == 2000
