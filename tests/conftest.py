@@ -3,6 +3,7 @@ temporary home) and a fresh database per test, cloned from a migrated template."
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import uuid
@@ -110,8 +111,24 @@ def db_url(pg_cluster, monkeypatch, tmp_path):
     monkeypatch.setenv("STACKBENCH_HOME", str(tmp_path / "home"))
     db.reset()
     yield url
+    drop_database(pg_cluster, name)
+
+
+def drop_database(cluster, name: str) -> None:
+    """Drop a test's database once every connection to it is back or closed.
+
+    A test can leave a checked-out connection in a reference cycle (a traceback holding a
+    session). If the garbage collector finds it only after the drop, SQLAlchemy's pool logs
+    the failed rollback with a traceback, and Python 3.11 draws that traceback's carets with
+    ``ast.parse``. When the collection happens inside another ``ast.parse`` (Werkzeug
+    compiling a URL rule, pytest rewriting a module), CPython 3.11 fails the outer one with
+    "AST constructor recursion depth mismatch" (python/cpython#106905). Collecting here,
+    while the database is still there, ends such connections quietly at a safe point."""
+    from stackbench.resultsdb import db
+
     db.reset()
-    with _admin(pg_cluster) as conn:
+    gc.collect()
+    with _admin(cluster) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
