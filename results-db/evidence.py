@@ -96,7 +96,7 @@ def detectable_change(
 ) -> float:
     """The smallest change (relative, or points for absolute kinds) that ``n`` boots per
     side call changed with ``verdict.POWER`` at the look of ``n`` boots, for normal boots of
-    spread ``cov`` (paired: ``n`` rounds whose differences spread ``cov * sqrt 2``, the
+    spread ``cov`` (log-normal for the rank test's kinds; paired: ``n`` rounds whose differences spread ``cov * sqrt 2``, the
     paired test on them; else Welch's test): :func:`smallest` on those boots."""
     # cov rounded so a page's metrics share the simulations (a Policy holds dicts: its repr
     # is the key)
@@ -104,8 +104,14 @@ def detectable_change(
     if key not in _FOUND:
         z = np.random.default_rng(n).normal(size=(2, TRIALS, n))
         c = key[0]
-        absolute = kind in policy.absolute_kinds
-        base, new = (100.0 + c * z) if absolute else 100.0 * (1 + c * z)
+        if kind in policy.absolute_kinds:
+            base, new = 100.0 + c * z
+        elif kind in policy.rank_kinds:
+            # the rank test's kinds are positive (latencies): log-normal boots of the same
+            # CoV, where normal ones of a large CoV would go below zero
+            base, new = 100.0 * np.exp(z * math.sqrt(math.log1p(c * c)))
+        else:
+            base, new = 100.0 * (1 + c * z)
         _FOUND[key] = smallest(base, new, kind, policy, paired=paired)
     return _FOUND[key]
 

@@ -327,14 +327,14 @@ def decide_batch(
 ) -> Batch:
     """The rule for T comparisons at once: ``base`` is (T, n_base), ``new`` is (T, n_new),
     one value per boot, at least 2 per side; ``paired``: column i of both is round i on one
-    box (equal sizes). ``rank`` forces or forbids the rank path (None: by kind, as
-    :func:`judge` does for tie-free positive data)."""
+    box (equal sizes). ``rank`` forces or forbids the rank path (None: as :func:`judge`
+    decides, by kind where every row is positive and free of ties)."""
     base = np.asarray(base, dtype=float)
     new = np.asarray(new, dtype=float)
     floor = policy.effect_floor(kind)
     alpha = policy.look_alpha(min(base.shape[1], new.shape[1]))
     if rank is None:
-        rank = kind in policy.rank_kinds
+        rank = _use_rank(base, new, kind, policy)
     if rank:
         res = _rank(base, new, floor, alpha)
         bound = 100 * policy.equivalence_margin(kind)  # the interval is a ratio, in %
@@ -398,11 +398,11 @@ def _direction(sign: float, higher_is_better: bool | None) -> Direction:
 def _use_rank(base: np.ndarray, new: np.ndarray, kind: str, policy: Policy) -> bool:
     if kind not in policy.rank_kinds:
         return False
-    pooled = np.concatenate([base, new])
+    pooled = np.sort(np.concatenate([base, new], axis=-1), axis=-1)
     if (pooled <= 0).any():
         return False
     # exact rank p-values assume no ties; the pairwise log ratios must be distinct as well
-    return np.unique(pooled).size == pooled.size
+    return not (np.diff(pooled, axis=-1) == 0).any()
 
 
 def judge(
