@@ -202,7 +202,7 @@ class HealthCheck:
 
     def entry(self, name: str) -> dict[str, Any]:
         return self.state.setdefault(
-            name, {"restarts": 0, "down_since": None, "failures": 0, "reason": None}
+            name, {"restarts": 0, "down_since": None, "recent": [], "reason": None}
         )
 
     def on_state(self, name: str, new: str, old: str | None, now: float) -> None:
@@ -215,7 +215,7 @@ class HealthCheck:
             e["down_since"] = e["down_since"] or now
         elif new == "RUNNING":
             e["down_since"] = None
-            e["failures"], e["recent"], e["failing"] = 0, [], False
+            e["recent"] = []
         elif new == "STOPPED" and not e.get("restarting"):
             e["down_since"] = None  # stopped on purpose ('down')
 
@@ -246,23 +246,21 @@ class HealthCheck:
                 elif now - info["start"] < STARTUP_LIMIT_S:
                     continue  # still starting
             e["recent"] = window(e.get("recent", []), failed is not None)
-            e["failures"], e["failing"] = sum(e["recent"]), failed is not None
             if failed is None:
                 e["down_since"] = None
                 continue
             e["down_since"] = e["down_since"] or now
             e["last_failure"] = f"{url}: {failed}"
             log.warning("%s: %s (%d of the last %d probes)", name, e["last_failure"],
-                        e["failures"], len(e["recent"]))  # fmt: skip
-            if e["failures"] >= PROBE_FAILURES:
+                        sum(e["recent"]), len(e["recent"]))  # fmt: skip
+            if sum(e["recent"]) >= PROBE_FAILURES:
                 self.restart(name, f"not answering ({failed})", now)
 
     def restart(self, name: str, reason: str, now: float) -> None:
         """Stop (SIGTERM to the process group, SIGKILL if it is wedged) and start again."""
         e = self.entry(name)
         log.warning("%s: restarting: %s", name, reason)
-        e.update(restarting=True, reason=reason, last_restart=now, failures=0, recent=[],
-                 failing=False)  # fmt: skip
+        e.update(restarting=True, reason=reason, last_restart=now, recent=[])
         e["restarts"] += 1
         with contextlib.suppress(xmlrpc.client.Fault):  # FATAL: nothing to stop
             self.sup.stopProcess(name, False)
@@ -407,7 +405,7 @@ def status() -> list[dict[str, Any]] | None:
     for info in infos:
         e = health.get(info["name"], {})
         state = str(info["statename"])
-        failing = bool(e.get("failing", e.get("failures"))) and state == "RUNNING"
+        failing = e.get("recent", [])[-1:] == [True] and state == "RUNNING"  # the last probe
         up_ = state == "RUNNING" and not failing
         if up_:
             since = info["start"]

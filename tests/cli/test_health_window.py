@@ -78,4 +78,4 @@ def test_a_failure_now_and_then_restarts_nothing(urls):
     sup, check = ticks(urls, "ooxooxooxoo")
     assert sup.restarts == 0
     e = check.entry("buildbot-master")
-    assert e["failures"] == 1 and not e["failing"] and e["down_since"] is None
+    assert e["recent"] == [False, False, True, False, False] and e["down_since"] is None
