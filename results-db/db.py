@@ -133,6 +133,13 @@ def ensure_schema(eng: Engine) -> None:
     )
 
 
+def in_use() -> int:
+    """Connections of this process's engines checked out now: held by a session still open,
+    in this thread or another."""
+    with _lock:
+        return sum(eng.pool.checkedout() for eng in _engines.values())
+
+
 def reset() -> None:
     """Forget cached engines (tests switch homes and databases)."""
     with _lock:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import os
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -114,20 +115,25 @@ def db_url(pg_cluster, monkeypatch, tmp_path):
     drop_database(pg_cluster, name)
 
 
-def drop_database(cluster, name: str) -> None:
-    """Drop a test's database once every connection to it is back or closed.
+def drop_database(cluster, name: str, wait: float = 10.0) -> None:
+    """Drop a test's database once every connection to it is back (or ``wait`` s passed).
 
-    A test can leave a checked-out connection in a reference cycle (a traceback holding a
-    session). If the garbage collector finds it only after the drop, SQLAlchemy's pool logs
-    the failed rollback with a traceback, and Python 3.11 draws that traceback's carets with
-    ``ast.parse``. When the collection happens inside another ``ast.parse`` (Werkzeug
-    compiling a URL rule, pytest rewriting a module), CPython 3.11 fails the outer one with
-    "AST constructor recursion depth mismatch" (python/cpython#106905). Collecting here,
-    while the database is still there, ends such connections quietly at a safe point."""
+    A connection still out when its database is dropped is rolled back later, and fails:
+    one a test left in a reference cycle (a kept traceback) when the garbage collector finds
+    it, one a web server's request thread holds when the request ends. SQLAlchemy's pool
+    logs that failure with a traceback, and Python 3.11 draws the traceback's carets with
+    ``ast.parse``. Inside another ``ast.parse`` (Werkzeug compiling a URL rule in the next
+    test, pytest rewriting a module) CPython 3.11 then fails the outer one with "AST
+    constructor recursion depth mismatch" (python/cpython#106905). So the cycles are
+    collected and the threads waited for here, while the database is still there."""
     from stackbench.resultsdb import db
 
-    db.reset()
+    deadline = time.monotonic() + wait
     gc.collect()
+    while db.in_use() and time.monotonic() < deadline:
+        time.sleep(0.05)
+        gc.collect()
+    db.reset()
     with _admin(cluster) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 

@@ -66,6 +66,7 @@ def test_demo_through_buildbot_builds_and_measures_every_commit(
                 .where(Run.status == "done")
                 .order_by(Run.started_at)
             ).all()
+            n_runs = s.scalar(select(func.count()).select_from(Run))
         # each benchmark build is a boot of its own: every kernel booted at least twice,
         # the first two rounds in the plan's shuffled order, kernels interleaved
         assert plans[0]["boots_per_kernel"] == 2
@@ -75,7 +76,6 @@ def test_demo_through_buildbot_builds_and_measures_every_commit(
         assert max(r for *_x, r in rows) <= 3  # the cap
         if len(plans) > 1:  # a headline still undecided at 2 boots: one more round, said why
             assert "headline undecided" in first.out
-            n_runs = s.scalar(select(func.count()).select_from(Run))
         # a finished demo is shown again without new builds
         assert main(argv) == 0
         second = capsys.readouterr()
