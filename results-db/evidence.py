@@ -96,8 +96,9 @@ def detectable_change(
 ) -> float:
     """The smallest change (relative, or points for absolute kinds) that ``n`` boots per
     side call changed with ``verdict.POWER`` at the look of ``n`` boots, for normal boots of
-    spread ``cov`` (log-normal for the rank test's kinds; paired: ``n`` rounds whose differences spread ``cov * sqrt 2``, the
-    paired test on them; else Welch's test): :func:`smallest` on those boots."""
+    spread ``cov`` (log-normal for the rank test's kinds; paired: ``n`` rounds whose
+    differences spread ``cov * sqrt 2``, the paired test on them; else Welch's test):
+    :func:`smallest` on those boots."""
     # cov rounded so a page's metrics share the simulations (a Policy holds dicts: its repr
     # is the key)
     key = (float(f"{cov:.3g}"), int(n), kind, bool(paired), repr(policy))
