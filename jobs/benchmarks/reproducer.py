@@ -28,6 +28,8 @@ from sqlalchemy import Engine
 
 from stackbench.errors import StackbenchError
 from stackbench.jobs.benchmarks import definitions, knobs
+from stackbench.kernels import config as kconfig
+from stackbench.kernels import qemu
 from stackbench.resultsdb import db, runs_q, series_q
 
 WORKLOADS = Path(__file__).resolve().parent / "workloads"
@@ -78,8 +80,6 @@ def _heredoc(path: str, text: str, tag: str) -> str:
 
 
 def _fragments(config_name: str) -> str:
-    from stackbench.kernels import config as kconfig
-
     out = []
     for name in (config_name or "").split("+"):
         try:
@@ -217,7 +217,8 @@ def script(
         'chmod +x "$work/root/init"',
         'cp "$(command -v busybox || echo /bin/busybox)" "$work/root/bin/busybox"',
         '(cd "$work/root" && find . | cpio -o -H newc --quiet | gzip) > "$work/initrd.gz"',
-        'if [ "$ACCEL" = kvm ]; then cpu="-accel kvm -cpu host"; else cpu="-accel tcg -cpu max"; fi',
+        'if [ "$ACCEL" = kvm ]; then cpu="-accel kvm -cpu host"; else cpu="-accel tcg -cpu max"; '
+        f'CMDLINE="$CMDLINE {qemu.TCG_CLOCK_CMDLINE}"; fi',
         "# shellcheck disable=SC2086",
         'qemu-system-x86_64 $cpu -smp "$CPUS" -m "$MEM_MB" -nodefaults -no-reboot '
         '-display none -monitor none -serial "file:$work/console.log" '
