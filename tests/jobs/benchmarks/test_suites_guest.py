@@ -26,7 +26,9 @@ def both_sources_plan() -> list[d.SubJob]:
             {"test": "anon-w-seq", "mem_fraction": 0.05, "runtime": "20s"},
             120,
         ),
-        ("thpscale", {"max_threads": 2, "mapsize_fraction": 0.1}, 300),
+        # a conformance test, not a timing: a full CI's load slowed upstream thpscale past
+        # 300 s once (it takes about 10 s on a quiet host), so the limit only catches a hang
+        ("thpscale", {"max_threads": 2, "mapsize_fraction": 0.1}, 900),
     ]
     plan: list[d.SubJob] = []
     for name, params, timeout in jobs:
@@ -65,7 +67,7 @@ def test_upstream_and_builtin_on_one_kernel(monkeypatch, tmp_path, eng):
     kernel, machine = guest_specs(res, name="base")
     runs = c.collect(boot.results_dir, plan, kernel=kernel, machine=machine)
     problems = [(r.job.suite, r.meta["suite_source"], r.status, r.error) for r in runs]
-    assert len(runs) == 4 and all(r.status == "done" for r in runs), problems
+    assert len(runs) == 4 and all(r.status == "done" for r in runs), (problems, boot.console_tail)
 
     by = {(r.job.suite, r.meta["suite_source"]): r for r in runs}
     for suite in ("vm-scalability", "thpscale"):
