@@ -313,15 +313,11 @@ class RunBoots(CompositeStepMixin, buildstep.BuildStep):
                  for b in boots}  # fmt: skip
         artifacts = [str(b.get("artifact")) for b in boots]  # one per boot, in order
         tars, fetches = yield kept_kernels.plan_fetches(self, artifacts)
-        added: list[Any] = [
-            steps.FileDownload(
-                name=f"fetch {named[artifact]}"[:50],
-                mastersrc=artifact,
-                workerdest=tar,
-                haltOnFailure=True,
-            )
-            for artifact, tar in fetches
-        ]
+        failed = yield kept_kernels.fetch(self, fetches, named)
+        if failed:
+            self.descriptionDone = [f"fetching {failed} failed"]
+            return FAILURE
+        added: list[Any] = []
         if boots[0].get("evidence"):
             # the evidence round stores no run: nothing to mark lost, nothing to skip
             added.append(evidence_step(self.cfg, boots, tars))
