@@ -262,3 +262,48 @@ def test_a_failed_boot_does_not_stop_the_round(eng, tmp_path, monkeypatch, capsy
     assert "1 of 2 boots failed: gone.tar: kernel artifact not found" in capsys.readouterr().err
     with eng.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM run")).scalar() == 1
+
+
+def _rounds_of(master, submission: str) -> list[dict]:
+    """The finished benchmark builds of a batch handed over as ``submission``."""
+    _workers, builders = _names(master)
+    out = []
+    for b in master.get("builds?complete=true&property=submission")["builds"]:
+        mine = (b["properties"].get("submission") or [None])[0] == submission
+        if mine and builders[b["builderid"]] == "bench-qemu":
+            out.append(b)
+    return out
+
+
+def test_a_kernel_that_cannot_be_fetched_fails_its_round_and_says_which(eng, lab):
+    master, base, _web_url = lab
+    boot = {"commit": COMMITS[1], "kernel_name": "1/3", "position": 1, "tree": "linux-6.1",
+            "kernel_config": "tiny-guest", "job": JOB, "machine_kind": "qemu", "runs": 1,
+            "round": 1, "first": 0}  # fmt: skip
+
+    # not on the master: its build's artifact is gone
+    client.submit_rounds(master, series=0, submission="gone", rounds_key="gone",
+                         boots=[{**boot, "artifact": "artifacts/gone/1/kernel.tar"}])  # fmt: skip
+    (gone,) = wait_for("the round to end", lambda: _rounds_of(master, "gone"), timeout=120)
+    assert gone["results"] == 2, gone  # FAILURE
+    assert "fetching 1/3 failed" in gone["state_string"], gone["state_string"]
+    log = _step_log(master, gone["buildid"], "plan the round", log="fetch")
+    assert "1/3: artifacts/gone/1/kernel.tar is not on the master" in log, log
+
+    # on the master, but the download fails: the worker cannot write where it keeps kernels
+    kept = base / "master" / "artifacts" / "kept" / "1"
+    kept.mkdir(parents=True)
+    (kept / "kernel.tar").write_bytes(b"\0" * 4096)
+    (base / "w2" / "bench-qemu").mkdir(parents=True, exist_ok=True)
+    (base / "w2" / "bench-qemu" / "kernels").write_text("not a directory\n")
+    client.submit_rounds(master, series=0, submission="blocked", rounds_key="blocked",
+                         boots=[{**boot, "artifact": "artifacts/kept/1/kernel.tar"}],
+                         avoid=["w1", "w3"])  # fmt: skip
+    (blocked,) = wait_for("the round to end", lambda: _rounds_of(master, "blocked"), timeout=120)
+    workers, _builders = _names(master)
+    assert workers[blocked["workerid"]] == "w2"
+    assert blocked["results"] == 2, blocked
+    assert "fetching 1/3 failed" in blocked["state_string"], blocked["state_string"]
+    log = _step_log(master, blocked["buildid"], "plan the round", log="fetch")
+    assert "1/3: the download to" in log and "failed" in log, log
+    assert "fetched 1/3" not in log
