@@ -22,7 +22,7 @@ from test_buildbot_fanout import kill_machine, start_web, start_worker  # noqa: 
 
 from stackbench.jobs.driver import dispatcher_service, lifecycle  # noqa: E402
 from stackbench.jobs.executors import services  # noqa: E402
-from stackbench.jobs.executors.buildbot import client  # noqa: E402
+from stackbench.jobs.executors.buildbot import client, kept_kernels  # noqa: E402
 
 pytest_plugins = ["helpers.lifecycle"]
 COMMITS = ["a" * 40, "b" * 40, "c" * 40, "d" * 40]  # base + 3 patches
@@ -294,8 +294,9 @@ def test_a_kernel_that_cannot_be_fetched_fails_its_round_and_says_which(eng, lab
     kept = base / "master" / "artifacts" / "kept" / "1"
     kept.mkdir(parents=True)
     (kept / "kernel.tar").write_bytes(b"\0" * 4096)
-    (base / "w2" / "bench-qemu").mkdir(parents=True, exist_ok=True)
-    (base / "w2" / "bench-qemu" / "kernels").write_text("not a directory\n")
+    builddir = base / "w2" / "bench-qemu"
+    builddir.mkdir(parents=True, exist_ok=True)
+    (builddir / kept_kernels.KEPT).write_text("not a directory\n")
     client.submit_rounds(master, series=0, submission="blocked", rounds_key="blocked",
                          boots=[{**boot, "artifact": "artifacts/kept/1/kernel.tar"}],
                          avoid=["w1", "w3"])  # fmt: skip
@@ -305,5 +306,6 @@ def test_a_kernel_that_cannot_be_fetched_fails_its_round_and_says_which(eng, lab
     assert blocked["results"] == 2, blocked
     assert "fetching 1/3 failed" in blocked["state_string"], blocked["state_string"]
     log = _step_log(master, blocked["buildid"], "plan the round", log="fetch")
-    assert "1/3: the download to" in log and "failed" in log, log
+    kept_at = re.escape(str(builddir / kept_kernels.KEPT))
+    assert re.search(rf"^e1/3: the download to {kept_at}/\S+\.tar failed$", log, re.M), log
     assert "fetched 1/3" not in log
