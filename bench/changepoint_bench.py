@@ -3,7 +3,7 @@
 false alarms, detection and re-fires per kind of noise, beside the floors.
 
 A history is 60 nights of one tracked branch; every night boots the head 5 times (the
-nightly's start) and its point is the mean of those boots. A night is a run: its boots'
+nightly's start; ``--head-boots``) and its point is the mean of those boots. A night is a run: its boots'
 values are ``level * drift * n * r``, with the run offset ``n`` drawn (with replacement)
 from the stored runs' means over their kernel's mean and each boot offset ``r`` from the
 stored boots' values over their run's mean (bench/data/demo_boots.json: the demo's A/A,
@@ -154,8 +154,10 @@ def rows(noise: Noise, drift: float) -> list[Row]:
 Nights = list[list[float]]
 
 
-def history(rng: np.random.Generator, row: Row, step: float, at: int) -> tuple[Nights, Nights]:
-    """The nights' boots: a level, the host's drift, the night's run offset, the boots; and
+def history(
+    rng: np.random.Generator, row: Row, step: float, at: int, boots: int = BOOTS
+) -> tuple[Nights, Nights]:
+    """The nights' boots (``boots`` of the head a night): a level, the host's drift, the night's run offset, the boots; and
     the same nights' A/A of the baseline (``AA_BOOTS`` boots, its own run offsets, the same
     host drift: it boots on the same hosts that night), step-free."""
     drift = np.zeros(NIGHTS)
@@ -167,7 +169,7 @@ def history(rng: np.random.Generator, row: Row, step: float, at: int) -> tuple[N
     run = rng.choice(row.runs, NIGHTS)
     head = [
         list(
-            LEVEL * (1 - step if n >= at else 1.0) * (1 + drift[n]) * run[n] * row.boots(rng, BOOTS)
+            LEVEL * (1 - step if n >= at else 1.0) * (1 + drift[n]) * run[n] * row.boots(rng, boots)
         )
         for n in range(NIGHTS)
     ]
@@ -208,14 +210,16 @@ class Tally:
     ceiling: int = 0
 
 
-def night_sd(row: Row, rng: np.random.Generator, nights: int = 20000) -> float | None:
+def night_sd(
+    row: Row, rng: np.random.Generator, nights: int = 20000, boots: int = BOOTS
+) -> float | None:
     """The relative standard deviation of a night's point (:func:`changepoints.night_means`
     of the head's boots, times the night's run offset); None for a row with host drift,
     whose nights are not independent draws of one variance."""
     if row.drift:
         return None
-    boots = np.stack([row.boots(rng, BOOTS) for _ in range(nights)])
-    points = cp.night_means(boots.tolist(), cp.DEFAULT_RULE.trim)
+    drawn = np.stack([row.boots(rng, boots) for _ in range(nights)])
+    points = cp.night_means(drawn.tolist(), cp.DEFAULT_RULE.trim)
     return float(np.std(np.asarray(points) * rng.choice(row.runs, nights)))
 
 
@@ -261,24 +265,24 @@ def score(t: Tally, found: list[Alert], at: int | None) -> None:
 
 
 def run_row(
-    row: Row, histories: int, seed: int, show: bool, use_aa: bool = True
+    row: Row, histories: int, seed: int, show: bool, use_aa: bool = True, boots: int = BOOTS
 ) -> tuple[Tally, Tally]:
     rng = np.random.default_rng(seed)
     flat, stepped = Tally(), Tally()
-    sd = night_sd(row, np.random.default_rng(seed + 1000))
+    sd = night_sd(row, np.random.default_rng(seed + 1000), boots=boots)
 
     def found_in(h: tuple[Nights, Nights]) -> list[Alert]:
         return alerts(h[0], h[1] if use_aa else None)
 
     for _ in range(histories):
-        found = found_in(history(rng, row, 0.0, NIGHTS))
+        found = found_in(history(rng, row, 0.0, NIGHTS, boots))
         score(flat, found, None)
         if show and found:
             shown = [(r, d) for r, d, _o in found]
             print(f"  {row.name}: step-free, alerts (raised, dated) {shown}")
     for _ in range(histories):
         at = int(rng.integers(5, NIGHTS - 5))
-        h = history(rng, row, STEP, at)
+        h = history(rng, row, STEP, at, boots)
         found = found_in(h)
         score(stepped, found, at)
         stepped.ceiling += sd is not None and ceiling_hit(h[0], at, sd)
@@ -298,6 +302,9 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--boots", type=Path, default=DEMO_BOOTS, help="stored runs of boots")
     ap.add_argument("--drift", type=float, default=0.015, help="AR drift's stationary CoV")
+    ap.add_argument(
+        "--head-boots", type=int, default=BOOTS, help="boots of the head a night (its point)"
+    )
     ap.add_argument("--rows", default="", help="comma-separated row names (default: all)")
     ap.add_argument("--show", action="store_true", help="print histories with false alarms")
     ap.add_argument(
@@ -306,6 +313,8 @@ def main() -> int:
     a = ap.parse_args()
     if a.histories < 1:
         raise SystemExit("changepoint_bench: --histories must be at least 1")
+    if a.head_boots < 2:
+        raise SystemExit("changepoint_bench: --head-boots must be at least 2")
     every = rows(demo_noise(a.boots), a.drift)
     wanted = [w.strip() for w in a.rows.split(",") if w.strip()]
     unknown = [w for w in wanted if w not in {r.name for r in every}]
@@ -315,7 +324,7 @@ def main() -> int:
     started = time.monotonic()
     print(
         f"{a.histories} step-free and {a.histories} stepped ({100 * STEP:.0f}%) histories per "
-        f"row, {NIGHTS} nights, {BOOTS} boots a night, seed {a.seed}; AR drift: rho 0.9, "
+        f"row, {NIGHTS} nights, {a.head_boots} boots a night, seed {a.seed}; AR drift: rho 0.9, "
         f"CoV {100 * a.drift:.1f}%; "
         + (
             "no A/A nights"
@@ -331,7 +340,7 @@ def main() -> int:
     for row in every:
         if wanted and row.name not in wanted:
             continue
-        flat, st = run_row(row, a.histories, a.seed, a.show, not a.no_aa)
+        flat, st = run_row(row, a.histories, a.seed, a.show, not a.no_aa, a.head_boots)
         fa = 100 * flat.false_alarms / flat.histories
         det = st.detected / st.histories
         checks = [fa <= FLOOR_FALSE, det >= FLOOR_DETECTED, st.refires == 0]
