@@ -3,12 +3,12 @@
 false alarms, detection and re-fires per kind of noise, beside the floors.
 
 A history is 60 nights of one tracked branch; every night boots the head 5 times (the
-nightly's start; ``--head-boots``) and its point is the mean of those boots. A night is a run: its boots'
-values are ``level * drift * n * r``, with the run offset ``n`` drawn (with replacement)
-from the stored runs' means over their kernel's mean and each boot offset ``r`` from the
-stored boots' values over their run's mean (bench/data/demo_boots.json: the demo's A/A,
-boot CoV 2.41%, run CoV 1.14%, a -7.5% tail), both spreads scaled together to the row's boot
-CoV. The rows:
+nightly's start; ``--head-boots``) and its point is the mean of those boots. A night is a
+run: its boots' values are ``level * drift * n * r``, with the run offset ``n`` drawn
+(with replacement) from the stored runs' means over their kernel's mean and each boot
+offset ``r`` from the stored boots' values over their run's mean
+(bench/data/demo_boots.json: the demo's A/A, boot CoV 2.41%, run CoV 1.14%, a -7.5% tail),
+both spreads scaled together to the row's boot CoV. The rows:
 
 * ``cov 2%``, ``cov 3%``, ``cov 5%``: those offsets at a boot CoV of 2, 3 and 5% (the run
   spread scaled alike: 0.95, 1.42, 2.37%);
@@ -157,9 +157,10 @@ Nights = list[list[float]]
 def history(
     rng: np.random.Generator, row: Row, step: float, at: int, boots: int = BOOTS
 ) -> tuple[Nights, Nights]:
-    """The nights' boots (``boots`` of the head a night): a level, the host's drift, the night's run offset, the boots; and
-    the same nights' A/A of the baseline (``AA_BOOTS`` boots, its own run offsets, the same
-    host drift: it boots on the same hosts that night), step-free."""
+    """The nights' boots (``boots`` of the head a night): a level, the host's drift, the
+    night's run offset, the boots; and the same nights' A/A of the baseline (``AA_BOOTS``
+    boots, its own run offsets, the same host drift: it boots on the same hosts that
+    night), step-free."""
     drift = np.zeros(NIGHTS)
     if row.drift:
         shock = row.drift * np.sqrt(1 - row.rho**2)

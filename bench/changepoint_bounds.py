@@ -6,7 +6,8 @@ within 5 nights in at least 95% at boot CoV 3%) against scan statistics calibrat
 
 The nights are the kindest model there is: independent, normal, one point a night with the
 spread of ``cov 3%`` in bench/changepoint_bench.py (1.78% at 5 boots a night: the boots
-and the night's run offset; 1.53% at 10, ``--night-sd``). A step of 5% down starts at a random night 5..54, as there.
+and the night's run offset; 1.53% at 10, ``--night-sd``). A step of 5% down starts at a
+random night 5..54, as there.
 Each rule looks every night at every cut with at least 3 nights on each side (the
 live rule's ``min_after``) and alarms when the most negative standardized difference of
 the two sides' means is below a threshold. The threshold is not a p-value: it is the
@@ -33,14 +34,12 @@ import sys
 import time
 
 import numpy as np
+from changepoint_bench import FLOOR_DETECTED, FLOOR_FALSE, NIGHTS, STEP, WITHIN
 
-NIGHTS = 60
+from stackbench.resultsdb import changepoints as cp
+
 NIGHT_SD = 1.78  # % of the level: a night's point at cov 3%, 5 boots (bench/changepoints.md)
-STEP = 5.0  # %
-WITHIN = 5  # nights from the step, its own the first
-MIN_SIDE = 3  # nights on each side of a cut (changepoints.Rule.min_after)
-FLOOR_FALSE = 0.02
-FLOOR_DETECTED = 0.95
+MIN_SIDE = cp.DEFAULT_RULE.min_after  # nights on each side of a cut
 EARLY = 15  # steps before this night are told apart
 
 
@@ -79,7 +78,10 @@ def first_alarm(m: np.ndarray, threshold: float) -> np.ndarray:
 
 def row(
     rng: np.random.Generator, histories: int, aa: bool, older: int, pooled: bool, night_sd: float
-) -> list[str]:
+) -> list[tuple[float, float]]:
+    """Per false-alarm rate (1 and 2 per 100): the share of the steps found, and of the
+    early ones."""
+
     def draw() -> tuple[np.ndarray, np.ndarray | None]:
         a = rng.normal(0, night_sd, (histories, NIGHTS + older)) if aa else None
         return rng.normal(0, night_sd, (histories, NIGHTS)), a
@@ -88,13 +90,13 @@ def row(
     null_min = scan(flat, flat_aa, older, pooled, night_sd).min(1)
     steps = rng.integers(5, NIGHTS - 5, histories)
     stepped, stepped_aa = draw()
-    stepped -= STEP * (np.arange(NIGHTS)[None, :] >= steps[:, None])
+    stepped -= 100 * STEP * (np.arange(NIGHTS)[None, :] >= steps[:, None])
     st = scan(stepped, stepped_aa, older, pooled, night_sd)
     out = []
-    for false in (0.01, FLOOR_FALSE):
-        first = first_alarm(st, float(np.quantile(null_min, false)))
+    for false in (1.0, FLOOR_FALSE):
+        first = first_alarm(st, float(np.quantile(null_min, false / 100)))
         found = (first >= steps) & (first < steps + WITHIN)
-        out.append(f"{100 * found.mean():5.1f}% ({100 * found[steps < EARLY].mean():5.1f}%)")
+        out.append((float(found.mean()), float(found[steps < EARLY].mean())))
     return out
 
 
@@ -111,7 +113,7 @@ def main() -> int:
     started = time.monotonic()
     rng = np.random.default_rng(a.seed)
     print(
-        f"{a.histories} step-free and {a.histories} stepped ({STEP:.0f}%) histories per row, "
+        f"{a.histories} step-free and {a.histories} stepped ({100 * STEP:.0f}%) histories per row, "
         f"{NIGHTS} nights, night point SD {a.night_sd}%, seed {a.seed}; found within {WITHIN} "
         f"nights (in brackets: steps before night {EARLY})"
     )
@@ -123,12 +125,13 @@ def main() -> int:
         ("A/A + residuals", True, 0, True),
         ("A/A, 60 older", True, 60, False),
     ):
-        cells = row(rng, a.histories, aa, older, pooled, a.night_sd)
+        found = row(rng, a.histories, aa, older, pooled, a.night_sd)
         if name != "exact":
-            best = max(best, float(cells[1].split("%")[0]) / 100)
+            best = max(best, found[1][0])
+        cells = [f"{100 * f:5.1f}% ({100 * e:5.1f}%)" for f, e in found]
         print(f"{name:<16} | {cells[0]:>16} | {cells[1]:>16}")
     print(
-        f"floors: <= {100 * FLOOR_FALSE:.0f} false alarms per 100, >= {100 * FLOOR_DETECTED:.0f}% "
+        f"floors: <= {FLOOR_FALSE:g} false alarms per 100, >= {100 * FLOOR_DETECTED:.0f}% "
         f"found; best of the estimated variances at 2/100: {100 * best:.1f}%"
     )
     print(f"{time.monotonic() - started:.0f} s")
