@@ -172,6 +172,46 @@ def test_upstream_logs_parse_like_builtin(built, thpfaults, tmp_path, suite):
         assert len(upstream[f"fault-both-{n}"]) == len(builtin[f"fault-both-{n}"])
 
 
+# upstream's program as a script that dies of SIGSEGV on its first CRASHES calls (the
+# thread-stack race of docs/suites.md "Known limits"), then writes a log naming its call
+FAKE_UPSTREAM = """#!/bin/sh
+n=$(($(cat "$CALLS" 2>/dev/null || echo 0) + 1))
+echo "$n" > "$CALLS"
+[ "$n" -gt "$CRASHES" ] || kill -SEGV $$
+echo "call $n threads $1"
+"""
+
+
+@pytest.mark.parametrize("suite", ("thpscale", "thpcompact"))
+@pytest.mark.parametrize("crashes", (1, 2))
+def test_upstream_runner_runs_a_thread_count_killed_by_sigsegv_once_more(tmp_path, suite, crashes):
+    prog = tmp_path / "upstream" / suite / suite
+    prog.parent.mkdir(parents=True)
+    prog.write_text(FAKE_UPSTREAM)
+    prog.chmod(0o755)
+    out, work = tmp_path / "out", tmp_path / "work"
+    out.mkdir()
+    work.mkdir()
+    env = {"THREADS": "2", "MADVISE": "1", "SB_WORK": str(work), "SB_OUT": str(out),
+           "SB_UPSTREAM": str(prog.parent.parent), "CALLS": str(tmp_path / "calls"),
+           "CRASHES": str(crashes), "MAP_PERMILLE": "1", "MAP_BYTES": str(4 * MB),
+           "ANON_PERMILLE": "1", "ANON_BYTES": str(4 * MB), "FILE_PERMILLE": "1",
+           "FILE_BYTES": str(2 * MB)}  # fmt: skip
+    res = run_runner(f"run-{suite}-upstream.sh", env)
+    assert (tmp_path / "calls").read_text() == "2\n"  # never a third call
+    # proc.run gives the runner's stderr in stdout
+    assert f"{suite}: 2 threads crashed (SIGSEGV, upstream's stack race)" in res.stdout
+    assert res.stdout.count("Starting 2/2") == 2
+    assert list(work.iterdir()) == []
+    if crashes == 1:
+        assert res.returncode == 0, res.stdout
+        assert (out / "threads-2.log").read_text() == "call 2 threads 2\n"
+        assert "failed" not in res.stdout
+    else:
+        assert res.returncode == 1
+        assert f"{suite}: 2 threads failed (exit 139)" in res.stdout
+
+
 # ---- the Debian image's runners -----------------------------------------------------------------
 
 
