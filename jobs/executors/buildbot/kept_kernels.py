@@ -90,35 +90,50 @@ def plan_fetches(step: Any, artifacts: list[str]) -> Any:
 def fetch(step: Any, fetches: list[tuple[str, str]], names: dict[str, str]) -> Any:
     """Download each ``(artifact, path)`` of ``fetches`` to the running ``step``'s worker,
     saying so in the step's ``fetch`` log by the kernels' ``names``; the name of the first
-    kernel that could not be fetched, or None."""
+    kernel that could not be fetched, or None.
+
+    One after another: a Buildbot worker runs one command of a builder at a time (a second
+    one halts the first). The log is written once, at the end: each write is a database
+    write of the master, and ten rounds starting together wait for each other's."""
     if not fetches:
         return None
     log = yield step.addLog("fetch")
+    fetched: list[str] = []
+    failed = why = ""
     for artifact, path in fetches:
         name = names.get(artifact, artifact)
-        try:
-            fp = open(os.path.join(step.master.basedir, artifact), "rb")  # noqa: SIM115
-        except OSError:
-            yield log.addStderr(f"{name}: {artifact} is not on the master\n")
-            return name
-        args = {
-            "maxsize": None,
-            "reader": remotetransfer.FileReader(fp),
-            "blocksize": BLOCK_BYTES,
-            "workdir": step.workdir,
-            "mode": None,
-            "workerdest": path,
-        }
-        cmd = remotecommand.RemoteCommand(
-            "downloadFile", args, decodeRC={None: SUCCESS, 0: SUCCESS}
-        )
-        cmd.useLog(log, False)
-        try:
-            yield step.runCommand(cmd)
-        finally:
-            fp.close()
-        if cmd.didFail():
-            yield log.addStderr(f"{name}: the download to {path} failed\n")
-            return name
-        yield log.addStdout(f"fetched {name}\n")
+        why = yield _download(step, log, artifact, path)
+        if why:
+            failed = name
+            break
+        fetched.append(f"fetched {name}\n")
+    if fetched:
+        yield log.addStdout("".join(fetched))
+    if failed:
+        yield log.addStderr(f"{failed}: {why}\n")
+        return failed
     return None
+
+
+@defer.inlineCallbacks
+def _download(step: Any, log: Any, artifact: str, path: str) -> Any:
+    """One artifact to ``path`` on the worker: "" when it arrived, else why not."""
+    try:
+        fp = open(os.path.join(step.master.basedir, artifact), "rb")  # noqa: SIM115
+    except OSError:
+        return f"{artifact} is not on the master"
+    args = {
+        "maxsize": None,
+        "reader": remotetransfer.FileReader(fp),
+        "blocksize": BLOCK_BYTES,
+        "workdir": step.workdir,
+        "mode": None,
+        "workerdest": path,
+    }
+    cmd = remotecommand.RemoteCommand("downloadFile", args, decodeRC={None: SUCCESS, 0: SUCCESS})
+    cmd.useLog(log, False)
+    try:
+        yield step.runCommand(cmd)
+    finally:
+        fp.close()
+    return f"the download to {path} failed" if cmd.didFail() else ""
