@@ -65,7 +65,6 @@ class BuildbotExecutor:
         self._unreachable = unreachable or (lambda why: None)
         self._builders: dict[int, str] = {}
         self._workers: dict[int, str] = {}
-        self._bs_sub: dict[int, str] = {}
         self._warned: set[int] = set()
         # per series, what the last look saw: the builds (latest attempts), their builders'
         # names and the boots measured
@@ -230,10 +229,15 @@ class BuildbotExecutor:
         """One small request: raises when the master does not answer."""
         self.master.get("masters")
 
-    def submission_of_build(self, buildid: int) -> str:
-        """The submission key of a build the reporter named (its series'), "" if none."""
-        builds = self.master.get(f"builds/{buildid}?property=submission")["builds"]
-        return str(_props(builds[0]).get("submission") or "") if builds else ""
+    def submissions_of_builds(self, buildids: list[int]) -> dict[int, str]:
+        """The submission key of each build the reporter named (its series'), "" if none;
+        a wave of builds in one request (50 ids at most: the URL's length), not one each."""
+        out = dict.fromkeys(buildids, "")
+        for i in range(0, len(buildids), 50):
+            ids = "&".join(f"buildid={b}" for b in buildids[i : i + 50])
+            for b in self.master.get(f"builds?{ids}&property=submission")["builds"]:
+                out[int(b["buildid"])] = str(_props(b).get("submission") or "")
+        return out
 
     def builder(self, builderid: int) -> str:
         if builderid not in self._builders:
@@ -260,17 +264,12 @@ class BuildbotExecutor:
         """The buildset of an earlier submission with this key (a dispatcher that stopped
         between submitting and recording it)."""
         for bs in self.master.get("buildsets?order=-bsid&limit=50")["buildsets"]:
-            # the fan-out's triggered buildsets carry the key too: only the submitted one
-            if bs["parent_buildid"] is None and self._submission_of(int(bs["bsid"])) == submission:
+            if bs["parent_buildid"] is not None:  # the fan-out's triggered ones carry it too
+                continue
+            props = self.master.get(f"buildsets/{bs['bsid']}/properties")["properties"]
+            if (props[0] if props else {}).get("submission", [None])[0] == submission:
                 return int(bs["bsid"])
         return None
-
-    def _submission_of(self, bsid: int) -> str:
-        if bsid not in self._bs_sub:
-            props = self.master.get(f"buildsets/{bsid}/properties")["properties"]
-            value = (props[0] if props else {}).get("submission")
-            self._bs_sub[bsid] = str(value[0]) if value else ""
-        return self._bs_sub[bsid]
 
     def submit(self, series_id: int, submission: str, kernels: list[tuple[str, str]],
                jobs: list[str], runs: int) -> int:  # fmt: skip
@@ -309,9 +308,10 @@ class BuildbotExecutor:
         return [b for b in builds if _props(b).get("submission") == submission]
 
     def open_requests(self, submission: str) -> list[dict[str, Any]]:
-        """This submission's build requests not finished yet (queued, claimed or running)."""
-        reqs = self.master.get("buildrequests?complete=false")["buildrequests"]
-        return [r for r in reqs if self._submission_of(int(r["buildsetid"])) == submission]
+        """This submission's build requests not finished yet (queued, claimed or running),
+        their buildsets' submissions read in the same request."""
+        reqs = self.master.get("buildrequests?complete=false&property=submission")
+        return [r for r in reqs["buildrequests"] if _props(r).get("submission") == submission]
 
     def lost_workers(self, builds: list[dict[str, Any]]) -> list[str]:
         """A line for each worker that went away mid-build and is not back: Buildbot ends

@@ -53,6 +53,7 @@ POLL_S = 10.0
 SLOW_LOOK_S = 60.0
 MASTER_TIMEOUT_S = 10.0  # one request to a master that accepts but does not answer (SIGSTOP)
 STOP_CHECK_S = 0.5  # how soon a stopped dispatcher notices, while it waits for news
+STARTS_GATHER_S = 1.0  # how long news of builds starting waits for the rest of its wave
 RECONNECT_MIN_S, RECONNECT_MAX_S = 0.5, 30.0  # backoff of a dispatcher that lost its database
 
 
@@ -66,6 +67,7 @@ class Dispatcher:
         self._retry_at: dict[int, float] = {}  # series waiting on a host fault: next try
         self._backoff: dict[int, float] = {}
         self._news: set[int] = set()  # builds the reporter said started or ended
+        self._urgent = False  # news since the last look that is more than builds starting
         self._looked: dict[int, float] = {}  # series at Buildbot: when last read back
         self._master_down: dict[str, Any] | None = None  # since (epoch s), retry_at, wait
         self.stop = threading.Event()
@@ -123,6 +125,7 @@ class Dispatcher:
                 # and the next starting is eight builds' events, all on the busy master)
                 for n in conn.notifies(timeout=0.0):
                     self._note_news(n.payload)
+                self._let_starts_gather(conn)
         finally:
             with suppress(Exception):
                 conn.close()
@@ -141,11 +144,31 @@ class Dispatcher:
                 return
 
     def _note_news(self, payload: str) -> None:
-        """Keep the build id of the reporter's ``build <id> started|finished``."""
+        """Keep the build id of the reporter's ``build <id> started|finished``; anything
+        but a build's start (an end, a submission, a local run's end) is urgent."""
         word, _, rest = (payload or "").partition(" ")
-        buildid = rest.split(" ", 1)[0]
+        buildid, _, what = rest.partition(" ")
         if word == "build" and buildid.isdigit():
             self._news.add(int(buildid))
+        if not (word == "build" and what == "started"):
+            self._urgent = True
+
+    def _let_starts_gather(self, conn: Any) -> None:
+        """When the only news is builds that started, wait up to STARTS_GATHER_S for the rest
+        of their wave (or for anything urgent) before the look. A start decides nothing, and
+        each look is several requests to the master: ten rounds starting together woke a
+        look per start or two, and the master answered them while it started the rounds."""
+        if self._urgent or not self._news:
+            self._urgent = False
+            return
+        deadline = time.monotonic() + STARTS_GATHER_S
+        while not (self._urgent or self.stop.is_set()):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            for n in conn.notifies(timeout=min(left, STOP_CHECK_S), stop_after=1):
+                self._note_news(n.payload)
+        self._urgent = False
 
     def tick(self) -> None:
         news, self._news = self._news, set()
@@ -238,8 +261,8 @@ class Dispatcher:
         lifecycle.event(self.eng, sid, f"series:{sid}", "waiting", error)
 
     def _owners(self, builds: set[int]) -> set[int] | None:
-        """The series the builds the reporter named belong to (a small request each for its
-        submission property); None when that is not known (then every series is read)."""
+        """The series the builds the reporter named belong to (by their submission
+        property); None when that is not known (then every series is read)."""
         bb = self._buildbot()
         if bb is None:
             return None
@@ -249,12 +272,9 @@ class Dispatcher:
                 d = series_runs_store.dispatch(s, sid) if how == "buildbot" else None
                 if d is not None and d.submission:
                     by_submission[d.submission] = sid
-        owners = set()
         try:
-            for buildid in sorted(builds):
-                sub = bb.submission_of_build(buildid)
-                if sub in by_submission:
-                    owners.add(by_submission[sub])
+            subs = bb.submissions_of_builds(sorted(builds))
+            owners = {by_submission[sub] for sub in subs.values() if sub in by_submission}
         except StackbenchError as exc:
             self.master_unreachable(str(exc))
             return None
